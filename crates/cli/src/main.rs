@@ -1,0 +1,3 @@
+//! The `ferrite` command line.
+#![forbid(unsafe_code)]
+fn main() {}

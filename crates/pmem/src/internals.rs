@@ -1,0 +1,3 @@
+//! Internals for Ferrite's own tests, tester and benchmarks; exempt from semver.
+
+pub mod testing;

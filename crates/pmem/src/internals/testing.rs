@@ -1,0 +1,46 @@
+//! Test-pool directories (conventions §5): `FERRITE_POOL_DIR` if set, else a unique directory
+//! under `/dev/shm` (or the system temp directory where `/dev/shm` is missing), removed when the
+//! guard drops.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A directory for test pools, removed (with its contents) on drop.
+#[derive(Debug)]
+pub struct TestDir {
+    path: PathBuf,
+}
+
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+impl TestDir {
+    /// Creates a fresh, empty directory whose name contains `tag`.
+    pub fn new(tag: &str) -> TestDir {
+        let root = std::env::var_os("FERRITE_POOL_DIR").map(PathBuf::from).unwrap_or_else(|| {
+            let shm = Path::new("/dev/shm");
+            if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() }
+        });
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path = root.join(format!("ferrite-test-{}-{}-{tag}", std::process::id(), n));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path)
+            .unwrap_or_else(|e| panic!("cannot create test dir {}: {e}", path.display()));
+        TestDir { path }
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A path inside the directory.
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}

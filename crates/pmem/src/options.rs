@@ -1,0 +1,200 @@
+//! Configuration of a pool: the one place where durability mode, flush instruction and the
+//! other knobs of the persistence layer are chosen.
+//!
+//! Every field has a sensible default ("detect"); environment variables never reach this type
+//! directly (the CLI and benchmarks turn them into `Options`, see `docs/configuration.md`).
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::Error;
+
+/// How a pool's stores become durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DurabilityMode {
+    /// Real persistent memory: the file is mapped with `MAP_SYNC`, so a flushed and fenced line
+    /// is durable across power loss (under ADR).
+    Pmem,
+    /// Persistent memory emulated by a shared file mapping on tmpfs or the page cache. The
+    /// flush instructions run for their realistic cost, and data survives a **process** crash
+    /// (the kernel keeps the pages), but **not** a power loss or kernel crash.
+    Emulated,
+    /// An ordinary file mapping whose flush is `msync(MS_SYNC)` of the covering pages: survives
+    /// power loss on a block device, at block-device speed.
+    Msync,
+    /// Heap memory: nothing survives the process. Used by unit tests and in-memory images.
+    Volatile,
+}
+
+impl DurabilityMode {
+    /// Stable lower-case name (`pmem`, `emulated`, `msync`, `volatile`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DurabilityMode::Pmem => "pmem",
+            DurabilityMode::Emulated => "emulated",
+            DurabilityMode::Msync => "msync",
+            DurabilityMode::Volatile => "volatile",
+        }
+    }
+
+    /// What a flushed-and-fenced store survives in this mode, in one sentence.
+    pub fn guarantee(self) -> &'static str {
+        match self {
+            DurabilityMode::Pmem => "survives process crash and power loss (MAP_SYNC, ADR)",
+            DurabilityMode::Emulated => {
+                "survives a process crash, NOT power loss or a kernel crash (RAM/page cache)"
+            }
+            DurabilityMode::Msync => "survives process crash and power loss (msync per flush)",
+            DurabilityMode::Volatile => "survives nothing: heap memory of this process",
+        }
+    }
+}
+
+impl fmt::Display for DurabilityMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for DurabilityMode {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        match s.to_ascii_lowercase().as_str() {
+            "pmem" => Ok(DurabilityMode::Pmem),
+            "emulated" => Ok(DurabilityMode::Emulated),
+            "msync" => Ok(DurabilityMode::Msync),
+            "volatile" => Ok(DurabilityMode::Volatile),
+            other => Err(Error::InvalidArgument(format!(
+                "unknown durability mode {other:?} (expected pmem, emulated, msync or volatile)"
+            ))),
+        }
+    }
+}
+
+/// The cache-line write-back instruction a pool uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FlushKind {
+    /// `CLWB`: write back, line may stay cached; weakly ordered (needs `SFENCE`).
+    Clwb,
+    /// `CLFLUSHOPT`: write back and invalidate; weakly ordered (needs `SFENCE`).
+    Clflushopt,
+    /// `CLFLUSH`: write back and invalidate; ordered with other `CLFLUSH`es and stores.
+    Clflush,
+}
+
+impl FlushKind {
+    /// All kinds, best first.
+    pub const ALL: [FlushKind; 3] = [FlushKind::Clwb, FlushKind::Clflushopt, FlushKind::Clflush];
+
+    /// Stable lower-case name (`clwb`, `clflushopt`, `clflush`).
+    pub fn name(self) -> &'static str {
+        match self {
+            FlushKind::Clwb => "clwb",
+            FlushKind::Clflushopt => "clflushopt",
+            FlushKind::Clflush => "clflush",
+        }
+    }
+}
+
+impl fmt::Display for FlushKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for FlushKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        match s.to_ascii_lowercase().as_str() {
+            "clwb" => Ok(FlushKind::Clwb),
+            "clflushopt" => Ok(FlushKind::Clflushopt),
+            "clflush" => Ok(FlushKind::Clflush),
+            other => Err(Error::InvalidArgument(format!(
+                "unknown flush instruction {other:?} (expected clwb, clflushopt or clflush)"
+            ))),
+        }
+    }
+}
+
+/// Options of a pool. `Options::default()` detects everything.
+///
+/// ```
+/// use ferrite_pmem::{DurabilityMode, FlushKind, Options};
+/// let opts = Options::default()
+///     .layout("my-app")
+///     .flush(FlushKind::Clflush)
+///     .durability(DurabilityMode::Emulated);
+/// assert_eq!(opts.flush_kind(), Some(FlushKind::Clflush));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    layout: String,
+    durability: Option<DurabilityMode>,
+    flush: Option<FlushKind>,
+    eadr: bool,
+}
+
+/// Layout name used when none is given.
+pub const DEFAULT_LAYOUT: &str = "ferrite";
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { layout: DEFAULT_LAYOUT.to_owned(), durability: None, flush: None, eadr: false }
+    }
+}
+
+impl Options {
+    /// Default options (detect mode and flush instruction, layout `"ferrite"`).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the layout name written at creation and required at open (at most 32 bytes of
+    /// printable ASCII).
+    pub fn layout(mut self, layout: impl Into<String>) -> Self {
+        self.layout = layout.into();
+        self
+    }
+
+    /// Forces a durability mode instead of detecting it. Opening fails with
+    /// [`Error::ModeUnavailable`] when the file cannot provide it (`Pmem` without `MAP_SYNC`).
+    pub fn durability(mut self, mode: DurabilityMode) -> Self {
+        self.durability = Some(mode);
+        self
+    }
+
+    /// Forces a flush instruction instead of the best one CPUID reports. Opening fails with
+    /// [`Error::UnsupportedFlush`] when the CPU lacks it.
+    pub fn flush(mut self, kind: FlushKind) -> Self {
+        self.flush = Some(kind);
+        self
+    }
+
+    /// Declares that the platform has eADR (caches inside the persistence domain): flushes are
+    /// skipped (and counted as elided), fences are kept. Default `false`: eADR cannot be
+    /// detected reliably from user space.
+    pub fn eadr(mut self, eadr: bool) -> Self {
+        self.eadr = eadr;
+        self
+    }
+
+    /// The layout name.
+    pub fn layout_name(&self) -> &str {
+        &self.layout
+    }
+
+    /// The forced durability mode, if any.
+    pub fn durability_mode(&self) -> Option<DurabilityMode> {
+        self.durability
+    }
+
+    /// The forced flush instruction, if any.
+    pub fn flush_kind(&self) -> Option<FlushKind> {
+        self.flush
+    }
+
+    /// Whether eADR is declared.
+    pub fn is_eadr(&self) -> bool {
+        self.eadr
+    }
+}

@@ -1,0 +1,206 @@
+//! Thin, checked wrappers over the operating-system calls the persistence layer needs:
+//! `flock`, `fallocate`, `statvfs`/`statfs`, `mmap`/`munmap`/`msync`, `getrandom`.
+//!
+//! Each wrapper turns `errno` into `std::io::Error`; the callers attach the path and the
+//! operation and map specific errors (`EWOULDBLOCK` → locked, `ENOSPC` → full) to typed errors.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::ptr::NonNull;
+
+/// Page size of this machine.
+pub fn page_size() -> usize {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: sysconf has no memory effects.
+        let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if v > 0 { v as usize } else { 4096 }
+    })
+}
+
+/// Takes an exclusive, non-blocking `flock` on `file`. `Ok(false)` means another open file
+/// description holds it.
+pub fn try_lock_exclusive(file: &File) -> io::Result<bool> {
+    loop {
+        // SAFETY: flock on a valid descriptor owned by `file`; no memory is passed.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EWOULDBLOCK) => return Ok(false),
+            Some(libc::EINTR) => continue,
+            _ => return Err(err),
+        }
+    }
+}
+
+/// Allocates backing space for `[0, len)` of `file` so that later stores through a mapping
+/// cannot fail with SIGBUS for lack of space. Falls back to `posix_fallocate` where
+/// `fallocate` is not supported.
+pub fn allocate_space(file: &File, len: u64) -> io::Result<()> {
+    let len = i64::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    loop {
+        // SAFETY: fallocate on a valid descriptor; no memory is passed.
+        let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EOPNOTSUPP) => break,
+            _ => return Err(err),
+        }
+    }
+    // SAFETY: posix_fallocate on a valid descriptor; no memory is passed.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::from_raw_os_error(rc)) }
+}
+
+/// Space figures of the file system holding a path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FsSpace {
+    /// Bytes available to an unprivileged user.
+    pub available: u64,
+    /// Total bytes.
+    pub total: u64,
+    /// `statfs` magic number of the file system type.
+    pub fs_magic: u64,
+}
+
+/// `statvfs` + `statfs` of `path` (which must exist).
+pub fn fs_space(path: &Path) -> io::Result<FsSpace> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let mut vfs = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: `c` is a NUL-terminated path and `vfs` points to writable storage of the right type.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), vfs.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: statvfs returned 0, so it initialised the struct.
+    let vfs = unsafe { vfs.assume_init() };
+    let mut fs = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: as above, for statfs.
+    let rc = unsafe { libc::statfs(c.as_ptr(), fs.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: statfs returned 0, so it initialised the struct.
+    let fs = unsafe { fs.assume_init() };
+    let frsize = vfs.f_frsize as u64;
+    Ok(FsSpace {
+        available: (vfs.f_bavail as u64).saturating_mul(frsize),
+        total: (vfs.f_blocks as u64).saturating_mul(frsize),
+        fs_magic: fs.f_type as u64,
+    })
+}
+
+/// A human name for a `statfs` magic number.
+pub fn fs_name(magic: u64) -> &'static str {
+    match magic {
+        0x0102_1994 => "tmpfs",
+        0x8584_58f6 => "ramfs",
+        0xEF53 => "ext4",
+        0x5846_5342 => "xfs",
+        0x9123_683E => "btrfs",
+        0x6573_5546 => "fuse",
+        0x794c_7630 => "overlayfs",
+        0x6969 => "nfs",
+        0x0102_1997 => "9p",
+        _ => "other",
+    }
+}
+
+/// Whether the file system is memory-backed (tmpfs/ramfs): its pages live in RAM and survive a
+/// process crash, but not power loss.
+pub fn fs_is_ram(magic: u64) -> bool {
+    matches!(magic, 0x0102_1994 | 0x8584_58f6)
+}
+
+/// Maps `len` bytes of `file` shared and writable. With `sync`, asks for
+/// `MAP_SHARED_VALIDATE | MAP_SYNC` and returns the raw errno when the kernel refuses.
+pub fn map_shared(file: &File, len: usize, sync: bool) -> Result<NonNull<u8>, i32> {
+    let flags =
+        if sync { libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC } else { libc::MAP_SHARED };
+    // SAFETY: mmap with a null hint creates a new mapping and does not touch existing memory;
+    // the descriptor is valid for the call.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO));
+    }
+    NonNull::new(p.cast::<u8>()).ok_or(libc::EIO)
+}
+
+/// Unmaps a mapping made by [`map_shared`].
+///
+/// # Safety
+/// `ptr`/`len` must be exactly one mapping returned by [`map_shared`], and no access to it may
+/// happen afterwards.
+pub unsafe fn unmap(ptr: NonNull<u8>, len: usize) {
+    // SAFETY: the caller guarantees the range is one of our mappings and is no longer used.
+    let _ = unsafe { libc::munmap(ptr.as_ptr().cast(), len) };
+}
+
+/// `msync(MS_SYNC)` of the pages covering `[addr, addr+len)`.
+///
+/// # Safety
+/// The range must lie inside one live mapping.
+pub unsafe fn msync_range(addr: *const u8, len: usize) -> io::Result<u64> {
+    let page = page_size();
+    let start = (addr as usize) & !(page - 1);
+    let end = (addr as usize + len).div_ceil(page) * page;
+    // SAFETY: the caller guarantees the range is mapped; msync only writes back page-cache pages.
+    let rc = unsafe { libc::msync(start as *mut libc::c_void, end - start, libc::MS_SYNC) };
+    if rc == 0 { Ok(((end - start) / page) as u64) } else { Err(io::Error::last_os_error()) }
+}
+
+/// Fills `buf` with random bytes from the kernel.
+pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        let rest = &mut buf[done..];
+        // SAFETY: `rest` is a valid writable buffer of `rest.len()` bytes.
+        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(err);
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+/// Symbolic name of an errno value, for messages such as "MAP_SYNC refused: EOPNOTSUPP".
+pub fn errno_name(e: i32) -> &'static str {
+    match e {
+        libc::EOPNOTSUPP => "EOPNOTSUPP",
+        libc::EINVAL => "EINVAL",
+        libc::ENODEV => "ENODEV",
+        libc::EACCES => "EACCES",
+        libc::EPERM => "EPERM",
+        libc::ENOMEM => "ENOMEM",
+        libc::ENOSPC => "ENOSPC",
+        libc::EAGAIN => "EAGAIN",
+        libc::EBADF => "EBADF",
+        libc::ENXIO => "ENXIO",
+        _ => "errno",
+    }
+}

@@ -1,0 +1,664 @@
+//! Single-file pools: create, open and close a pool file, and access its data area.
+//!
+//! A pool is one file (or, for the volatile backend, one heap allocation) whose first 4 KiB
+//! page is the [`PoolHeader`](crate::header::PoolHeader); offsets given to a pool's methods
+//! are relative to the **data area** that follows it, so no caller can overwrite the header.
+//!
+//! # Invariants
+//! - P1: an open pool holds an exclusive `flock` on its file for its whole lifetime; a second
+//!   opener (in this or another process) gets [`Error::Locked`].
+//! - P2: a pool file's space is allocated (`fallocate`) before it is mapped, so a store can
+//!   never raise SIGBUS for lack of space on tmpfs; a full file system is [`Error::PoolFull`].
+//! - P3: opening never modifies a file that fails validation.
+//!
+//! # Ordering
+//! - P-PM-1 (creation): every header field and the shutdown state are persisted, then the
+//!   8-byte magic is stored and persisted. A crash leaves either no magic (reported as
+//!   [`Error::Incomplete`]) or a complete, checksummed header.
+//! - P-PM-2 (shutdown state): `OPEN` is persisted at open before any data access is handed
+//!   out; `CLEAN` is persisted by [`Pool::close`] only. Dropping a pool without `close` leaves
+//!   `OPEN`, which the next opener reports as an unclean shutdown.
+//!
+//! # Concurrency
+//! `Pool: Send + Sync`. All data access methods take `&self` and may be called from any number
+//! of threads; they are atomics or asm over the mapping (see `region`).
+
+use std::alloc::Layout;
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io::ErrorKind;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::atomic::Ordering;
+
+use zerocopy::{FromBytes, Immutable, IntoBytes};
+
+use crate::arch;
+use crate::error::{Error, Result};
+use crate::header::{
+    HEADER_AREA, MIN_POOL_SIZE, POOL_MAGIC, PoolHeader, SHUTDOWN_STATE_OFF, STATE_CLEAN,
+    STATE_OPEN, validate_layout,
+};
+use crate::options::{DurabilityMode, FlushKind, Options};
+use crate::platform;
+use crate::region::{PersistCfg, Region};
+
+/// Memory behind a pool.
+enum Backing {
+    /// A shared file mapping; the file carries the pool's `flock`.
+    Mapped { ptr: NonNull<u8>, len: usize, _file: File },
+    /// A zeroed heap allocation (volatile backend).
+    Heap { ptr: NonNull<u8>, layout: Layout },
+}
+
+// SAFETY: the backing memory is only accessed through `Region` (atomics and asm), never through
+// references, so moving or sharing its owner between threads cannot create a data race.
+unsafe impl Send for Backing {}
+// SAFETY: as above.
+unsafe impl Sync for Backing {}
+
+impl Backing {
+    fn ptr(&self) -> NonNull<u8> {
+        match self {
+            Backing::Mapped { ptr, .. } | Backing::Heap { ptr, .. } => *ptr,
+        }
+    }
+
+    fn heap(len: usize) -> Result<Backing> {
+        let layout = Layout::from_size_align(len, 4096)
+            .map_err(|_| Error::InvalidArgument(format!("pool size {len} too large")))?;
+        // SAFETY: `layout` has a non-zero size (callers check `len >= MIN_POOL_SIZE`).
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(p).ok_or(Error::PoolFull {
+            path: PathBuf::from("<volatile>"),
+            requested: len as u64,
+            available: 0,
+        })?;
+        Ok(Backing::Heap { ptr, layout })
+    }
+}
+
+impl Drop for Backing {
+    fn drop(&mut self) {
+        match self {
+            // SAFETY: `ptr/len` is exactly the mapping made at open; the pool (the only user
+            // of its regions) is being dropped.
+            Backing::Mapped { ptr, len, .. } => unsafe { platform::unmap(*ptr, *len) },
+            // SAFETY: allocated with exactly this layout in `Backing::heap`; no longer used.
+            Backing::Heap { ptr, layout } => unsafe { std::alloc::dealloc(ptr.as_ptr(), *layout) },
+        }
+    }
+}
+
+/// Why a file got the durability mode it got (see [`decide_mode`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModeDecision {
+    /// The mode.
+    pub mode: DurabilityMode,
+    /// One line explaining the choice (e.g. `MAP_SYNC refused: EOPNOTSUPP; tmpfs is RAM`).
+    pub reason: String,
+}
+
+/// Maps `file` and decides its durability mode: the forced mode of `opts`, or `Pmem` when a
+/// `MAP_SYNC` mapping succeeds, else `Emulated` on a RAM file system and `Msync` elsewhere.
+fn map_file(
+    file: &File,
+    len: usize,
+    path: &Path,
+    opts: &Options,
+) -> Result<(NonNull<u8>, ModeDecision)> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let fs = platform::fs_space(dir).map_err(|e| Error::io("statfs", dir, e))?;
+    let fs_name = platform::fs_name(fs.fs_magic);
+    let map = |sync| platform::map_shared(file, len, sync);
+    let io = |e: i32| Error::io("mmap", path, std::io::Error::from_raw_os_error(e));
+    match opts.durability_mode() {
+        Some(DurabilityMode::Pmem) => match map(true) {
+            Ok(p) => Ok((p, ModeDecision { mode: DurabilityMode::Pmem, reason: "forced; MAP_SYNC mapping succeeded".into() })),
+            Err(e) => Err(Error::ModeUnavailable {
+                path: path.to_path_buf(),
+                mode: DurabilityMode::Pmem,
+                reason: format!("MAP_SYNC refused: {} on {fs_name}", platform::errno_name(e)),
+            }),
+        },
+        Some(m @ (DurabilityMode::Emulated | DurabilityMode::Msync)) => {
+            let p = map(false).map_err(io)?;
+            Ok((p, ModeDecision { mode: m, reason: format!("forced by options ({fs_name})") }))
+        }
+        Some(DurabilityMode::Volatile) => Err(Error::InvalidArgument(
+            "durability mode volatile is only for Pool::create_volatile".into(),
+        )),
+        None => match map(true) {
+            Ok(p) => Ok((
+                p,
+                ModeDecision {
+                    mode: DurabilityMode::Pmem,
+                    reason: format!("MAP_SYNC mapping succeeded on {fs_name}"),
+                },
+            )),
+            Err(e) => {
+                let p = map(false).map_err(io)?;
+                Ok((p, decide_without_map_sync(e, fs.fs_magic)))
+            }
+        },
+    }
+}
+
+/// The mode a file gets when `MAP_SYNC` was refused with `errno` on a file system with
+/// `fs_magic`.
+pub(crate) fn decide_without_map_sync(errno: i32, fs_magic: u64) -> ModeDecision {
+    let name = platform::fs_name(fs_magic);
+    if platform::fs_is_ram(fs_magic) {
+        ModeDecision {
+            mode: DurabilityMode::Emulated,
+            reason: format!(
+                "MAP_SYNC refused: {}; {name} is RAM, so flush instructions run for their \
+                 cost and data survives process crashes, not power loss",
+                platform::errno_name(errno)
+            ),
+        }
+    } else {
+        ModeDecision {
+            mode: DurabilityMode::Msync,
+            reason: format!(
+                "MAP_SYNC refused: {}; {name} is not DAX, so a flush is msync of its pages",
+                platform::errno_name(errno)
+            ),
+        }
+    }
+}
+
+fn resolve_flush(opts: &Options) -> Result<FlushKind> {
+    match opts.flush_kind() {
+        Some(k) if arch::flush_supported(k) => Ok(k),
+        Some(k) => Err(Error::UnsupportedFlush(k)),
+        None => arch::best_flush().ok_or(Error::UnsupportedFlush(FlushKind::Clflush)),
+    }
+}
+
+fn check_size(path: &Path, size: u64) -> Result<usize> {
+    if size < MIN_POOL_SIZE {
+        return Err(Error::TooSmall { path: path.to_path_buf(), size, min: MIN_POOL_SIZE });
+    }
+    if size % HEADER_AREA != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "pool size {size} is not a multiple of {HEADER_AREA} bytes"
+        )));
+    }
+    usize::try_from(size).map_err(|_| Error::InvalidArgument(format!("pool size {size} too large")))
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// A single-file (or volatile) pool. See the module documentation.
+pub struct Pool {
+    data: Region,
+    whole: Region,
+    cfg: PersistCfg,
+    mode_reason: String,
+    path: PathBuf,
+    header: PoolHeader,
+    was_clean: bool,
+    backing: Backing,
+}
+
+impl fmt::Debug for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool")
+            .field("path", &self.path)
+            .field("size", &self.size())
+            .field("mode", &self.cfg.mode)
+            .field("flush", &self.cfg.flush)
+            .field("eadr", &self.cfg.eadr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Removes a half-created pool file unless disarmed.
+struct RemoveOnError<'a>(Option<&'a Path>);
+impl Drop for RemoveOnError<'_> {
+    fn drop(&mut self) {
+        if let Some(p) = self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+impl Pool {
+    /// Creates a pool file of `size` bytes (a multiple of 4 KiB, at least 8 KiB) at `path`,
+    /// which must not exist. The data area is `size - 4096` bytes.
+    ///
+    /// Errors: [`Error::AlreadyExists`], [`Error::TooSmall`], [`Error::InvalidArgument`],
+    /// [`Error::PoolFull`] when the file system cannot back `size`, [`Error::ModeUnavailable`]
+    /// / [`Error::UnsupportedFlush`] for forced options the platform lacks, [`Error::Io`].
+    pub fn create(path: impl AsRef<Path>, size: u64, opts: &Options) -> Result<Pool> {
+        let path = path.as_ref();
+        let len = check_size(path, size)?;
+        let layout = validate_layout(opts.layout_name())?;
+        let flush = resolve_flush(opts)?;
+        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let space = match platform::fs_space(dir) {
+            Ok(s) => s,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                return Err(Error::NotFound { path: dir.to_path_buf() });
+            }
+            Err(e) => return Err(Error::io("statvfs", dir, e)),
+        };
+        if size > space.available {
+            return Err(Error::PoolFull {
+                path: path.to_path_buf(),
+                requested: size,
+                available: space.available,
+            });
+        }
+        let file = match OpenOptions::new().read(true).write(true).create_new(true).open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                return Err(Error::AlreadyExists { path: path.to_path_buf() });
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                return Err(Error::NotFound { path: path.to_path_buf() });
+            }
+            Err(e) => return Err(Error::io("create", path, e)),
+        };
+        let mut guard = RemoveOnError(Some(path));
+        if !platform::try_lock_exclusive(&file).map_err(|e| Error::io("flock", path, e))? {
+            guard.0 = None; // someone else owns this brand-new file: leave it alone
+            return Err(Error::Locked { path: path.to_path_buf() });
+        }
+        if let Err(e) = platform::allocate_space(&file, size) {
+            return Err(match e.raw_os_error() {
+                Some(libc::ENOSPC | libc::EFBIG | libc::EDQUOT) => Error::PoolFull {
+                    path: path.to_path_buf(),
+                    requested: size,
+                    available: platform::fs_space(dir).map(|s| s.available).unwrap_or(0),
+                },
+                _ => Error::io("fallocate", path, e),
+            });
+        }
+        let (ptr, decision) = map_file(&file, len, path, opts)?;
+        let backing = Backing::Mapped { ptr, len, _file: file };
+        let mut uuid = [0u8; 16];
+        platform::random_bytes(&mut uuid).map_err(|e| Error::io("getrandom", path, e))?;
+        let header = PoolHeader::new(size, layout, uuid, now_ns());
+        let pool = Pool::assemble(backing, len, path, header, decision, flush, opts, false)?;
+        pool.write_new_header()?;
+        guard.0 = None;
+        Ok(pool)
+    }
+
+    /// Opens an existing pool file.
+    ///
+    /// Errors: [`Error::NotFound`], [`Error::Locked`], [`Error::Incomplete`],
+    /// [`Error::Corrupt`], [`Error::WrongVersion`], [`Error::WrongLayout`],
+    /// [`Error::TooSmall`], [`Error::ModeUnavailable`], [`Error::UnsupportedFlush`],
+    /// [`Error::Io`]. A file that fails validation is left unchanged.
+    pub fn open(path: impl AsRef<Path>, opts: &Options) -> Result<Pool> {
+        let path = path.as_ref();
+        let flush = resolve_flush(opts)?;
+        let file = match OpenOptions::new().read(true).write(true).open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                return Err(Error::NotFound { path: path.to_path_buf() });
+            }
+            Err(e) => return Err(Error::io("open", path, e)),
+        };
+        if !platform::try_lock_exclusive(&file).map_err(|e| Error::io("flock", path, e))? {
+            return Err(Error::Locked { path: path.to_path_buf() });
+        }
+        let size = file.metadata().map_err(|e| Error::io("stat", path, e))?.len();
+        let (header, state) = read_header_from_file(&file, path, size)?;
+        header.validate(path, size, opts.layout_name())?;
+        let was_clean = check_state(path, state)?;
+        let len = check_size(path, size)?;
+        let (ptr, decision) = map_file(&file, len, path, opts)?;
+        let backing = Backing::Mapped { ptr, len, _file: file };
+        let pool = Pool::assemble(backing, len, path, header, decision, flush, opts, was_clean)?;
+        pool.persist_state(STATE_OPEN)?;
+        Ok(pool)
+    }
+
+    /// Creates a volatile pool of `size` bytes on the heap (same header and rules as a file
+    /// pool; nothing survives the process). For unit tests and in-memory images.
+    pub fn create_volatile(size: u64, opts: &Options) -> Result<Pool> {
+        let path = Path::new("<volatile>");
+        let len = check_size(path, size)?;
+        let layout = validate_layout(opts.layout_name())?;
+        let flush = resolve_flush(opts)?;
+        let backing = Backing::heap(len)?;
+        let mut uuid = [0u8; 16];
+        platform::random_bytes(&mut uuid).map_err(|e| Error::io("getrandom", path, e))?;
+        let header = PoolHeader::new(size, layout, uuid, now_ns());
+        let pool =
+            Pool::assemble(backing, len, path, header, volatile_decision(), flush, opts, false)?;
+        pool.write_new_header()?;
+        Ok(pool)
+    }
+
+    /// Opens a pool image (the bytes of a whole pool, header included) as a volatile pool,
+    /// with the same validation as [`Pool::open`]. The image is copied.
+    pub fn open_image(image: &[u8], opts: &Options) -> Result<Pool> {
+        let path = Path::new("<volatile>");
+        let size = image.len() as u64;
+        if size < size_of::<PoolHeader>() as u64 + 8 + SHUTDOWN_STATE_OFF {
+            return Err(too_small_or_incomplete(path, size));
+        }
+        let header = PoolHeader::read_from_prefix(image)
+            .map(|(h, _)| h)
+            .map_err(|_| Error::corrupt(path, "unreadable header"))?;
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&image[SHUTDOWN_STATE_OFF as usize..SHUTDOWN_STATE_OFF as usize + 8]);
+        header.validate(path, size, opts.layout_name())?;
+        let was_clean = check_state(path, u64::from_le_bytes(w))?;
+        let len = check_size(path, size)?;
+        let flush = resolve_flush(opts)?;
+        let backing = Backing::heap(len)?;
+        let pool =
+            Pool::assemble(backing, len, path, header, volatile_decision(), flush, opts, was_clean)?;
+        pool.whole.write_bytes(0, image)?;
+        pool.persist_state(STATE_OPEN)?;
+        Ok(pool)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        backing: Backing,
+        len: usize,
+        path: &Path,
+        header: PoolHeader,
+        decision: ModeDecision,
+        flush: FlushKind,
+        opts: &Options,
+        was_clean: bool,
+    ) -> Result<Pool> {
+        // SAFETY: `backing` owns `len` bytes at `ptr` (a page-aligned mapping or a 4096-aligned
+        // heap block) that live as long as the Pool, which also owns the regions; the memory
+        // is accessed only through Region (R1, R2).
+        let whole = unsafe { Region::new(backing.ptr(), len) };
+        let data = whole.sub(HEADER_AREA, (len as u64).saturating_sub(HEADER_AREA))?;
+        Ok(Pool {
+            data,
+            whole,
+            cfg: PersistCfg { mode: decision.mode, flush, eadr: opts.is_eadr() },
+            mode_reason: decision.reason,
+            path: path.to_path_buf(),
+            header,
+            was_clean,
+            backing,
+        })
+    }
+
+    /// P-PM-1: header and state first, magic last.
+    fn write_new_header(&self) -> Result<()> {
+        self.whole.write_struct(0, &self.header)?;
+        self.whole.store_u64(SHUTDOWN_STATE_OFF, STATE_OPEN, Ordering::Relaxed)?;
+        self.whole.flush(0, SHUTDOWN_STATE_OFF + 8, &self.cfg)?; // ORDER(P-PM-1): header before magic
+        Region::fence(&self.cfg);
+        self.whole.store_u64(0, POOL_MAGIC, Ordering::Release)?;
+        self.whole.flush(0, 8, &self.cfg)?; // ORDER(P-PM-1): the magic commits creation
+        Region::fence(&self.cfg);
+        Ok(())
+    }
+
+    fn persist_state(&self, state: u64) -> Result<()> {
+        self.whole.store_u64(SHUTDOWN_STATE_OFF, state, Ordering::Release)?;
+        self.whole.flush(SHUTDOWN_STATE_OFF, 8, &self.cfg).map_err(|e| self.at_path(e))?; // ORDER(P-PM-2)
+        Region::fence(&self.cfg);
+        Ok(())
+    }
+
+    /// Closes the pool cleanly: persists the `CLEAN` shutdown state (P-PM-2), unmaps it and
+    /// releases its lock. Dropping a pool without `close` releases it too but leaves it marked
+    /// as not cleanly shut down.
+    pub fn close(self) -> Result<()> {
+        self.persist_state(STATE_CLEAN)
+    }
+
+    /// Closes a pool cleanly and returns its image (for volatile pools and tests).
+    pub fn close_into_image(self) -> Result<Vec<u8>> {
+        self.persist_state(STATE_CLEAN)?;
+        Ok(self.image())
+    }
+
+    /// A copy of the whole pool (header included) as it is in memory now.
+    pub fn image(&self) -> Vec<u8> {
+        let mut v = vec![0u8; self.whole.len() as usize];
+        self.whole.read_into(0, &mut v).expect("the whole range is in bounds");
+        v
+    }
+
+    fn at_path(&self, e: Error) -> Error {
+        match e {
+            Error::Io { op, source, .. } => Error::Io { op, path: self.path.clone(), source },
+            other => other,
+        }
+    }
+
+    // ----- identity and configuration -----
+
+    /// The pool file (`<volatile>` for volatile pools).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    /// Size of the data area in bytes (the pool size minus the 4 KiB header page).
+    pub fn size(&self) -> u64 {
+        self.data.len()
+    }
+    /// Total size of the pool file in bytes.
+    pub fn file_size(&self) -> u64 {
+        self.whole.len()
+    }
+    /// The validated header.
+    pub fn header(&self) -> &PoolHeader {
+        &self.header
+    }
+    /// Pool identity.
+    pub fn uuid(&self) -> [u8; 16] {
+        self.header.uuid
+    }
+    /// Layout name.
+    pub fn layout(&self) -> &str {
+        self.header.layout_str().unwrap_or("")
+    }
+    /// Durability mode in effect.
+    pub fn mode(&self) -> DurabilityMode {
+        self.cfg.mode
+    }
+    /// Why the pool got its durability mode.
+    pub fn mode_reason(&self) -> &str {
+        &self.mode_reason
+    }
+    /// Flush instruction in use.
+    pub fn flush_kind(&self) -> FlushKind {
+        self.cfg.flush
+    }
+    /// Whether eADR is declared (flushes elided).
+    pub fn eadr(&self) -> bool {
+        self.cfg.eadr
+    }
+    /// Whether the previous opener closed the pool with [`Pool::close`]. `false` for a new
+    /// pool and after a crash or a drop without `close`: the engine should run recovery.
+    pub fn was_clean_shutdown(&self) -> bool {
+        self.was_clean
+    }
+    /// Whether the pool is backed by a file mapping (as opposed to the heap).
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.backing, Backing::Mapped { .. })
+    }
+
+    // ----- data access (offsets relative to the data area) -----
+
+    /// Atomic 8-byte load at `off` (8-aligned). `Release`/`AcqRel` are refused.
+    #[inline]
+    pub fn load_u64(&self, off: u64, ord: Ordering) -> Result<u64> {
+        self.data.load_u64(off, ord)
+    }
+
+    /// Atomic 8-byte store at `off` (8-aligned; failure-atomic by axiom M1). Not durable until
+    /// flushed and fenced. `Acquire`/`AcqRel` are refused.
+    #[inline]
+    pub fn store_u64(&self, off: u64, val: u64, ord: Ordering) -> Result<()> {
+        self.data.store_u64(off, val, ord)
+    }
+
+    /// Atomic compare-and-swap at `off`; `Ok(Ok(previous))` when it stored `new`,
+    /// `Ok(Err(actual))` when the word held something else.
+    #[inline]
+    pub fn cas_u64(
+        &self,
+        off: u64,
+        current: u64,
+        new: u64,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<Result<u64, u64>> {
+        self.data.cas_u64(off, current, new, success, failure)
+    }
+
+    /// Atomic fetch-or at `off`; returns the previous value.
+    #[inline]
+    pub fn fetch_or_u64(&self, off: u64, val: u64, ord: Ordering) -> Result<u64> {
+        self.data.fetch_or_u64(off, val, ord)
+    }
+
+    /// Copies `buf.len()` bytes at `off` into `buf` (relaxed word loads).
+    pub fn read_into(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        self.data.read_into(off, buf)
+    }
+
+    /// Copies `data` to `off` (relaxed word stores). Not durable until flushed and fenced.
+    pub fn write_bytes(&self, off: u64, data: &[u8]) -> Result<()> {
+        self.data.write_bytes(off, data)
+    }
+
+    /// Sets `len` bytes at `off` to `byte`.
+    pub fn fill(&self, off: u64, len: u64, byte: u8) -> Result<()> {
+        self.data.fill(off, len, byte)
+    }
+
+    /// Reads a `T` at `off` through a local copy (no alignment needed).
+    pub fn read_struct<T: FromBytes + IntoBytes>(&self, off: u64) -> Result<T> {
+        self.data.read_struct(off)
+    }
+
+    /// Writes `val` at `off` through relaxed word stores.
+    pub fn write_struct<T: IntoBytes + Immutable>(&self, off: u64, val: &T) -> Result<()> {
+        self.data.write_struct(off, val)
+    }
+
+    /// Non-temporal copy of `data` to `off`; durable after the next [`Pool::fence`].
+    pub fn copy_nt(&self, off: u64, data: &[u8]) -> Result<()> {
+        self.data.copy_nt(off, data, &self.cfg).map_err(|e| self.at_path(e))
+    }
+
+    /// Starts write-back of every line overlapping `[off, off + len)` with the pool's flush
+    /// instruction (`msync` in `Msync` mode; counted as elided under eADR).
+    #[inline]
+    pub fn flush(&self, off: u64, len: u64) -> Result<()> {
+        self.data.flush(off, len, &self.cfg).map_err(|e| self.at_path(e))
+    }
+
+    /// Store fence: this thread's earlier flushes and non-temporal stores are durable when it
+    /// returns.
+    #[inline]
+    pub fn fence(&self) {
+        Region::fence(&self.cfg);
+    }
+
+    /// `flush` + `fence`: `[off, off + len)` is durable when it returns.
+    #[inline]
+    pub fn persist(&self, off: u64, len: u64) -> Result<()> {
+        self.flush(off, len)?;
+        self.fence();
+        Ok(())
+    }
+}
+
+fn volatile_decision() -> ModeDecision {
+    ModeDecision { mode: DurabilityMode::Volatile, reason: "heap memory (volatile backend)".into() }
+}
+
+fn too_small_or_incomplete(path: &Path, size: u64) -> Error {
+    if size == 0 {
+        Error::Incomplete { path: path.to_path_buf() }
+    } else {
+        Error::TooSmall { path: path.to_path_buf(), size, min: MIN_POOL_SIZE }
+    }
+}
+
+fn check_state(path: &Path, state: u64) -> Result<bool> {
+    match state {
+        STATE_CLEAN => Ok(true),
+        STATE_OPEN => Ok(false),
+        other => Err(Error::corrupt(path, format!("unknown shutdown state {other:#018x}"))),
+    }
+}
+
+/// Reads and returns the header and the shutdown-state word of a pool file with `pread`,
+/// without mapping or changing it.
+fn read_header_from_file(file: &File, path: &Path, size: u64) -> Result<(PoolHeader, u64)> {
+    if size < SHUTDOWN_STATE_OFF + 8 {
+        return Err(too_small_or_incomplete(path, size));
+    }
+    let mut buf = [0u8; (SHUTDOWN_STATE_OFF + 8) as usize];
+    file.read_exact_at(&mut buf, 0).map_err(|e| Error::io("read", path, e))?;
+    let header = PoolHeader::read_from_prefix(&buf)
+        .map(|(h, _)| h)
+        .map_err(|_| Error::corrupt(path, "unreadable header"))?;
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&buf[SHUTDOWN_STATE_OFF as usize..]);
+    Ok((header, u64::from_le_bytes(w)))
+}
+
+/// What [`inspect`] found in a pool file.
+#[derive(Clone, Debug)]
+pub struct PoolSummary {
+    /// The header.
+    pub header: PoolHeader,
+    /// Whether the last opener closed it cleanly.
+    pub clean: bool,
+}
+
+/// Reads and validates a pool file's header without locking, mapping or changing it (for
+/// `ferrite info`). `layout = None` accepts any layout.
+pub fn inspect(path: impl AsRef<Path>, layout: Option<&str>) -> Result<PoolSummary> {
+    let path = path.as_ref();
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            return Err(Error::NotFound { path: path.to_path_buf() });
+        }
+        Err(e) => return Err(Error::io("open", path, e)),
+    };
+    let size = file.metadata().map_err(|e| Error::io("stat", path, e))?.len();
+    let (header, state) = read_header_from_file(&file, path, size)?;
+    let own;
+    let layout = match layout {
+        Some(l) => l,
+        None => {
+            own = header.layout_str().unwrap_or("?").to_owned();
+            own.as_str()
+        }
+    };
+    header.validate(path, size, layout)?;
+    let clean = check_state(path, state)?;
+    Ok(PoolSummary { header, clean })
+}
+
+impl Region {
+    pub(crate) fn read_struct<T: FromBytes + IntoBytes>(&self, off: u64) -> Result<T> {
+        let mut v = T::new_zeroed();
+        self.read_into(off, v.as_mut_bytes())?;
+        Ok(v)
+    }
+
+    pub(crate) fn write_struct<T: IntoBytes + Immutable>(&self, off: u64, val: &T) -> Result<()> {
+        self.write_bytes(off, val.as_bytes())
+    }
+}
