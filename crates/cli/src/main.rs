@@ -1,3 +1,47 @@
 //! The `ferrite` command line.
+//!
+//! Exit codes: 0 success, 1 a check found a failure (later subcommands), 2 usage or internal
+//! error. Environment variables only seed defaults of flags; they are listed in
+//! `docs/configuration.md`.
 #![forbid(unsafe_code)]
-fn main() {}
+
+mod info;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Ferrite: a transactional storage engine for persistent memory.
+#[derive(Debug, Parser)]
+#[command(name = "ferrite", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print CPU persistence features, the durability mode a path would get and why, and the
+    /// measured cost of a persist barrier and of a read after a flush.
+    Info(info::InfoArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+        }
+    };
+    let result = match cli.command {
+        Command::Info(args) => info::run(&args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("ferrite: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

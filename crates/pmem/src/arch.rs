@@ -58,7 +58,11 @@ mod imp {
         // SAFETY: as above.
         let max_ext = unsafe { __cpuid(0x8000_0000) }.eax;
         let l1 = cpuid(1, 0);
-        let l7 = if max_leaf >= 7 { cpuid(7, 0) } else { CpuidResult { eax: 0, ebx: 0, ecx: 0, edx: 0 } };
+        let l7 = if max_leaf >= 7 {
+            cpuid(7, 0)
+        } else {
+            CpuidResult { eax: 0, ebx: 0, ecx: 0, edx: 0 }
+        };
         let invariant_tsc = max_ext >= 0x8000_0007 && cpuid(0x8000_0007, 0).edx & (1 << 8) != 0;
         CpuFeatures {
             clflush: l1.edx & (1 << 19) != 0,
@@ -112,7 +116,9 @@ mod imp {
     #[inline(always)]
     pub unsafe fn movnti(p: *mut u64, v: u64) {
         // SAFETY: the caller guarantees `p` is writable and aligned.
-        unsafe { asm!("movnti [{0}], {1}", in(reg) p, in(reg) v, options(nostack, preserves_flags)) }
+        unsafe {
+            asm!("movnti [{0}], {1}", in(reg) p, in(reg) v, options(nostack, preserves_flags))
+        }
     }
 
     #[allow(dead_code)]

@@ -90,7 +90,9 @@ const _: () = assert!(size_of::<PoolHeader>() == 128);
 const _: () = assert!(std::mem::offset_of!(PoolHeader, checksum) == 104);
 const _: () = assert!(SHUTDOWN_STATE_OFF >= size_of::<PoolHeader>() as u64);
 #[cfg(target_endian = "big")]
-compile_error!("Ferrite's on-media formats are little-endian; big-endian targets are not supported");
+compile_error!(
+    "Ferrite's on-media formats are little-endian; big-endian targets are not supported"
+);
 
 /// Checks a layout name: 1..=32 bytes of printable ASCII.
 pub fn validate_layout(layout: &str) -> Result<[u8; LAYOUT_MAX]> {
@@ -168,16 +170,16 @@ impl PoolHeader {
             ));
         }
         let crc_ok = self.checksum == self.compute_checksum();
-        if self.version != POOL_VERSION || self.incompat_flags & !KNOWN_INCOMPAT != 0 {
-            if crc_ok || self.version > POOL_VERSION {
-                return Err(Error::WrongVersion {
-                    path: path.to_path_buf(),
-                    found: self.version,
-                    supported: POOL_VERSION,
-                    incompat_flags: self.incompat_flags,
-                    known_incompat: KNOWN_INCOMPAT,
-                });
-            }
+        if (self.version != POOL_VERSION || self.incompat_flags & !KNOWN_INCOMPAT != 0)
+            && (crc_ok || self.version > POOL_VERSION)
+        {
+            return Err(Error::WrongVersion {
+                path: path.to_path_buf(),
+                found: self.version,
+                supported: POOL_VERSION,
+                incompat_flags: self.incompat_flags,
+                known_incompat: KNOWN_INCOMPAT,
+            });
         }
         if !crc_ok {
             return Err(Error::corrupt(
@@ -207,7 +209,7 @@ impl PoolHeader {
                 ),
             ));
         }
-        if self.pool_size < MIN_POOL_SIZE || self.pool_size % HEADER_AREA != 0 {
+        if self.pool_size < MIN_POOL_SIZE || !self.pool_size.is_multiple_of(HEADER_AREA) {
             return Err(Error::corrupt(path, format!("pool size {}", self.pool_size)));
         }
         let found = self.layout_str().map_err(|what| Error::corrupt(path, what))?;

@@ -93,10 +93,10 @@ pub fn fs_space(path: &Path) -> io::Result<FsSpace> {
     }
     // SAFETY: statfs returned 0, so it initialised the struct.
     let fs = unsafe { fs.assume_init() };
-    let frsize = vfs.f_frsize as u64;
+    let frsize = vfs.f_frsize;
     Ok(FsSpace {
-        available: (vfs.f_bavail as u64).saturating_mul(frsize),
-        total: (vfs.f_blocks as u64).saturating_mul(frsize),
+        available: vfs.f_bavail.saturating_mul(frsize),
+        total: vfs.f_blocks.saturating_mul(frsize),
         fs_magic: fs.f_type as u64,
     })
 }
@@ -126,8 +126,7 @@ pub fn fs_is_ram(magic: u64) -> bool {
 /// Maps `len` bytes of `file` shared and writable. With `sync`, asks for
 /// `MAP_SHARED_VALIDATE | MAP_SYNC` and returns the raw errno when the kernel refuses.
 pub fn map_shared(file: &File, len: usize, sync: bool) -> Result<NonNull<u8>, i32> {
-    let flags =
-        if sync { libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC } else { libc::MAP_SHARED };
+    let flags = if sync { libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC } else { libc::MAP_SHARED };
     // SAFETY: mmap with a null hint creates a new mapping and does not touch existing memory;
     // the descriptor is valid for the call.
     let p = unsafe {

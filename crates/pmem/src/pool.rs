@@ -115,7 +115,13 @@ fn map_file(
     let io = |e: i32| Error::io("mmap", path, std::io::Error::from_raw_os_error(e));
     match opts.durability_mode() {
         Some(DurabilityMode::Pmem) => match map(true) {
-            Ok(p) => Ok((p, ModeDecision { mode: DurabilityMode::Pmem, reason: "forced; MAP_SYNC mapping succeeded".into() })),
+            Ok(p) => Ok((
+                p,
+                ModeDecision {
+                    mode: DurabilityMode::Pmem,
+                    reason: "forced; MAP_SYNC mapping succeeded".into(),
+                },
+            )),
             Err(e) => Err(Error::ModeUnavailable {
                 path: path.to_path_buf(),
                 mode: DurabilityMode::Pmem,
@@ -181,7 +187,7 @@ fn check_size(path: &Path, size: u64) -> Result<usize> {
     if size < MIN_POOL_SIZE {
         return Err(Error::TooSmall { path: path.to_path_buf(), size, min: MIN_POOL_SIZE });
     }
-    if size % HEADER_AREA != 0 {
+    if !size.is_multiple_of(HEADER_AREA) {
         return Err(Error::InvalidArgument(format!(
             "pool size {size} is not a multiple of {HEADER_AREA} bytes"
         )));
@@ -359,8 +365,16 @@ impl Pool {
         let len = check_size(path, size)?;
         let flush = resolve_flush(opts)?;
         let backing = Backing::heap(len)?;
-        let pool =
-            Pool::assemble(backing, len, path, header, volatile_decision(), flush, opts, was_clean)?;
+        let pool = Pool::assemble(
+            backing,
+            len,
+            path,
+            header,
+            volatile_decision(),
+            flush,
+            opts,
+            was_clean,
+        )?;
         pool.whole.write_bytes(0, image)?;
         pool.persist_state(STATE_OPEN)?;
         Ok(pool)

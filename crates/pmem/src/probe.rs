@@ -117,9 +117,8 @@ pub fn probe_path(path: &Path, opts: &Options) -> Result<PathReport> {
     };
     let ptr = match sync {
         Ok(p) => p,
-        Err(_) => platform::map_shared(&file, LEN, false).map_err(|e| {
-            Error::io("mmap", &scratch, std::io::Error::from_raw_os_error(e))
-        })?,
+        Err(_) => platform::map_shared(&file, LEN, false)
+            .map_err(|e| Error::io("mmap", &scratch, std::io::Error::from_raw_os_error(e)))?,
     };
     struct Unmap(std::ptr::NonNull<u8>);
     impl Drop for Unmap {

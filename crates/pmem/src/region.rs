@@ -70,8 +70,10 @@ impl Region {
     /// A sub-view `[off, off + len)` of this region.
     pub fn sub(&self, off: u64, len: u64) -> Result<Region> {
         let p = self.check(off, len)?;
+        // SAFETY: `p` is derived from the non-null `base` by an in-bounds offset.
+        let p = unsafe { NonNull::new_unchecked(p) };
         // SAFETY: the sub-range lies inside this region (checked), which is valid by R1.
-        Ok(unsafe { Region::new(NonNull::new_unchecked(p), len as usize) })
+        Ok(unsafe { Region::new(p, len as usize) })
     }
 
     pub fn len(&self) -> u64 {
@@ -93,7 +95,7 @@ impl Region {
 
     #[inline(always)]
     fn word(&self, off: u64) -> Result<&AtomicU64> {
-        if off % 8 != 0 {
+        if !off.is_multiple_of(8) {
             return Err(Error::Misaligned { off, align: 8 });
         }
         let p = self.check(off, 8)?;
@@ -169,7 +171,7 @@ impl Region {
         let mut p = self.check(off, buf.len() as u64)?;
         let mut i = 0;
         let n = buf.len();
-        while i < n && (p as usize) % 8 != 0 {
+        while i < n && !(p as usize).is_multiple_of(8) {
             // SAFETY: `p` is inside the checked range (i < n).
             buf[i] = unsafe { Self::load_byte(p) };
             // SAFETY: stays within the checked range (i < n).
@@ -200,7 +202,7 @@ impl Region {
         let mut p = self.check(off, data.len() as u64)?;
         let n = data.len();
         let mut i = 0;
-        while i < n && (p as usize) % 8 != 0 {
+        while i < n && !(p as usize).is_multiple_of(8) {
             // SAFETY: `p` is inside the checked range (i < n).
             unsafe { Self::store_byte(p, data[i]) };
             // SAFETY: stays within the checked range.
@@ -233,7 +235,7 @@ impl Region {
         let mut p = self.check(off, len)?;
         let end = p as usize + len as usize;
         let word = u64::from_le_bytes([byte; 8]);
-        while (p as usize) < end && (p as usize) % 8 != 0 {
+        while (p as usize) < end && !(p as usize).is_multiple_of(8) {
             // SAFETY: `p` is inside the checked range (p < end).
             unsafe { Self::store_byte(p, byte) };
             // SAFETY: stays within the checked range.
