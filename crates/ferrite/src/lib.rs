@@ -1,8 +1,100 @@
 //! Ferrite: an embedded, transactional storage engine for persistent memory.
 //!
-//! The engine's subsystems (allocator, FPTree, SOFORT, slotted-page engine) and the public
-//! `Database` API land here in later issues; the persistence layer they all stand on is
-//! [`ferrite_pmem`].
+//! Every Ferrite engine sits behind one typed API, so that the same workloads, benchmarks and
+//! crash checks run on all of them:
+//!
+//! - [`Database::create`] / [`Database::open`] with the engine chosen in [`Options`]
+//!   ([`EngineKind`]);
+//! - typed tables ([`TableSchema`]: `i64`, `f64`, `bytes`, `str` columns, a one-column primary
+//!   key, unique and non-unique secondary indexes);
+//! - [`Database::begin`] for serializable read-write [`Transaction`]s and
+//!   [`Database::begin_read`] for snapshot [`ReadTransaction`]s, with `get`, `select`
+//!   (conjunctions of [`Predicate`]s and a [`Projection`]), ordered [`Scan`]s, `insert`,
+//!   `update`, `delete`;
+//! - [`Transaction::commit`] (durable on return) and [`Transaction::commit_deferred`] with
+//!   [`Database::wait_durable`] for engines that batch commits;
+//! - typed [`Error`]s, of which only `Conflict` and `Busy` are retryable.
+//!
+//! The contract (isolation, durability acknowledgement, error semantics, what each engine does
+//! to concurrent transactions) is written down in `docs/design/api.md`. The engines:
+//! [`EngineKind::Reference`], in memory and **not persistent**, the oracle of the conformance
+//! suite (`tests/conformance/`). The persistence layer is [`ferrite_pmem`], re-exported as
+//! [`pmem`].
+//!
+//! ```
+//! use ferrite::{Database, Error, Options, Predicate, Projection, Scan, TableSchema, Type, row};
+//!
+//! let db = Database::create("/tmp/unused", Options::default())?;
+//! db.create_table(
+//!     TableSchema::new("account")
+//!         .column("id", Type::I64)
+//!         .column("owner", Type::Str)
+//!         .column("balance", Type::F64)
+//!         .primary_key("id")
+//!         .index("by_owner", ["owner"]),
+//! )?;
+//!
+//! // A transfer, retried on conflict.
+//! let mut tx = db.begin()?;
+//! tx.insert("account", row![1, "ann", 100.0])?;
+//! tx.insert("account", row![2, "bob", 5.0])?;
+//! tx.commit()?;
+//! loop {
+//!     let mut tx = db.begin()?;
+//!     let from = tx.get("account", 1)?.and_then(|r| r[2].as_f64()).unwrap_or(0.0);
+//!     let to = tx.get("account", 2)?.and_then(|r| r[2].as_f64()).unwrap_or(0.0);
+//!     tx.update("account", 1, [("balance", from - 10.0)])?;
+//!     tx.update("account", 2, [("balance", to + 10.0)])?;
+//!     match tx.commit() {
+//!         Err(e) if e.is_retryable() => continue,
+//!         other => break other?,
+//!     }
+//! }
+//!
+//! let mut r = db.begin_read()?;
+//! let bobs = r.select("account", &[Predicate::eq("owner", "bob")], &Projection::columns(["balance"]))?;
+//! assert_eq!(bobs, vec![row![15.0]]);
+//! let richest_first = r.scan("account", &Scan::primary().descending().limit(1))?;
+//! assert_eq!(richest_first.len(), 1);
+//! # Ok::<(), Error>(())
+//! ```
 #![forbid(unsafe_code)]
 
 pub use ferrite_pmem as pmem;
+
+mod db;
+mod encoding;
+mod engine;
+mod error;
+mod options;
+mod query;
+mod schema;
+mod txn;
+mod value;
+
+pub use db::Database;
+pub use error::{Error, Result, SchemaError};
+pub use options::{Concurrency, EngineKind, Options, WhileWriting};
+pub use query::{Direction, Predicate, Projection, Scan};
+pub use schema::{Column, IndexSchema, PRIMARY, TableSchema};
+pub use txn::{CommitTicket, ReadTransaction, Transaction};
+pub use value::{Key, Row, Type, Value};
+
+#[doc(hidden)]
+pub mod internals;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+    fn assert_send<T: Send>() {}
+
+    #[test]
+    fn thread_safety_contract() {
+        assert_send_sync::<Database>();
+        assert_send::<Transaction>();
+        assert_send::<ReadTransaction>();
+        assert_send_sync::<Error>();
+    }
+}

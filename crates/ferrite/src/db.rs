@@ -1,0 +1,131 @@
+//! The [`Database`] handle: create or open a database with the engine chosen in [`Options`],
+//! define tables, start transactions, wait for durability.
+//!
+//! # Invariants
+//! - A `Database` is a thin typed wrapper over one engine (`Arc<dyn Engine>`); everything it
+//!   hands to the engine has been checked against the schema.
+//! - A [`CommitTicket`] is only accepted by the database that issued it.
+//!
+//! # Ordering (durability)
+//! DDL ([`Database::create_table`]) runs outside transactions and is durable when it returns
+//! (for a persistent engine; the reference engine keeps nothing). Commits: see
+//! [`Transaction::commit`] and [`Transaction::commit_deferred`].
+//!
+//! # Concurrency
+//! `Database: Send + Sync`; share it by reference (scoped threads) or in an `Arc`. Each thread
+//! runs its own transactions; what they meet while a writer is open is
+//! [`crate::EngineKind::concurrency`].
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::engine::{self, Engine};
+use crate::error::{Error, Result};
+use crate::options::{EngineKind, Options};
+use crate::schema::{Table, TableSchema};
+use crate::txn::{CommitTicket, ReadTransaction, Transaction};
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// An open database.
+///
+/// ```
+/// use ferrite::{Database, EngineKind, Options, TableSchema, Type, row};
+/// // The reference engine is in memory and ignores the path.
+/// let db = Database::create("ignored", Options::new().engine(EngineKind::Reference))?;
+/// db.create_table(TableSchema::new("kv").column("k", Type::Str).column("v", Type::Bytes).primary_key("k"))?;
+///
+/// let mut tx = db.begin()?;
+/// tx.insert("kv", row!["hello", b"world"])?;
+/// let ticket = tx.commit_deferred()?;     // committed and visible ...
+/// db.wait_durable(&ticket)?;              // ... and now durable
+///
+/// let mut r = db.begin_read()?;
+/// assert_eq!(r.get("kv", "hello")?, Some(row!["hello", b"world"]));
+/// # Ok::<(), ferrite::Error>(())
+/// ```
+pub struct Database {
+    engine: Arc<dyn Engine>,
+    id: u64,
+}
+
+impl fmt::Debug for Database {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Database").field("engine", &self.engine).field("id", &self.id).finish()
+    }
+}
+
+impl Database {
+    /// Creates a new database at `path` with the engine in `options`.
+    ///
+    /// Persistent engines fail with an `Io` error of kind `AlreadyExists` if something is at
+    /// `path`. The reference engine ([`EngineKind::Reference`]) is in memory: it ignores `path`
+    /// and writes nothing.
+    pub fn create(path: impl AsRef<Path>, options: Options) -> Result<Database> {
+        Ok(Database::from_engine(engine::open(path.as_ref(), &options, true)?))
+    }
+
+    /// Opens the database at `path` with the engine in `options` (recovering it after a crash).
+    ///
+    /// Errors: `Io` of kind `NotFound` if there is none; `Corrupted`, `Incompatible`, `Locked`.
+    /// The reference engine keeps nothing on disk, so opening one fails with
+    /// [`Error::Unsupported`] (rather than silently returning an empty database).
+    pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Database> {
+        Ok(Database::from_engine(engine::open(path.as_ref(), &options, false)?))
+    }
+
+    pub(crate) fn from_engine(engine: Arc<dyn Engine>) -> Database {
+        Database { engine, id: NEXT_ID.fetch_add(1, Ordering::Relaxed) }
+    }
+
+    /// The engine behind this database.
+    pub fn engine(&self) -> EngineKind {
+        self.engine.kind()
+    }
+
+    /// Creates a table. Runs outside transactions: transactions already open see the table
+    /// (empty) from their next operation on. Errors: `Schema(TableExists)`,
+    /// `Schema(InvalidDefinition)`.
+    pub fn create_table(&self, schema: TableSchema) -> Result<()> {
+        self.engine.create_table(Table::new(schema)?)
+    }
+
+    /// The schema of table `name`. Errors: `Schema(UnknownTable)`.
+    pub fn table_schema(&self, name: &str) -> Result<TableSchema> {
+        Ok(self.engine.table(name)?.schema.clone())
+    }
+
+    /// The names of every table, sorted.
+    pub fn table_names(&self) -> Result<Vec<String>> {
+        self.engine.table_names()
+    }
+
+    /// Starts a read-write transaction (serializable).
+    pub fn begin(&self) -> Result<Transaction> {
+        Ok(Transaction::new(Arc::clone(&self.engine), self.engine.begin()?, self.id))
+    }
+
+    /// Starts a read-only transaction (snapshot).
+    pub fn begin_read(&self) -> Result<ReadTransaction> {
+        Ok(ReadTransaction::new(Arc::clone(&self.engine), self.engine.begin_read()?, self.id))
+    }
+
+    /// Returns once the transaction behind `ticket` (and every transaction it depends on) is
+    /// durable. Errors: `InvalidArgument` for a ticket of another database.
+    pub fn wait_durable(&self, ticket: &CommitTicket) -> Result<()> {
+        if ticket.db != self.id {
+            return Err(Error::InvalidArgument(
+                "the commit ticket belongs to another database".into(),
+            ));
+        }
+        self.engine.wait_durable(ticket.seq)
+    }
+
+    /// Closes the database, making everything committed durable and reporting any error
+    /// (dropping it closes it too, silently).
+    pub fn close(self) -> Result<()> {
+        self.engine.close()
+    }
+}

@@ -1,0 +1,290 @@
+//! Transactions: [`Transaction`] (read-write, serializable) and [`ReadTransaction`]
+//! (read-only, snapshot).
+//!
+//! # Invariants
+//! - Every operation checks its arguments against the schema first; a failed operation has no
+//!   effect and the transaction stays usable, except after [`Error::Conflict`]: from then on
+//!   every operation and `commit` return `Conflict` (this layer enforces it for every engine).
+//! - A transaction sees its own earlier writes, in `get`, `select` and `scan` alike.
+//! - Dropping a transaction that was not committed aborts it.
+//!
+//! # Ordering (durability)
+//! [`Transaction::commit`] returns once the transaction is durable as the engine defines it
+//! ([`crate::EngineKind::is_persistent`]; for the reference engine: committed in memory).
+//! [`Transaction::commit_deferred`] may return once the transaction is committed and visible
+//! but before it is durable; [`crate::Database::wait_durable`] waits for the ticket.
+//!
+//! # Concurrency
+//! Transactions are `Send` but not `Sync`: one thread uses a transaction at a time. Whether a
+//! thread may hold two transactions at once depends on the engine's
+//! [`crate::Concurrency`] (never with `Block`).
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::engine::{CommitMode, Engine, EngineTxn};
+use crate::error::{Error, Result, SchemaError};
+use crate::query::{AccessPath, Predicate, Projection, Scan, plan_select, project};
+use crate::value::{Row, Value};
+
+/// Proof that a transaction committed, to wait for its durability with
+/// [`crate::Database::wait_durable`].
+#[must_use = "a deferred commit is not known to be durable until the ticket is waited for"]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CommitTicket {
+    pub(crate) db: u64,
+    pub(crate) seq: u64,
+}
+
+impl CommitTicket {
+    /// The commit's sequence number in its database (commit timestamps grow with commit order;
+    /// a transaction that wrote nothing gets the number of the snapshot it read).
+    pub fn sequence(&self) -> u64 {
+        self.seq
+    }
+}
+
+/// What both kinds of transaction share.
+struct Core {
+    engine: Arc<dyn Engine>,
+    txn: Box<dyn EngineTxn>,
+    db: u64,
+    /// Set by the first `Conflict`; the transaction is then doomed.
+    doomed: Option<String>,
+}
+
+impl fmt::Debug for Core {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Transaction")
+            .field("engine", &self.engine.kind())
+            .field("txn", &self.txn)
+            .field("doomed", &self.doomed)
+            .finish()
+    }
+}
+
+impl Core {
+    fn live(&self) -> Result<()> {
+        match &self.doomed {
+            Some(reason) => Err(Error::conflict(reason.clone())),
+            None => Ok(()),
+        }
+    }
+
+    fn track<T>(&mut self, r: Result<T>) -> Result<T> {
+        if let Err(Error::Conflict { reason }) = &r {
+            self.doomed = Some(reason.clone());
+        }
+        r
+    }
+
+    fn get(&mut self, table: &str, key: Value) -> Result<Option<Row>> {
+        self.live()?;
+        let t = self.engine.table(table)?;
+        let pk = t.encode_pk_value(&key)?;
+        let r = self.txn.get(&t, &pk);
+        self.track(r)
+    }
+
+    fn select(
+        &mut self,
+        table: &str,
+        predicates: &[Predicate],
+        projection: &Projection,
+    ) -> Result<Vec<Row>> {
+        self.live()?;
+        let t = self.engine.table(table)?;
+        let plan = plan_select(&t, predicates)?;
+        let positions = projection.resolve(&t)?;
+        let r = self.txn.scan(&t, &plan.scan, &plan.filters);
+        let mut rows = self.track(r)?;
+        if matches!(plan.scan.path, AccessPath::Index(_)) {
+            rows.sort_by(|a, b| t.pk_value(a).cmp(&t.pk_value(b)));
+        }
+        Ok(project(rows, positions.as_deref()))
+    }
+
+    fn scan(&mut self, table: &str, scan: &Scan) -> Result<Vec<Row>> {
+        self.live()?;
+        let t = self.engine.table(table)?;
+        let lowered = scan.lower_for(&t)?;
+        let positions = scan.projection_ref().resolve(&t)?;
+        let r = self.txn.scan(&t, &lowered, &[]);
+        Ok(project(self.track(r)?, positions.as_deref()))
+    }
+}
+
+/// A read-write transaction: serializable, sees its own writes, aborted when dropped
+/// uncommitted.
+///
+/// ```
+/// use ferrite::{Database, Options, Predicate, Projection, Scan, TableSchema, Type, row};
+/// let db = Database::create("/unused-by-the-reference-engine", Options::default())?;
+/// db.create_table(TableSchema::new("t").column("k", Type::I64).column("v", Type::Str).primary_key("k"))?;
+/// let mut tx = db.begin()?;
+/// tx.insert("t", row![1, "one"])?;
+/// tx.insert("t", row![2, "two"])?;
+/// tx.update("t", 2, [("v", "TWO")])?;
+/// assert_eq!(tx.get("t", 2)?, Some(row![2, "TWO"]));          // sees its own writes
+/// let desc = tx.scan("t", &Scan::primary().descending().limit(1))?;
+/// assert_eq!(desc, vec![row![2, "TWO"]]);
+/// let names = tx.select("t", &[Predicate::range("k", 1..=1)], &Projection::columns(["v"]))?;
+/// assert_eq!(names, vec![row!["one"]]);
+/// tx.commit()?;                                               // durable on return
+/// # Ok::<(), ferrite::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Transaction {
+    core: Core,
+}
+
+impl Transaction {
+    pub(crate) fn new(engine: Arc<dyn Engine>, txn: Box<dyn EngineTxn>, db: u64) -> Self {
+        Transaction { core: Core { engine, txn, db, doomed: None } }
+    }
+
+    /// The row with primary key `key`, or `None`.
+    pub fn get(&mut self, table: &str, key: impl Into<Value>) -> Result<Option<Row>> {
+        self.core.get(table, key.into())
+    }
+
+    /// The rows satisfying every predicate (a conjunction; none: every row), in primary-key
+    /// order, with the projection's columns.
+    pub fn select(
+        &mut self,
+        table: &str,
+        predicates: &[Predicate],
+        projection: &Projection,
+    ) -> Result<Vec<Row>> {
+        self.core.select(table, predicates, projection)
+    }
+
+    /// An ordered range scan over the primary key or an index (see [`Scan`]).
+    pub fn scan(&mut self, table: &str, scan: &Scan) -> Result<Vec<Row>> {
+        self.core.scan(table, scan)
+    }
+
+    /// Inserts a row (one value per column, in schema order).
+    ///
+    /// Errors: `Schema` (arity, types, unknown table), `DuplicateKey` (primary key or unique
+    /// index, also when a concurrent transaction committed the key first).
+    pub fn insert(&mut self, table: &str, row: Row) -> Result<()> {
+        self.core.live()?;
+        let t = self.core.engine.table(table)?;
+        t.check_row(&row)?;
+        let r = self.core.txn.insert(&t, row);
+        self.core.track(r)
+    }
+
+    /// Sets columns of the row with primary key `key`:
+    /// `tx.update("t", 7, [("balance", Value::from(10.5)), ("name", Value::from("x"))])`.
+    ///
+    /// Errors: `NotFound`, `Schema` (unknown column, type, `PrimaryKeyUpdate`), `DuplicateKey`
+    /// (unique index).
+    pub fn update<I, S, V>(
+        &mut self,
+        table: &str,
+        key: impl Into<Value>,
+        assignments: I,
+    ) -> Result<()>
+    where
+        I: IntoIterator<Item = (S, V)>,
+        S: AsRef<str>,
+        V: Into<Value>,
+    {
+        self.core.live()?;
+        let t = self.core.engine.table(table)?;
+        let key = key.into();
+        let pk = t.encode_pk_value(&key)?;
+        let mut resolved = Vec::new();
+        for (column, value) in assignments {
+            let pos = t.column(column.as_ref())?;
+            if pos == t.pk {
+                return Err(SchemaError::PrimaryKeyUpdate {
+                    table: t.name().to_owned(),
+                    column: column.as_ref().to_owned(),
+                }
+                .into());
+            }
+            let value = value.into();
+            t.check_value(pos, &value)?;
+            resolved.push((pos, value));
+        }
+        let r = self.core.txn.update(&t, &pk, &key, &resolved);
+        self.core.track(r)
+    }
+
+    /// Deletes the row with primary key `key`. Errors: `NotFound`, `Schema`.
+    pub fn delete(&mut self, table: &str, key: impl Into<Value>) -> Result<()> {
+        self.core.live()?;
+        let t = self.core.engine.table(table)?;
+        let key = key.into();
+        let pk = t.encode_pk_value(&key)?;
+        let r = self.core.txn.delete(&t, &pk, &key);
+        self.core.track(r)
+    }
+
+    /// Commits and returns once the transaction is durable. On `Err` nothing was committed;
+    /// `Conflict` and `Busy` are retryable.
+    pub fn commit(self) -> Result<()> {
+        self.finish(CommitMode::Durable).map(drop)
+    }
+
+    /// Commits and returns once the transaction is committed (visible to later transactions,
+    /// its outcome decided) but possibly before it is durable; wait for the ticket with
+    /// [`crate::Database::wait_durable`]. Engines that do not batch commits return after
+    /// durability, like [`Transaction::commit`].
+    pub fn commit_deferred(self) -> Result<CommitTicket> {
+        let db = self.core.db;
+        self.finish(CommitMode::Deferred).map(|seq| CommitTicket { db, seq })
+    }
+
+    fn finish(self, mode: CommitMode) -> Result<u64> {
+        let Core { txn, doomed, .. } = self.core;
+        if let Some(reason) = doomed {
+            txn.abort();
+            return Err(Error::conflict(reason));
+        }
+        txn.commit(mode)
+    }
+
+    /// Rolls the transaction back (dropping it does the same).
+    pub fn abort(self) {
+        self.core.txn.abort();
+    }
+}
+
+/// A read-only transaction: reads one consistent snapshot of committed data (the state after
+/// some commit, no later than when `begin_read` returned) and never conflicts. Dropping it ends
+/// it.
+#[derive(Debug)]
+pub struct ReadTransaction {
+    core: Core,
+}
+
+impl ReadTransaction {
+    pub(crate) fn new(engine: Arc<dyn Engine>, txn: Box<dyn EngineTxn>, db: u64) -> Self {
+        ReadTransaction { core: Core { engine, txn, db, doomed: None } }
+    }
+
+    /// The row with primary key `key`, or `None`.
+    pub fn get(&mut self, table: &str, key: impl Into<Value>) -> Result<Option<Row>> {
+        self.core.get(table, key.into())
+    }
+
+    /// The rows satisfying every predicate, in primary-key order, with the projection's
+    /// columns.
+    pub fn select(
+        &mut self,
+        table: &str,
+        predicates: &[Predicate],
+        projection: &Projection,
+    ) -> Result<Vec<Row>> {
+        self.core.select(table, predicates, projection)
+    }
+
+    /// An ordered range scan over the primary key or an index (see [`Scan`]).
+    pub fn scan(&mut self, table: &str, scan: &Scan) -> Result<Vec<Row>> {
+        self.core.scan(table, scan)
+    }
+}
