@@ -22,6 +22,37 @@ pub struct InfoArgs {
     /// Declare eADR (caches in the persistence domain): flushes are elided, fences kept.
     #[arg(long, env = "FERRITE_EADR")]
     eadr: bool,
+    /// Emulated extra latency per persist barrier, in ns.
+    #[arg(long, env = "FERRITE_BARRIER_NS", default_value_t = 0)]
+    barrier_ns: u64,
+    /// Emulated extra latency per flushed line, in ns.
+    #[arg(long, env = "FERRITE_LINE_NS", default_value_t = 0)]
+    line_ns: u64,
+    /// Emulated write-bandwidth cap in MB/s (0 = unlimited).
+    #[arg(long, env = "FERRITE_BANDWIDTH_MBPS", default_value_t = 0)]
+    bandwidth_mbps: u64,
+    /// Segment size of pool sets, in bytes.
+    #[arg(long, env = "FERRITE_SEGMENT_SIZE", default_value_t = ferrite_pmem::DEFAULT_SEGMENT_SIZE)]
+    segment_size: u64,
+}
+
+impl InfoArgs {
+    /// The `Options` these flags describe.
+    pub fn options(&self) -> Options {
+        let mut opts = Options::default()
+            .eadr(self.eadr)
+            .barrier_latency_ns(self.barrier_ns)
+            .line_latency_ns(self.line_ns)
+            .write_bandwidth_mbps(self.bandwidth_mbps)
+            .segment_size(self.segment_size);
+        if let Some(f) = self.flush {
+            opts = opts.flush(f);
+        }
+        if let Some(m) = self.mode {
+            opts = opts.durability(m);
+        }
+        opts
+    }
 }
 
 fn yes(b: bool) -> &'static str {
@@ -49,13 +80,7 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<ExitCode> {
         let shm = PathBuf::from("/dev/shm");
         if shm.is_dir() { shm } else { PathBuf::from(".") }
     });
-    let mut opts = Options::default().eadr(args.eadr);
-    if let Some(f) = args.flush {
-        opts = opts.flush(f);
-    }
-    if let Some(m) = args.mode {
-        opts = opts.durability(m);
-    }
+    let opts = args.options();
 
     let (cpu, best) = probe::cpu();
     println!("Ferrite {}", env!("CARGO_PKG_VERSION"));
@@ -81,7 +106,55 @@ pub fn run(args: &InfoArgs) -> anyhow::Result<ExitCode> {
     let r =
         probe::probe_path(&path, &opts).with_context(|| format!("probing {}", path.display()))?;
     print_report(&path, &r);
+    println!();
+    print_config(&opts, &r);
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_config(opts: &Options, r: &PathReport) {
+    let lat = opts.latency();
+    println!("Effective configuration (ferrite_pmem::Options; see docs/configuration.md)");
+    println!("  layout: {}", opts.layout_name());
+    println!(
+        "  durability: {} ({})",
+        r.decision.mode,
+        if opts.durability_mode().is_some() { "forced" } else { "detected" }
+    );
+    println!(
+        "  flush: {} ({})",
+        r.flush,
+        if opts.flush_kind().is_some() { "forced" } else { "best available" }
+    );
+    println!("  eadr: {}", opts.is_eadr());
+    println!(
+        "  segment size: {} bytes; pool-set reservation: {} bytes",
+        opts.segment_size_bytes(),
+        opts.max_pool_size_bytes()
+    );
+    if lat.is_active() {
+        let c = ferrite_pmem::emulation::clock();
+        let bw = if lat.bandwidth_mbps == 0 {
+            "unlimited".to_owned()
+        } else {
+            format!("{} MB/s", lat.bandwidth_mbps)
+        };
+        println!(
+            "  latency emulation: {} ns per barrier, {} ns per line, bandwidth {bw}",
+            lat.barrier_ns, lat.line_ns
+        );
+        match c.fallback_reason {
+            None => println!(
+                "  emulation clock: TSC, {:.4} ticks/ns (calibration spread {:.4}%, \
+                 primitive cost {} ticks subtracted)",
+                c.ticks_per_ns,
+                c.calibration_spread * 100.0,
+                c.overshoot_ticks
+            ),
+            Some(why) => println!("  emulation clock: monotonic clock ({why})"),
+        }
+    } else {
+        println!("  latency emulation: off");
+    }
 }
 
 fn num_cpus() -> usize {

@@ -68,3 +68,24 @@ fn bad_input_is_a_usage_error() {
     assert_eq!(code, 2);
     assert!(err.contains("not found"), "{err}");
 }
+
+#[test]
+fn info_prints_the_effective_configuration() {
+    let dir = TestDir::new("cli-config");
+    let (code, out, err) = ferrite(&[
+        "info",
+        dir.path().to_str().unwrap(),
+        "--barrier-ns",
+        "500",
+        "--bandwidth-mbps",
+        "1500",
+        "--segment-size",
+        "1048576",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("Effective configuration"), "{out}");
+    assert!(out.contains("500 ns per barrier"), "{out}");
+    assert!(out.contains("1500 MB/s"), "{out}");
+    assert!(out.contains("segment size: 1048576 bytes"), "{out}");
+    assert!(out.contains("emulation clock:"), "{out}");
+}

@@ -110,6 +110,14 @@ mod imp {
         unsafe { asm!("sfence", options(nostack, preserves_flags)) }
     }
 
+    /// Full fence: waits until all earlier loads, stores and flushes have completed (used by
+    /// the latency emulator so that the injected delay starts after the real write-back).
+    #[inline(always)]
+    pub fn mfence() {
+        // SAFETY: MFENCE has no operands and cannot fault.
+        unsafe { asm!("mfence", options(nostack, preserves_flags)) }
+    }
+
     /// # Safety
     /// `p` must be valid for an 8-byte write, 8-byte aligned, and no Rust reference may cover
     /// it.
@@ -158,6 +166,9 @@ mod imp {
     pub fn sfence() {
         fence(Ordering::SeqCst);
     }
+    pub fn mfence() {
+        fence(Ordering::SeqCst);
+    }
     pub unsafe fn movnti(p: *mut u64, v: u64) {
         // SAFETY: the caller guarantees `p` is writable and aligned.
         unsafe { core::sync::atomic::AtomicU64::from_ptr(p).store(v, Ordering::Relaxed) }
@@ -174,7 +185,7 @@ mod imp {
 
 pub(crate) use imp::{clflush, clflushopt, clwb, movnti, sfence};
 #[allow(unused_imports)] // used by the latency emulator
-pub(crate) use imp::{pause, rdtscp};
+pub(crate) use imp::{mfence, pause, rdtscp};
 
 /// The CPU's persistence features (detected once, then cached).
 pub fn cpu_features() -> CpuFeatures {

@@ -110,6 +110,41 @@ pub enum Error {
         path: PathBuf,
     },
 
+    /// A pool-set directory holds a segment file of another pool set.
+    #[error(
+        "pool set segment {}: belongs to pool {}, not to this pool {}",
+        path.display(), uuid_str(found), uuid_str(expected)
+    )]
+    ForeignSegment {
+        /// The segment file.
+        path: PathBuf,
+        /// UUID of the pool set being opened.
+        expected: [u8; 16],
+        /// UUID recorded in the segment.
+        found: [u8; 16],
+    },
+
+    /// A segment that the pool set's segment table lists has no file.
+    #[error("pool set {}: segment {id} is missing", path.display())]
+    MissingSegment {
+        /// The pool-set directory.
+        path: PathBuf,
+        /// The missing segment's id.
+        id: u64,
+    },
+
+    /// A persistent pointer does not resolve: null, an unknown segment, or an offset outside
+    /// its segment.
+    #[error("persistent pointer {segment}:{offset:#x} does not resolve: {reason}")]
+    BadPointer {
+        /// Segment id of the pointer.
+        segment: u64,
+        /// Offset of the pointer.
+        offset: u64,
+        /// Why.
+        reason: &'static str,
+    },
+
     /// An access fell outside the pool's addressable range.
     #[error("access of {len} bytes at offset {off} is outside the pool ({size} bytes)")]
     OutOfBounds {
@@ -171,4 +206,10 @@ impl Error {
     pub(crate) fn corrupt(path: impl Into<PathBuf>, what: impl Into<String>) -> Self {
         Error::Corrupt { path: path.into(), what: what.into() }
     }
+}
+
+/// Formats a UUID as `8-4-4-4-12` hex.
+pub fn uuid_str(u: &[u8; 16]) -> String {
+    let s: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &s[0..8], &s[8..12], &s[12..16], &s[16..20], &s[20..32])
 }

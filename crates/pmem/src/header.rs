@@ -144,15 +144,7 @@ impl PoolHeader {
 
     /// The layout name as a string (up to the first NUL).
     pub fn layout_str(&self) -> Result<&str, &'static str> {
-        let end = self.layout.iter().position(|&b| b == 0).unwrap_or(LAYOUT_MAX);
-        let s = std::str::from_utf8(&self.layout[..end]).map_err(|_| "layout is not UTF-8")?;
-        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
-            return Err("layout name is empty or not printable ASCII");
-        }
-        if self.layout[end..].iter().any(|&b| b != 0) {
-            return Err("layout name has bytes after its NUL padding");
-        }
-        Ok(s)
+        layout_from_bytes(&self.layout)
     }
 
     /// Validates a header read from a file of `file_size` bytes, for an opener that expects
@@ -261,4 +253,214 @@ mod tests {
         assert!(validate_layout("tab\there").is_err());
         assert!(validate_layout(&"x".repeat(32)).is_ok());
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Segment header (pool sets)
+// ---------------------------------------------------------------------------------------------
+
+/// Magic number of a pool-set segment header (`"FERRSEGM"`).
+pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"FERRSEGM");
+/// Current (and highest readable) version of the segment header.
+pub const SEGMENT_VERSION: u32 = 1;
+/// Offset, in segment 0's header page, of the live-segment bitmap (bit `i` set: segment `i` is
+/// part of the pool set).
+pub const SEGMENT_BITMAP_OFF: u64 = 1024;
+/// Bytes of the live-segment bitmap (up to the end of the header page).
+pub const SEGMENT_BITMAP_LEN: u64 = HEADER_AREA - SEGMENT_BITMAP_OFF;
+
+/// The on-media header of every segment file of a pool set (see `docs/design/format.md`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct SegmentHeader {
+    /// [`SEGMENT_MAGIC`] once the segment is complete; zero before.
+    pub magic: u64,
+    /// Header format version.
+    pub version: u32,
+    /// `size_of::<SegmentHeader>()`.
+    pub header_size: u32,
+    /// Compatible feature flags.
+    pub compat_flags: u64,
+    /// Incompatible feature flags.
+    pub incompat_flags: u64,
+    /// UUID of the pool set this segment belongs to.
+    pub pool_uuid: [u8; 16],
+    /// This segment's id (also in its file name).
+    pub segment_id: u64,
+    /// Size of the segment file in bytes.
+    pub segment_size: u64,
+    /// Offset of the data area (4096).
+    pub data_offset: u64,
+    /// Creation time of this segment.
+    pub created_unix_ns: u64,
+    /// Layout name of the pool set, NUL-padded.
+    pub layout: [u8; LAYOUT_MAX],
+    /// CRC32C of the bytes before this field, computed with `magic = SEGMENT_MAGIC`.
+    pub checksum: u32,
+    /// Must be zero.
+    pub reserved0: u32,
+    /// Must be zero.
+    pub reserved1: u64,
+}
+
+const _: () = assert!(size_of::<SegmentHeader>() == 128);
+const _: () = assert!(std::mem::offset_of!(SegmentHeader, checksum) == 112);
+const _: () = assert!(SEGMENT_BITMAP_LEN * 8 >= crate::options::MAX_SEGMENTS);
+
+/// How a segment file's header was judged (see [`SegmentHeader::classify`]).
+#[derive(Debug)]
+pub enum SegmentVerdict {
+    /// Magic zero: creation did not finish.
+    Incomplete,
+    /// A complete header of this pool set.
+    Ours,
+    /// A complete header of another pool set.
+    Foreign([u8; 16]),
+    /// Anything else, with the typed error.
+    Bad(Error),
+}
+
+impl SegmentHeader {
+    /// A new header with the magic still zero.
+    pub fn new(
+        pool_uuid: [u8; 16],
+        segment_id: u64,
+        segment_size: u64,
+        layout: [u8; LAYOUT_MAX],
+        now_ns: u64,
+    ) -> Self {
+        let mut h = SegmentHeader {
+            magic: 0,
+            version: SEGMENT_VERSION,
+            header_size: size_of::<SegmentHeader>() as u32,
+            compat_flags: 0,
+            incompat_flags: 0,
+            pool_uuid,
+            segment_id,
+            segment_size,
+            data_offset: HEADER_AREA,
+            created_unix_ns: now_ns,
+            layout,
+            checksum: 0,
+            reserved0: 0,
+            reserved1: 0,
+        };
+        h.checksum = h.compute_checksum();
+        h
+    }
+
+    /// CRC32C over the bytes before `checksum`, as if `magic` were [`SEGMENT_MAGIC`].
+    pub fn compute_checksum(&self) -> u32 {
+        let mut copy = *self;
+        copy.magic = SEGMENT_MAGIC;
+        crc32c::crc32c(&copy.as_bytes()[..std::mem::offset_of!(SegmentHeader, checksum)])
+    }
+
+    /// The layout name (up to the first NUL).
+    pub fn layout_str(&self) -> Result<&str, &'static str> {
+        layout_from_bytes(&self.layout)
+    }
+
+    /// Validates the header of the segment file `path` of `file_size` bytes, which must be
+    /// segment `id` of the pool set `pool_uuid` (None: segment 0, which defines the uuid)
+    /// with layout `layout`.
+    pub fn validate(
+        &self,
+        path: &Path,
+        file_size: u64,
+        id: u64,
+        pool_uuid: Option<[u8; 16]>,
+        layout: &str,
+    ) -> Result<()> {
+        match self.classify(path, pool_uuid) {
+            SegmentVerdict::Ours => {}
+            SegmentVerdict::Incomplete => return Err(Error::Incomplete { path: path.into() }),
+            SegmentVerdict::Foreign(found) => {
+                return Err(Error::ForeignSegment {
+                    path: path.into(),
+                    expected: pool_uuid.unwrap_or_default(),
+                    found,
+                });
+            }
+            SegmentVerdict::Bad(e) => return Err(e),
+        }
+        if self.segment_id != id {
+            return Err(Error::corrupt(
+                path,
+                format!("segment header says id {}, file name says {id}", self.segment_id),
+            ));
+        }
+        if self.segment_size != file_size {
+            return Err(Error::corrupt(
+                path,
+                format!(
+                    "segment header records {} bytes but the file has {file_size}",
+                    self.segment_size
+                ),
+            ));
+        }
+        let found = self.layout_str().map_err(|w| Error::corrupt(path, w))?;
+        if found != layout {
+            return Err(Error::WrongLayout {
+                path: path.into(),
+                expected: layout.into(),
+                found: found.into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Judges magic, version, checksum, fixed fields and ownership (`pool_uuid`; `None`
+    /// accepts any uuid).
+    pub fn classify(&self, path: &Path, pool_uuid: Option<[u8; 16]>) -> SegmentVerdict {
+        if self.magic == 0 {
+            return SegmentVerdict::Incomplete;
+        }
+        if self.magic != SEGMENT_MAGIC {
+            return SegmentVerdict::Bad(Error::corrupt(
+                path,
+                format!("bad magic {:#018x}: not a Ferrite segment", self.magic),
+            ));
+        }
+        let crc_ok = self.checksum == self.compute_checksum();
+        if (self.version != SEGMENT_VERSION || self.incompat_flags & !KNOWN_INCOMPAT != 0)
+            && (crc_ok || self.version > SEGMENT_VERSION)
+        {
+            return SegmentVerdict::Bad(Error::WrongVersion {
+                path: path.into(),
+                found: self.version,
+                supported: SEGMENT_VERSION,
+                incompat_flags: self.incompat_flags,
+                known_incompat: KNOWN_INCOMPAT,
+            });
+        }
+        if !crc_ok {
+            return SegmentVerdict::Bad(Error::corrupt(path, "segment header checksum mismatch"));
+        }
+        if self.header_size as usize != size_of::<SegmentHeader>()
+            || self.reserved0 != 0
+            || self.reserved1 != 0
+            || self.data_offset != HEADER_AREA
+            || self.segment_size < MIN_POOL_SIZE
+            || !self.segment_size.is_multiple_of(HEADER_AREA)
+        {
+            return SegmentVerdict::Bad(Error::corrupt(path, "segment header fields invalid"));
+        }
+        match pool_uuid {
+            Some(u) if u != self.pool_uuid => SegmentVerdict::Foreign(self.pool_uuid),
+            _ => SegmentVerdict::Ours,
+        }
+    }
+}
+
+fn layout_from_bytes(layout: &[u8; LAYOUT_MAX]) -> Result<&str, &'static str> {
+    let end = layout.iter().position(|&b| b == 0).unwrap_or(LAYOUT_MAX);
+    let s = std::str::from_utf8(&layout[..end]).map_err(|_| "layout is not UTF-8")?;
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
+        return Err("layout name is empty or not printable ASCII");
+    }
+    if layout[end..].iter().any(|&b| b != 0) {
+        return Err("layout name has bytes after its NUL padding");
+    }
+    Ok(s)
 }

@@ -22,7 +22,7 @@
 //! structure says so) and the rules `P-PM-n` are in `docs/design/persistence.md`.
 //!
 //! # Concurrency
-//! [`Pool`] is `Send + Sync`; all access methods take `&self`. A fence orders only the calling
+//! [`Pool`], [`PoolSet`] and [`Space`] are `Send + Sync`; all access methods take `&self`. A fence orders only the calling
 //! thread's flushes. Counters are thread-local.
 //!
 //! ```
@@ -42,20 +42,30 @@
 
 mod arch;
 mod counters;
+pub mod emulation;
 mod error;
 pub mod header;
 mod options;
 pub mod platform;
 mod pool;
+mod poolset;
+mod pptr;
 pub mod probe;
 mod region;
+mod space;
 
 pub use arch::{CpuFeatures, best_flush, cpu_features, flush_supported};
 pub use counters::Counters;
-pub use error::{Error, Result};
-pub use options::{DEFAULT_LAYOUT, DurabilityMode, FlushKind, Options};
+pub use emulation::Latency;
+pub use error::{Error, Result, uuid_str};
+pub use options::{
+    DEFAULT_LAYOUT, DEFAULT_SEGMENT_SIZE, DurabilityMode, FlushKind, MAX_SEGMENTS, Options,
+};
 pub use pool::{ModeDecision, Pool, PoolSummary, inspect};
+pub use poolset::{PoolSet, SegmentInfo};
+pub use pptr::{POff, PPtr, SegmentId};
 pub use region::CACHE_LINE;
+pub use space::Space;
 
 #[doc(hidden)]
 pub mod internals;

@@ -7,6 +7,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::emulation::Latency;
 use crate::error::Error;
 
 /// How a pool's stores become durable.
@@ -132,14 +133,29 @@ pub struct Options {
     durability: Option<DurabilityMode>,
     flush: Option<FlushKind>,
     eadr: bool,
+    latency: Latency,
+    segment_size: u64,
+    max_pool_size: Option<u64>,
 }
 
 /// Layout name used when none is given.
 pub const DEFAULT_LAYOUT: &str = "ferrite";
+/// Default segment size of a pool set: 128 MiB, as in the dissertation (seed 001 §3.4.3).
+pub const DEFAULT_SEGMENT_SIZE: u64 = 128 << 20;
+/// Most segments a pool set can have (the size of its live-segment bitmap).
+pub const MAX_SEGMENTS: u64 = 24 * 1024;
 
 impl Default for Options {
     fn default() -> Self {
-        Options { layout: DEFAULT_LAYOUT.to_owned(), durability: None, flush: None, eadr: false }
+        Options {
+            layout: DEFAULT_LAYOUT.to_owned(),
+            durability: None,
+            flush: None,
+            eadr: false,
+            latency: Latency::default(),
+            segment_size: DEFAULT_SEGMENT_SIZE,
+            max_pool_size: None,
+        }
     }
 }
 
@@ -176,6 +192,54 @@ impl Options {
     pub fn eadr(mut self, eadr: bool) -> Self {
         self.eadr = eadr;
         self
+    }
+
+    /// Extra nanoseconds every fence waits (emulated persist-barrier latency; 0 = off).
+    pub fn barrier_latency_ns(mut self, ns: u64) -> Self {
+        self.latency.barrier_ns = ns;
+        self
+    }
+
+    /// Extra nanoseconds a fence waits per line the thread flushed since its previous fence
+    /// (0 = off).
+    pub fn line_latency_ns(mut self, ns: u64) -> Self {
+        self.latency.line_ns = ns;
+        self
+    }
+
+    /// Emulated write-bandwidth cap of the pool in MB/s (10^6 bytes/s; 0 = unlimited).
+    pub fn write_bandwidth_mbps(mut self, mbps: u64) -> Self {
+        self.latency.bandwidth_mbps = mbps;
+        self
+    }
+
+    /// Size of the segments a pool set creates by default (a multiple of 4 KiB, at least
+    /// 8 KiB). Default 128 MiB; tests use KiBs to MiBs.
+    pub fn segment_size(mut self, bytes: u64) -> Self {
+        self.segment_size = bytes;
+        self
+    }
+
+    /// Virtual address space a pool set reserves at open (bounds the pool set's total size in
+    /// this session). Default: `segment_size × 16384`, capped at 64 TiB.
+    pub fn max_pool_size(mut self, bytes: u64) -> Self {
+        self.max_pool_size = Some(bytes);
+        self
+    }
+
+    /// The latency-emulation settings.
+    pub fn latency(&self) -> Latency {
+        self.latency
+    }
+
+    /// The default segment size.
+    pub fn segment_size_bytes(&self) -> u64 {
+        self.segment_size
+    }
+
+    /// The virtual reservation of a pool set.
+    pub fn max_pool_size_bytes(&self) -> u64 {
+        self.max_pool_size.unwrap_or_else(|| self.segment_size.saturating_mul(16384).min(64 << 40))
     }
 
     /// The layout name.

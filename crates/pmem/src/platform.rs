@@ -203,3 +203,75 @@ pub fn errno_name(e: i32) -> &'static str {
         _ => "errno",
     }
 }
+
+/// Reserves `len` bytes of address space as private, anonymous, read-write memory with
+/// `MAP_NORESERVE`: no memory is committed until touched. Pool sets map their segments over
+/// it with `MAP_FIXED`; parts without a segment stay anonymous, so a stale access never faults.
+pub fn reserve(len: usize) -> io::Result<NonNull<u8>> {
+    // SAFETY: a fresh anonymous mapping at a kernel-chosen address touches no existing memory.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))
+}
+
+/// Maps `len` bytes of `file` shared at exactly `addr` (which must lie inside a reservation
+/// made by [`reserve`]), with `MAP_SYNC` when `sync`. Returns the errno on failure.
+///
+/// # Safety
+/// `[addr, addr + len)` must lie inside a reservation owned by the caller, and no Rust
+/// reference may cover it (its old contents are replaced).
+pub unsafe fn map_fixed(addr: NonNull<u8>, len: usize, file: &File, sync: bool) -> Result<(), i32> {
+    let flags = if sync { libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC } else { libc::MAP_SHARED };
+    // SAFETY: the caller guarantees the range is its own reservation; MAP_FIXED replaces it
+    // atomically with respect to other threads' accesses.
+    let p = unsafe {
+        libc::mmap(
+            addr.as_ptr().cast(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags | libc::MAP_FIXED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO));
+    }
+    Ok(())
+}
+
+/// Replaces `[addr, addr + len)` with fresh anonymous memory (used when a segment leaves a pool
+/// set: a reader still inside reads zeros instead of faulting).
+///
+/// # Safety
+/// As [`map_fixed`].
+pub unsafe fn map_anon_fixed(addr: NonNull<u8>, len: usize) -> io::Result<()> {
+    // SAFETY: the caller guarantees the range is its own reservation.
+    let p = unsafe {
+        libc::mmap(
+            addr.as_ptr().cast(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// `fsync` of a directory, so that file creations and removals in it are durable.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}

@@ -32,9 +32,10 @@ use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 
-use zerocopy::{FromBytes, Immutable, IntoBytes};
+use zerocopy::{FromBytes, IntoBytes};
 
 use crate::arch;
+use crate::emulation::Emulator;
 use crate::error::{Error, Result};
 use crate::header::{
     HEADER_AREA, MIN_POOL_SIZE, POOL_MAGIC, PoolHeader, SHUTDOWN_STATE_OFF, STATE_CLEAN,
@@ -43,6 +44,8 @@ use crate::header::{
 use crate::options::{DurabilityMode, FlushKind, Options};
 use crate::platform;
 use crate::region::{PersistCfg, Region};
+use crate::space::Space;
+use std::sync::Arc;
 
 /// Memory behind a pool.
 enum Backing {
@@ -108,10 +111,20 @@ fn map_file(
     path: &Path,
     opts: &Options,
 ) -> Result<(NonNull<u8>, ModeDecision)> {
+    map_deciding_mode(path, opts, |sync| platform::map_shared(file, len, sync))
+}
+
+/// Decides the durability mode of the file at `path` by calling `map(sync)`: with `true` it
+/// must try a `MAP_SYNC` mapping, with `false` a plain shared one (returning the errno on
+/// failure).
+pub(crate) fn map_deciding_mode<T>(
+    path: &Path,
+    opts: &Options,
+    mut map: impl FnMut(bool) -> std::result::Result<T, i32>,
+) -> Result<(T, ModeDecision)> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let fs = platform::fs_space(dir).map_err(|e| Error::io("statfs", dir, e))?;
     let fs_name = platform::fs_name(fs.fs_magic);
-    let map = |sync| platform::map_shared(file, len, sync);
     let io = |e: i32| Error::io("mmap", path, std::io::Error::from_raw_os_error(e));
     match opts.durability_mode() {
         Some(DurabilityMode::Pmem) => match map(true) {
@@ -175,7 +188,7 @@ pub(crate) fn decide_without_map_sync(errno: i32, fs_magic: u64) -> ModeDecision
     }
 }
 
-fn resolve_flush(opts: &Options) -> Result<FlushKind> {
+pub(crate) fn resolve_flush(opts: &Options) -> Result<FlushKind> {
     match opts.flush_kind() {
         Some(k) if arch::flush_supported(k) => Ok(k),
         Some(k) => Err(Error::UnsupportedFlush(k)),
@@ -183,7 +196,7 @@ fn resolve_flush(opts: &Options) -> Result<FlushKind> {
     }
 }
 
-fn check_size(path: &Path, size: u64) -> Result<usize> {
+pub(crate) fn check_size(path: &Path, size: u64) -> Result<usize> {
     if size < MIN_POOL_SIZE {
         return Err(Error::TooSmall { path: path.to_path_buf(), size, min: MIN_POOL_SIZE });
     }
@@ -195,7 +208,7 @@ fn check_size(path: &Path, size: u64) -> Result<usize> {
     usize::try_from(size).map_err(|_| Error::InvalidArgument(format!("pool size {size} too large")))
 }
 
-fn now_ns() -> u64 {
+pub(crate) fn now_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
@@ -204,9 +217,8 @@ fn now_ns() -> u64 {
 
 /// A single-file (or volatile) pool. See the module documentation.
 pub struct Pool {
-    data: Region,
+    space: Space,
     whole: Region,
-    cfg: PersistCfg,
     mode_reason: String,
     path: PathBuf,
     header: PoolHeader,
@@ -219,15 +231,13 @@ impl fmt::Debug for Pool {
         f.debug_struct("Pool")
             .field("path", &self.path)
             .field("size", &self.size())
-            .field("mode", &self.cfg.mode)
-            .field("flush", &self.cfg.flush)
-            .field("eadr", &self.cfg.eadr)
+            .field("space", &self.space)
             .finish_non_exhaustive()
     }
 }
 
 /// Removes a half-created pool file unless disarmed.
-struct RemoveOnError<'a>(Option<&'a Path>);
+pub(crate) struct RemoveOnError<'a>(pub(crate) Option<&'a Path>);
 impl Drop for RemoveOnError<'_> {
     fn drop(&mut self) {
         if let Some(p) = self.0 {
@@ -396,10 +406,11 @@ impl Pool {
         // is accessed only through Region (R1, R2).
         let whole = unsafe { Region::new(backing.ptr(), len) };
         let data = whole.sub(HEADER_AREA, (len as u64).saturating_sub(HEADER_AREA))?;
+        let cfg = PersistCfg { mode: decision.mode, flush, eadr: opts.is_eadr() };
+        let emu = Emulator::new(opts.latency()).map(Arc::new);
         Ok(Pool {
-            data,
+            space: Space::new(data, cfg, emu, path),
             whole,
-            cfg: PersistCfg { mode: decision.mode, flush, eadr: opts.is_eadr() },
             mode_reason: decision.reason,
             path: path.to_path_buf(),
             header,
@@ -410,20 +421,22 @@ impl Pool {
 
     /// P-PM-1: header and state first, magic last.
     fn write_new_header(&self) -> Result<()> {
-        self.whole.write_struct(0, &self.header)?;
+        let cfg = &self.space.cfg;
+        self.whole.write_bytes(0, self.header.as_bytes())?;
         self.whole.store_u64(SHUTDOWN_STATE_OFF, STATE_OPEN, Ordering::Relaxed)?;
-        self.whole.flush(0, SHUTDOWN_STATE_OFF + 8, &self.cfg)?; // ORDER(P-PM-1): header before magic
-        Region::fence(&self.cfg);
+        self.whole.flush(0, SHUTDOWN_STATE_OFF + 8, cfg).map_err(|e| self.at_path(e))?; // ORDER(P-PM-1): header before magic
+        Region::fence(cfg);
         self.whole.store_u64(0, POOL_MAGIC, Ordering::Release)?;
-        self.whole.flush(0, 8, &self.cfg)?; // ORDER(P-PM-1): the magic commits creation
-        Region::fence(&self.cfg);
+        self.whole.flush(0, 8, cfg).map_err(|e| self.at_path(e))?; // ORDER(P-PM-1): the magic commits creation
+        Region::fence(cfg);
         Ok(())
     }
 
     fn persist_state(&self, state: u64) -> Result<()> {
+        let cfg = &self.space.cfg;
         self.whole.store_u64(SHUTDOWN_STATE_OFF, state, Ordering::Release)?;
-        self.whole.flush(SHUTDOWN_STATE_OFF, 8, &self.cfg).map_err(|e| self.at_path(e))?; // ORDER(P-PM-2)
-        Region::fence(&self.cfg);
+        self.whole.flush(SHUTDOWN_STATE_OFF, 8, cfg).map_err(|e| self.at_path(e))?; // ORDER(P-PM-2)
+        Region::fence(cfg);
         Ok(())
     }
 
@@ -462,7 +475,7 @@ impl Pool {
     }
     /// Size of the data area in bytes (the pool size minus the 4 KiB header page).
     pub fn size(&self) -> u64 {
-        self.data.len()
+        self.space.len()
     }
     /// Total size of the pool file in bytes.
     pub fn file_size(&self) -> u64 {
@@ -480,21 +493,9 @@ impl Pool {
     pub fn layout(&self) -> &str {
         self.header.layout_str().unwrap_or("")
     }
-    /// Durability mode in effect.
-    pub fn mode(&self) -> DurabilityMode {
-        self.cfg.mode
-    }
     /// Why the pool got its durability mode.
     pub fn mode_reason(&self) -> &str {
         &self.mode_reason
-    }
-    /// Flush instruction in use.
-    pub fn flush_kind(&self) -> FlushKind {
-        self.cfg.flush
-    }
-    /// Whether eADR is declared (flushes elided).
-    pub fn eadr(&self) -> bool {
-        self.cfg.eadr
     }
     /// Whether the previous opener closed the pool with [`Pool::close`]. `false` for a new
     /// pool and after a crash or a drop without `close`: the engine should run recovery.
@@ -505,92 +506,14 @@ impl Pool {
     pub fn is_mapped(&self) -> bool {
         matches!(self.backing, Backing::Mapped { .. })
     }
+}
 
-    // ----- data access (offsets relative to the data area) -----
-
-    /// Atomic 8-byte load at `off` (8-aligned). `Release`/`AcqRel` are refused.
-    #[inline]
-    pub fn load_u64(&self, off: u64, ord: Ordering) -> Result<u64> {
-        self.data.load_u64(off, ord)
-    }
-
-    /// Atomic 8-byte store at `off` (8-aligned; failure-atomic by axiom M1). Not durable until
-    /// flushed and fenced. `Acquire`/`AcqRel` are refused.
-    #[inline]
-    pub fn store_u64(&self, off: u64, val: u64, ord: Ordering) -> Result<()> {
-        self.data.store_u64(off, val, ord)
-    }
-
-    /// Atomic compare-and-swap at `off`; `Ok(Ok(previous))` when it stored `new`,
-    /// `Ok(Err(actual))` when the word held something else.
-    #[inline]
-    pub fn cas_u64(
-        &self,
-        off: u64,
-        current: u64,
-        new: u64,
-        success: Ordering,
-        failure: Ordering,
-    ) -> Result<Result<u64, u64>> {
-        self.data.cas_u64(off, current, new, success, failure)
-    }
-
-    /// Atomic fetch-or at `off`; returns the previous value.
-    #[inline]
-    pub fn fetch_or_u64(&self, off: u64, val: u64, ord: Ordering) -> Result<u64> {
-        self.data.fetch_or_u64(off, val, ord)
-    }
-
-    /// Copies `buf.len()` bytes at `off` into `buf` (relaxed word loads).
-    pub fn read_into(&self, off: u64, buf: &mut [u8]) -> Result<()> {
-        self.data.read_into(off, buf)
-    }
-
-    /// Copies `data` to `off` (relaxed word stores). Not durable until flushed and fenced.
-    pub fn write_bytes(&self, off: u64, data: &[u8]) -> Result<()> {
-        self.data.write_bytes(off, data)
-    }
-
-    /// Sets `len` bytes at `off` to `byte`.
-    pub fn fill(&self, off: u64, len: u64, byte: u8) -> Result<()> {
-        self.data.fill(off, len, byte)
-    }
-
-    /// Reads a `T` at `off` through a local copy (no alignment needed).
-    pub fn read_struct<T: FromBytes + IntoBytes>(&self, off: u64) -> Result<T> {
-        self.data.read_struct(off)
-    }
-
-    /// Writes `val` at `off` through relaxed word stores.
-    pub fn write_struct<T: IntoBytes + Immutable>(&self, off: u64, val: &T) -> Result<()> {
-        self.data.write_struct(off, val)
-    }
-
-    /// Non-temporal copy of `data` to `off`; durable after the next [`Pool::fence`].
-    pub fn copy_nt(&self, off: u64, data: &[u8]) -> Result<()> {
-        self.data.copy_nt(off, data, &self.cfg).map_err(|e| self.at_path(e))
-    }
-
-    /// Starts write-back of every line overlapping `[off, off + len)` with the pool's flush
-    /// instruction (`msync` in `Msync` mode; counted as elided under eADR).
-    #[inline]
-    pub fn flush(&self, off: u64, len: u64) -> Result<()> {
-        self.data.flush(off, len, &self.cfg).map_err(|e| self.at_path(e))
-    }
-
-    /// Store fence: this thread's earlier flushes and non-temporal stores are durable when it
-    /// returns.
-    #[inline]
-    pub fn fence(&self) {
-        Region::fence(&self.cfg);
-    }
-
-    /// `flush` + `fence`: `[off, off + len)` is durable when it returns.
-    #[inline]
-    pub fn persist(&self, off: u64, len: u64) -> Result<()> {
-        self.flush(off, len)?;
-        self.fence();
-        Ok(())
+impl std::ops::Deref for Pool {
+    type Target = Space;
+    /// The pool's data area: every access primitive (`load_u64`, `persist`, ...) with offsets
+    /// relative to the start of the data area.
+    fn deref(&self) -> &Space {
+        &self.space
     }
 }
 
@@ -663,16 +586,4 @@ pub fn inspect(path: impl AsRef<Path>, layout: Option<&str>) -> Result<PoolSumma
     header.validate(path, size, layout)?;
     let clean = check_state(path, state)?;
     Ok(PoolSummary { header, clean })
-}
-
-impl Region {
-    pub(crate) fn read_struct<T: FromBytes + IntoBytes>(&self, off: u64) -> Result<T> {
-        let mut v = T::new_zeroed();
-        self.read_into(off, v.as_mut_bytes())?;
-        Ok(v)
-    }
-
-    pub(crate) fn write_struct<T: IntoBytes + Immutable>(&self, off: u64, val: &T) -> Result<()> {
-        self.write_bytes(off, val.as_bytes())
-    }
 }

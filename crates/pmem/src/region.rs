@@ -164,6 +164,13 @@ impl Region {
         Ok(r)
     }
 
+    #[inline]
+    pub fn fetch_and_u64(&self, off: u64, val: u64, ord: Ordering) -> Result<u64> {
+        let r = self.word(off)?.fetch_and(val, ord);
+        counters::add_stored(8);
+        Ok(r)
+    }
+
     /// Copies `buf.len()` bytes at `off` into `buf` with relaxed loads.
     // Bytes are copied in memory order, so native-endian conversion is the identity here.
     #[allow(clippy::host_endian_bytes)]
@@ -260,8 +267,9 @@ impl Region {
     /// Copies `data` to `off` with non-temporal stores for the 8-byte-aligned middle and
     /// ordinary stores (flushed here) for an unaligned head and tail. Nothing is durable until
     /// the caller's next [`Region::fence`]. In `Msync` mode the covering pages are synced.
+    /// Returns (lines flushed, bytes stored non-temporally).
     #[allow(clippy::host_endian_bytes)]
-    pub fn copy_nt(&self, off: u64, data: &[u8], cfg: &PersistCfg) -> Result<()> {
+    pub fn copy_nt(&self, off: u64, data: &[u8], cfg: &PersistCfg) -> Result<(u64, u64)> {
         let start = self.check(off, data.len() as u64)?;
         let n = data.len();
         let head = ((8 - (start as usize % 8)) % 8).min(n);
@@ -287,37 +295,40 @@ impl Region {
             self.write_bytes(off + (head + body) as u64, &data[head + body..])?;
         }
         if cfg.mode == DurabilityMode::Msync {
-            return self.flush(off, n as u64, cfg);
+            self.flush(off, n as u64, cfg)?;
+            return Ok((0, body as u64));
         }
+        let mut lines = 0;
         if head > 0 {
-            self.flush(off, head as u64, cfg)?;
+            lines += self.flush(off, head as u64, cfg)?;
         }
         if tail > 0 {
-            self.flush(off + (head + body) as u64, tail as u64, cfg)?;
+            lines += self.flush(off + (head + body) as u64, tail as u64, cfg)?;
         }
-        Ok(())
+        Ok((lines, body as u64))
     }
 
-    /// Starts write-back of every cache line overlapping `[off, off + len)`.
+    /// Starts write-back of every cache line overlapping `[off, off + len)`; returns the number
+    /// of lines written back (0 in `Msync` mode and under eADR).
     #[inline]
-    pub fn flush(&self, off: u64, len: u64, cfg: &PersistCfg) -> Result<()> {
+    pub fn flush(&self, off: u64, len: u64, cfg: &PersistCfg) -> Result<u64> {
         let p = self.check(off, len)?;
         if len == 0 {
-            return Ok(());
+            return Ok(0);
         }
         if cfg.mode == DurabilityMode::Msync {
             // SAFETY: the range is inside this region's live mapping (checked, R1).
             let pages = unsafe { platform::msync_range(p, len as usize) }
                 .map_err(|e| Error::io("msync", "<pool>", e))?;
             counters::add_msync(pages);
-            return Ok(());
+            return Ok(0);
         }
         let first = (p as usize) & !(CACHE_LINE as usize - 1);
         let end = p as usize + len as usize;
         let lines = (end - first).div_ceil(CACHE_LINE as usize) as u64;
         if cfg.eadr {
             counters::add_elided(lines);
-            return Ok(());
+            return Ok(0);
         }
         let mut line = first as *const u8;
         // Each asm call below is given an address inside the checked range: `first` is the
@@ -348,7 +359,7 @@ impl Region {
             }
         }
         counters::add_flushed(cfg.flush, lines);
-        Ok(())
+        Ok(lines)
     }
 
     /// Store fence: completes this thread's flushes and non-temporal stores.

@@ -1,0 +1,103 @@
+//! Latency emulation: exact counting of the injected delay, and the accuracy of the delay
+//! primitive on this machine's clock.
+
+use std::time::Instant;
+
+use ferrite_pmem::emulation::{self, delay_ns};
+use ferrite_pmem::{Counters, Options, Pool};
+
+const SIZE: u64 = 64 * 1024;
+
+#[test]
+fn injected_delay_is_exactly_barriers_times_d() {
+    const D: u64 = 700;
+    let p = Pool::create_volatile(SIZE, &Options::default().barrier_latency_ns(D)).unwrap();
+    let before = Counters::snapshot();
+    for i in 0..50 {
+        p.persist(i * 64, 8).unwrap();
+    }
+    for _ in 0..7 {
+        p.fence();
+    }
+    let d = Counters::snapshot() - before;
+    assert_eq!(d.fences, 57);
+    assert_eq!(d.injected_ns, d.fences * D);
+}
+
+#[test]
+fn per_line_latency_counts_lines_since_the_last_fence() {
+    let p = Pool::create_volatile(
+        SIZE,
+        &Options::default().barrier_latency_ns(100).line_latency_ns(30),
+    )
+    .unwrap();
+    let before = Counters::snapshot();
+    p.flush(0, 5 * 64).unwrap();
+    p.flush(1024, 64).unwrap();
+    p.fence(); // 6 lines pending
+    p.fence(); // none pending
+    let d = Counters::snapshot() - before;
+    assert_eq!(d.injected_ns, (100 + 6 * 30) + 100);
+}
+
+#[test]
+fn no_emulation_injects_nothing() {
+    let p = Pool::create_volatile(SIZE, &Options::default()).unwrap();
+    let before = Counters::snapshot();
+    p.persist(0, 4096).unwrap();
+    assert_eq!((Counters::snapshot() - before).injected_ns, 0);
+}
+
+#[test]
+fn bandwidth_cap_delays_by_bytes_over_bandwidth() {
+    // 64 MB/s: one 64-byte line takes 1000 ns of the device.
+    let p = Pool::create_volatile(SIZE, &Options::default().write_bandwidth_mbps(64)).unwrap();
+    let before = Counters::snapshot();
+    let t = Instant::now();
+    p.persist(0, 20 * 64).unwrap();
+    let wall = t.elapsed().as_nanos() as u64;
+    let d = Counters::snapshot() - before;
+    // The device was idle, so the wait is the reservation: 20 µs, up to clock rounding.
+    assert!(d.injected_ns.abs_diff(20_000) <= 200, "injected {} ns", d.injected_ns);
+    assert!(wall >= 19_000, "waited only {wall} ns");
+}
+
+#[test]
+fn delay_primitive_median_error_under_5_percent() {
+    let c = emulation::clock();
+    if !c.tsc {
+        eprintln!(
+            "SKIPPED: the TSC is unusable here ({}); the emulator falls back to the monotonic \
+             clock, whose resolution this test does not judge",
+            c.fallback_reason.unwrap_or("?")
+        );
+        return;
+    }
+    // Overhead of one timing pair, to subtract.
+    let mut overhead: Vec<u64> = (0..10_000)
+        .map(|_| {
+            let t = Instant::now();
+            t.elapsed().as_nanos() as u64
+        })
+        .collect();
+    overhead.sort_unstable();
+    let base = overhead[overhead.len() / 2];
+    const D: u64 = 1_000;
+    let mut err: Vec<f64> = (0..100_000)
+        .map(|_| {
+            let t = Instant::now();
+            delay_ns(D);
+            let got = (t.elapsed().as_nanos() as u64).saturating_sub(base);
+            (got as f64 - D as f64).abs() / D as f64
+        })
+        .collect();
+    err.sort_by(f64::total_cmp);
+    let median = err[err.len() / 2];
+    eprintln!(
+        "TSC {:.4} ticks/ns (spread {:.4}%), timing overhead {base} ns, median error {:.2}%",
+        c.ticks_per_ns,
+        c.calibration_spread * 100.0,
+        median * 100.0
+    );
+    assert!(median < 0.05, "median error {:.2}% of {D} ns delays", median * 100.0);
+}
