@@ -228,7 +228,7 @@ pub enum SchemaError {
 ///
 /// | `ferrite_pmem::Error` | `ferrite::Error` |
 /// |---|---|
-/// | `Corrupt`, `Incomplete`, `OutOfBounds`, `Misaligned` | `Corrupted` (an access outside the pool or misaligned can only come from a stored offset that is wrong) |
+/// | `Corrupt`, `Incomplete`, `ForeignSegment`, `MissingSegment`, `BadPointer`, `OutOfBounds`, `Misaligned` | `Corrupted` (a pointer that does not resolve, or an access outside the pool or misaligned, can only come from stored data that is wrong) |
 /// | `WrongVersion`, `WrongLayout` | `Incompatible` |
 /// | `PoolFull` | `PoolFull` |
 /// | `Locked` | `Locked` (not `Busy`: retrying in a loop does not help) |
@@ -248,6 +248,13 @@ impl From<ferrite_pmem::Error> for Error {
             P::OutOfBounds { off, len, size } => Error::Corrupted {
                 what: format!("access of {len} bytes outside the pool ({size} bytes)"),
                 at: format!("offset {off}"),
+            },
+            P::ForeignSegment { ref path, .. } | P::MissingSegment { ref path, .. } => {
+                Error::Corrupted { what: e.to_string(), at: shown(path) }
+            }
+            P::BadPointer { segment, offset, reason } => Error::Corrupted {
+                what: format!("persistent pointer does not resolve: {reason}"),
+                at: format!("segment {segment} offset {offset:#x}"),
             },
             P::Misaligned { off, align } => Error::Corrupted {
                 what: format!("access not {align}-byte aligned"),

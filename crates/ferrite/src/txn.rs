@@ -254,9 +254,9 @@ impl Transaction {
     }
 }
 
-/// A read-only transaction: reads one consistent snapshot of committed data (the state after
-/// some commit, no later than when `begin_read` returned) and never conflicts. Dropping it ends
-/// it.
+/// A read-only transaction: reads one consistent snapshot of committed data, which includes
+/// every transaction whose commit returned before `begin_read` was called and nothing
+/// uncommitted; it never conflicts. Dropping it ends it.
 #[derive(Debug)]
 pub struct ReadTransaction {
     core: Core,
@@ -286,5 +286,88 @@ impl ReadTransaction {
     /// An ordered range scan over the primary key or an index (see [`Scan`]).
     pub fn scan(&mut self, table: &str, scan: &Scan) -> Result<Vec<Row>> {
         self.core.scan(table, scan)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::EngineKind;
+    use crate::query::{Filter, LoweredScan};
+    use crate::schema::{Table, TableSchema};
+    use crate::value::Type;
+
+    /// An engine whose every read conflicts, to test that `Conflict` dooms a transaction.
+    #[derive(Debug)]
+    struct Conflicting(Arc<Table>);
+
+    #[derive(Debug)]
+    struct ConflictingTxn {
+        committed: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl Engine for Conflicting {
+        fn kind(&self) -> EngineKind {
+            EngineKind::Reference
+        }
+        fn create_table(&self, _: crate::schema::Table) -> Result<()> {
+            Ok(())
+        }
+        fn table(&self, _: &str) -> Result<Arc<Table>> {
+            Ok(Arc::clone(&self.0))
+        }
+        fn table_names(&self) -> Result<Vec<String>> {
+            Ok(vec![])
+        }
+        fn begin(&self) -> Result<Box<dyn EngineTxn>> {
+            Err(Error::Busy("unused".into()))
+        }
+        fn begin_read(&self) -> Result<Box<dyn EngineTxn>> {
+            Err(Error::Busy("unused".into()))
+        }
+        fn wait_durable(&self, _: u64) -> Result<()> {
+            Ok(())
+        }
+        fn close(&self) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    impl EngineTxn for ConflictingTxn {
+        fn get(&mut self, _: &Table, _: &[u8]) -> Result<Option<Row>> {
+            Err(Error::conflict("test"))
+        }
+        fn scan(&mut self, _: &Table, _: &LoweredScan, _: &[Filter]) -> Result<Vec<Row>> {
+            Ok(vec![])
+        }
+        fn insert(&mut self, _: &Table, _: Row) -> Result<()> {
+            Ok(())
+        }
+        fn update(&mut self, _: &Table, _: &[u8], _: &Value, _: &[(usize, Value)]) -> Result<()> {
+            Ok(())
+        }
+        fn delete(&mut self, _: &Table, _: &[u8], _: &Value) -> Result<()> {
+            Ok(())
+        }
+        fn commit(self: Box<Self>, _: CommitMode) -> Result<u64> {
+            self.committed.store(true, std::sync::atomic::Ordering::Relaxed);
+            Ok(1)
+        }
+        fn abort(self: Box<Self>) {}
+    }
+
+    #[test]
+    fn conflict_dooms_the_transaction() {
+        let schema = TableSchema::new("t").column("k", Type::I64).primary_key("k");
+        let engine = Arc::new(Conflicting(Arc::new(Table::new(schema).expect("valid"))));
+        let committed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let txn = Box::new(ConflictingTxn { committed: Arc::clone(&committed) });
+        let mut tx = Transaction::new(engine, txn, 1);
+        assert!(matches!(tx.get("t", 1), Err(Error::Conflict { .. })));
+        // Every later operation and the commit report the conflict; nothing reaches the engine.
+        assert!(matches!(tx.scan("t", &Scan::primary()), Err(Error::Conflict { .. })));
+        assert!(matches!(tx.insert("t", vec![Value::I64(1)]), Err(Error::Conflict { .. })));
+        assert!(matches!(tx.commit(), Err(Error::Conflict { .. })));
+        assert!(!committed.load(std::sync::atomic::Ordering::Relaxed));
     }
 }
