@@ -133,6 +133,7 @@ impl Core {
 /// tx.commit()?;                                               // durable on return
 /// # Ok::<(), ferrite::Error>(())
 /// ```
+#[must_use = "dropping a transaction aborts it"]
 #[derive(Debug)]
 pub struct Transaction {
     core: Core,
@@ -257,6 +258,7 @@ impl Transaction {
 /// A read-only transaction: reads one consistent snapshot of committed data, which includes
 /// every transaction whose commit returned before `begin_read` was called and nothing
 /// uncommitted; it never conflicts. Dropping it ends it.
+#[must_use = "a read transaction does nothing unless it is read from"]
 #[derive(Debug)]
 pub struct ReadTransaction {
     core: Core,

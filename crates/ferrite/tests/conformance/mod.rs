@@ -29,7 +29,7 @@
 use std::path::Path;
 
 use ferrite::pmem::internals::testing::TestDir;
-use ferrite::{Concurrency, Database, Error, Row, WhileWriting};
+use ferrite::{Database, Error, Row, WhileWriting};
 
 /// The outcome of a case: `Err` carries what went wrong.
 pub type Outcome = Result<(), String>;
@@ -72,11 +72,6 @@ impl Subject {
         let dir = TestDir::new(&format!("{}-{tag}", self.name));
         let db = (self.create)(dir.path()).map_err(|e| format!("create database: {e}"))?;
         Ok(Fixture { db, dir })
-    }
-
-    /// The engine's concurrency contract.
-    pub fn concurrency(&self, db: &Database) -> Concurrency {
-        db.engine().concurrency()
     }
 }
 

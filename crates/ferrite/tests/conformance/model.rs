@@ -18,7 +18,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::ops::Bound;
+use std::ops::{Bound, RangeBounds as _};
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
@@ -143,8 +143,6 @@ fn in_prefix_range(values: &[Value], lower: &Bound<Key>, upper: &Bound<Key>) -> 
 fn in_value_range(v: &Value, lower: &Bound<Value>, upper: &Bound<Value>) -> bool {
     (lower.as_ref(), upper.as_ref()).contains(v)
 }
-
-use std::ops::RangeBounds as _;
 
 impl Model {
     fn new() -> Self {
