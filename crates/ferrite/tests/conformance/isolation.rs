@@ -37,6 +37,7 @@ pub const CASES: &[Case] = &[
     Case { name: "disjoint_writers_both_commit", run: disjoint_writers_both_commit },
     Case { name: "aborted_writer_leaves_no_trace", run: aborted_writer_leaves_no_trace },
     Case { name: "writer_admission_contract", run: writer_admission_contract },
+    Case { name: "threads_preserve_invariants", run: threads_preserve_invariants },
 ];
 
 /// `acct(id i64 pk, bal i64, day i64 indexed, room i64 not indexed, email str unique)`.
@@ -629,4 +630,98 @@ fn writer_admission_contract(s: &Subject) -> Outcome {
     first.commit().ctx("first commit")?;
     let again = f.db.begin().ctx("begin after the writer finished")?;
     again.commit().ctx("commit")
+}
+
+/// Real threads: four writers move money between ten accounts (reading both balances first,
+/// retrying on `Conflict`/`Busy`) while a reader checks in snapshots that the total never
+/// changes. At the end the total is unchanged and every acknowledged transfer is counted
+/// exactly once (each transfer also bumps its thread's counter row).
+fn threads_preserve_invariants(s: &Subject) -> Outcome {
+    const ACCOUNTS: i64 = 10;
+    const THREADS: i64 = 4;
+    const TRANSFERS: i64 = 150;
+    let mut rows: Vec<Row> = (0..ACCOUNTS).map(|id| acct(id, 100)).collect();
+    rows.extend((0..THREADS).map(|t| acct(1000 + t, 0)));
+    let f = setup(s, "threads", &rows)?;
+    let total = |r: &[Row]| -> i64 {
+        r.iter().filter(|r| r[0] < Value::from(1000)).filter_map(|r| r[1].as_i64()).sum()
+    };
+    let transfer = |db: &Database, from: i64, to: i64, counter: i64| -> ferrite::Result<()> {
+        let mut tx = db.begin()?;
+        let a = tx.get("acct", from)?.and_then(|r| r[1].as_i64()).unwrap_or(0);
+        let b = tx.get("acct", to)?.and_then(|r| r[1].as_i64()).unwrap_or(0);
+        let n = tx.get("acct", counter)?.and_then(|r| r[1].as_i64()).unwrap_or(0);
+        tx.update("acct", from, [("bal", a - 1)])?;
+        tx.update("acct", to, [("bal", b + 1)])?;
+        tx.update("acct", counter, [("bal", n + 1)])?;
+        tx.commit()
+    };
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let result: Result<(), String> = std::thread::scope(|scope| {
+        let db = &f.db;
+        let stop = &stop;
+        let reader = scope.spawn(move || -> Result<u64, String> {
+            let mut checks = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut r = match db.begin_read() {
+                    Ok(r) => r,
+                    Err(e) if e.is_retryable() => continue,
+                    Err(e) => return Err(format!("reader: {e}")),
+                };
+                match r.scan("acct", &Scan::primary().range(..1000)) {
+                    Ok(rows) => {
+                        ensure_eq!(total(&rows), ACCOUNTS * 100, "reader saw a torn total");
+                        checks += 1;
+                    }
+                    Err(e) if e.is_retryable() => {}
+                    Err(e) => return Err(format!("reader: {e}")),
+                }
+            }
+            Ok(checks)
+        });
+        let writers: Vec<_> = (0..THREADS)
+            .map(|t| {
+                scope.spawn(move || -> Result<i64, String> {
+                    let mut done = 0;
+                    let mut x = (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                    while done < TRANSFERS {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let from = (x % ACCOUNTS as u64) as i64;
+                        let to = (from + 1 + (x >> 8) as i64 % (ACCOUNTS - 1)) % ACCOUNTS;
+                        match transfer(db, from, to, 1000 + t) {
+                            Ok(()) => done += 1,
+                            Err(e) if e.is_retryable() => {}
+                            Err(e) => return Err(format!("writer {t}: {e}")),
+                        }
+                    }
+                    Ok(done)
+                })
+            })
+            .collect();
+        let mut outcome = Ok(());
+        for w in writers {
+            match w.join() {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => outcome = Err(e),
+                Err(_) => outcome = Err("a writer panicked".into()),
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        match reader.join() {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => outcome = Err(e),
+            Err(_) => outcome = Err("the reader panicked".into()),
+        }
+        outcome
+    });
+    result?;
+    let rows = final_rows(&f.db)?;
+    ensure_eq!(total(&rows), ACCOUNTS * 100, "total after all transfers");
+    for t in 0..THREADS {
+        let n = rows.iter().find(|r| r[0] == Value::from(1000 + t)).and_then(|r| r[1].as_i64());
+        ensure_eq!(n, Some(TRANSFERS), "thread {t}'s acknowledged transfers");
+    }
+    Ok(())
 }
