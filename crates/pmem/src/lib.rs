@@ -45,6 +45,7 @@ mod counters;
 pub mod emulation;
 mod error;
 pub mod header;
+mod image;
 mod options;
 pub mod platform;
 mod pool;
@@ -52,19 +53,22 @@ mod poolset;
 mod pptr;
 pub mod probe;
 mod region;
+pub mod sim;
 mod space;
 
 pub use arch::{CpuFeatures, best_flush, cpu_features, flush_supported};
 pub use counters::Counters;
 pub use emulation::Latency;
 pub use error::{Error, Result, uuid_str};
+pub use image::{CrashImage, ImageFile, ImageSpec, Pick, SplitMix64};
 pub use options::{
     DEFAULT_LAYOUT, DEFAULT_SEGMENT_SIZE, DurabilityMode, FlushKind, MAX_SEGMENTS, Options,
 };
-pub use pool::{ModeDecision, Pool, PoolSummary, inspect};
+pub use pool::{ModeDecision, Pool, PoolSummary, SIM_POOL_FILE, inspect};
 pub use poolset::{PoolSet, SegmentInfo};
 pub use pptr::{POff, PPtr, SegmentId};
 pub use region::CACHE_LINE;
+pub use sim::SimDomain;
 pub use space::Space;
 
 #[doc(hidden)]

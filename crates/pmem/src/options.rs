@@ -25,6 +25,9 @@ pub enum DurabilityMode {
     Msync,
     /// Heap memory: nothing survives the process. Used by unit tests and in-memory images.
     Volatile,
+    /// The simulated persistence domain of the crash tester: what "survives" is defined by the
+    /// domain's durable image (flushed and fenced lines), not by any hardware.
+    Simulated,
 }
 
 impl DurabilityMode {
@@ -35,6 +38,7 @@ impl DurabilityMode {
             DurabilityMode::Emulated => "emulated",
             DurabilityMode::Msync => "msync",
             DurabilityMode::Volatile => "volatile",
+            DurabilityMode::Simulated => "simulated",
         }
     }
 
@@ -47,6 +51,9 @@ impl DurabilityMode {
             }
             DurabilityMode::Msync => "survives process crash and power loss (msync per flush)",
             DurabilityMode::Volatile => "survives nothing: heap memory of this process",
+            DurabilityMode::Simulated => {
+                "what the simulated domain's durable image holds (testing)"
+            }
         }
     }
 }
@@ -65,6 +72,7 @@ impl FromStr for DurabilityMode {
             "emulated" => Ok(DurabilityMode::Emulated),
             "msync" => Ok(DurabilityMode::Msync),
             "volatile" => Ok(DurabilityMode::Volatile),
+            "simulated" => Ok(DurabilityMode::Simulated),
             other => Err(Error::InvalidArgument(format!(
                 "unknown durability mode {other:?} (expected pmem, emulated, msync or volatile)"
             ))),
@@ -240,6 +248,11 @@ impl Options {
     /// The virtual reservation of a pool set.
     pub fn max_pool_size_bytes(&self) -> u64 {
         self.max_pool_size.unwrap_or_else(|| self.segment_size.saturating_mul(16384).min(64 << 40))
+    }
+
+    /// The virtual reservation, when set explicitly.
+    pub fn max_pool_size_explicit(&self) -> Option<u64> {
+        self.max_pool_size
     }
 
     /// The layout name.

@@ -41,9 +41,11 @@ use crate::header::{
     HEADER_AREA, MIN_POOL_SIZE, POOL_MAGIC, PoolHeader, SHUTDOWN_STATE_OFF, STATE_CLEAN,
     STATE_OPEN, validate_layout,
 };
+use crate::image::CrashImage;
 use crate::options::{DurabilityMode, FlushKind, Options};
 use crate::platform;
 use crate::region::{PersistCfg, Region};
+use crate::sim::SimDomain;
 use crate::space::Space;
 use std::sync::Arc;
 
@@ -90,6 +92,28 @@ impl Drop for Backing {
             Backing::Mapped { ptr, len, .. } => unsafe { platform::unmap(*ptr, *len) },
             // SAFETY: allocated with exactly this layout in `Backing::heap`; no longer used.
             Backing::Heap { ptr, layout } => unsafe { std::alloc::dealloc(ptr.as_ptr(), *layout) },
+        }
+    }
+}
+
+/// An owned, zeroed, 4096-aligned heap block (the memory of volatile and sim pools, and of
+/// replayed sim files).
+pub(crate) struct HeapBlock(Backing);
+
+impl HeapBlock {
+    pub(crate) fn new(len: usize) -> Result<HeapBlock> {
+        Backing::heap(len).map(HeapBlock)
+    }
+
+    /// A region over the first `len` bytes of the block (which must not exceed its size).
+    pub(crate) fn region(&self, len: usize) -> Result<Region> {
+        match &self.0 {
+            Backing::Heap { ptr, layout } if len <= layout.size() => {
+                // SAFETY: the block owns `layout.size() >= len` bytes, 4096-aligned, which stay
+                // allocated as long as the HeapBlock (kept alongside every user of the region).
+                Ok(unsafe { Region::new(*ptr, len) })
+            }
+            _ => Err(Error::InvalidArgument(format!("heap block smaller than {len}"))),
         }
     }
 }
@@ -145,8 +169,8 @@ pub(crate) fn map_deciding_mode<T>(
             let p = map(false).map_err(io)?;
             Ok((p, ModeDecision { mode: m, reason: format!("forced by options ({fs_name})") }))
         }
-        Some(DurabilityMode::Volatile) => Err(Error::InvalidArgument(
-            "durability mode volatile is only for Pool::create_volatile".into(),
+        Some(DurabilityMode::Volatile | DurabilityMode::Simulated) => Err(Error::InvalidArgument(
+            "durability modes volatile and simulated are only for the heap and sim backends".into(),
         )),
         None => match map(true) {
             Ok(p) => Ok((
@@ -218,7 +242,8 @@ pub(crate) fn now_ns() -> u64 {
 /// A single-file (or volatile) pool. See the module documentation.
 pub struct Pool {
     space: Space,
-    whole: Region,
+    /// The whole pool (header page included), for the header's own stores.
+    whole: Space,
     mode_reason: String,
     path: PathBuf,
     header: PoolHeader,
@@ -303,7 +328,7 @@ impl Pool {
         let mut uuid = [0u8; 16];
         platform::random_bytes(&mut uuid).map_err(|e| Error::io("getrandom", path, e))?;
         let header = PoolHeader::new(size, layout, uuid, now_ns());
-        let pool = Pool::assemble(backing, len, path, header, decision, flush, opts, false)?;
+        let pool = Pool::assemble(backing, len, path, header, decision, flush, opts, false, None)?;
         pool.write_new_header()?;
         guard.0 = None;
         Ok(pool)
@@ -329,13 +354,13 @@ impl Pool {
             return Err(Error::Locked { path: path.to_path_buf() });
         }
         let size = file.metadata().map_err(|e| Error::io("stat", path, e))?.len();
-        let (header, state) = read_header_from_file(&file, path, size)?;
-        header.validate(path, size, opts.layout_name())?;
-        let was_clean = check_state(path, state)?;
+        let prefix = read_header_from_file(&file, path, size)?;
+        let (header, was_clean) = check_header(path, &prefix, size, Some(opts.layout_name()))?;
         let len = check_size(path, size)?;
         let (ptr, decision) = map_file(&file, len, path, opts)?;
         let backing = Backing::Mapped { ptr, len, _file: file };
-        let pool = Pool::assemble(backing, len, path, header, decision, flush, opts, was_clean)?;
+        let pool =
+            Pool::assemble(backing, len, path, header, decision, flush, opts, was_clean, None)?;
         pool.persist_state(STATE_OPEN)?;
         Ok(pool)
     }
@@ -351,8 +376,17 @@ impl Pool {
         let mut uuid = [0u8; 16];
         platform::random_bytes(&mut uuid).map_err(|e| Error::io("getrandom", path, e))?;
         let header = PoolHeader::new(size, layout, uuid, now_ns());
-        let pool =
-            Pool::assemble(backing, len, path, header, volatile_decision(), flush, opts, false)?;
+        let pool = Pool::assemble(
+            backing,
+            len,
+            path,
+            header,
+            volatile_decision(),
+            flush,
+            opts,
+            false,
+            None,
+        )?;
         pool.write_new_header()?;
         Ok(pool)
     }
@@ -362,16 +396,7 @@ impl Pool {
     pub fn open_image(image: &[u8], opts: &Options) -> Result<Pool> {
         let path = Path::new("<volatile>");
         let size = image.len() as u64;
-        if size < size_of::<PoolHeader>() as u64 + 8 + SHUTDOWN_STATE_OFF {
-            return Err(too_small_or_incomplete(path, size));
-        }
-        let header = PoolHeader::read_from_prefix(image)
-            .map(|(h, _)| h)
-            .map_err(|_| Error::corrupt(path, "unreadable header"))?;
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&image[SHUTDOWN_STATE_OFF as usize..SHUTDOWN_STATE_OFF as usize + 8]);
-        header.validate(path, size, opts.layout_name())?;
-        let was_clean = check_state(path, u64::from_le_bytes(w))?;
+        let (header, was_clean) = check_header(path, image, size, Some(opts.layout_name()))?;
         let len = check_size(path, size)?;
         let flush = resolve_flush(opts)?;
         let backing = Backing::heap(len)?;
@@ -384,10 +409,101 @@ impl Pool {
             flush,
             opts,
             was_clean,
+            None,
         )?;
-        pool.whole.write_bytes(0, image)?;
+        pool.whole.region.write_bytes(0, image)?;
         pool.persist_state(STATE_OPEN)?;
         Ok(pool)
+    }
+
+    /// Creates a pool of `size` bytes on the **simulated persistence domain** (heap memory
+    /// plus a durable image; see `sim`), for the crash tester. Every store, flush and fence —
+    /// including those of creation itself — is observable through [`Pool::sim`].
+    pub fn create_sim(size: u64, opts: &Options) -> Result<Pool> {
+        Pool::create_sim_with(Arc::new(SimDomain::new(opts.is_eadr())), size, opts)
+    }
+
+    /// [`Pool::create_sim`] on a given (empty) domain, e.g. one whose hook is already
+    /// installed so that the tester sees the creation's own persists.
+    pub fn create_sim_with(sim: Arc<SimDomain>, size: u64, opts: &Options) -> Result<Pool> {
+        let path = Path::new("<sim>");
+        if !sim.files().is_empty() {
+            return Err(Error::InvalidArgument("the sim domain already holds files".into()));
+        }
+        let len = check_size(path, size)?;
+        let layout = validate_layout(opts.layout_name())?;
+        let flush = resolve_flush(opts)?;
+        let backing = Backing::heap(len)?;
+        let header = PoolHeader::new(size, layout, [0x5a; 16], 0);
+        let pool = Pool::assemble(
+            backing,
+            len,
+            path,
+            header,
+            sim_decision(),
+            flush,
+            opts,
+            false,
+            Some(sim),
+        )?;
+        pool.write_new_header()?;
+        Ok(pool)
+    }
+
+    /// Opens the single-file pool of a crash image on a new simulated domain whose durable
+    /// image is the crash image (so recovery can itself be crash-tested), with the validation
+    /// of [`Pool::open`].
+    pub fn open_sim(image: &CrashImage, opts: &Options) -> Result<Pool> {
+        let path = Path::new("<sim>");
+        let file =
+            image.file(SIM_POOL_FILE).ok_or_else(|| Error::NotFound { path: path.into() })?;
+        let size = file.len;
+        let prefix = file.prefix(HEADER_PREFIX as usize);
+        let (header, was_clean) = check_header(path, &prefix, size, Some(opts.layout_name()))?;
+        let len = check_size(path, size)?;
+        let flush = resolve_flush(opts)?;
+        let backing = Backing::heap(len)?;
+        // SAFETY: `backing` owns `len` bytes for as long as the pool below, which owns both.
+        let region = unsafe { Region::new(backing.ptr(), len) };
+        let pages = file.copy_into(&region)?;
+        let sim = Arc::new(SimDomain::new(opts.is_eadr()));
+        sim.file_insert(SIM_POOL_FILE, size, pages, Some(region));
+        let pool = Pool::assemble(
+            backing,
+            len,
+            path,
+            header,
+            sim_decision(),
+            flush,
+            opts,
+            was_clean,
+            Some(sim),
+        )?;
+        pool.persist_state(STATE_OPEN)?;
+        Ok(pool)
+    }
+
+    /// Opens the single-file pool of a crash image as a mapped pool: the image's file is
+    /// written to `path` (which must not exist) and opened with [`Pool::open`].
+    pub fn open_image_mapped(
+        image: &CrashImage,
+        path: impl AsRef<Path>,
+        opts: &Options,
+    ) -> Result<Pool> {
+        let path = path.as_ref();
+        let file =
+            image.file(SIM_POOL_FILE).ok_or_else(|| Error::NotFound { path: path.into() })?;
+        if path.exists() {
+            return Err(Error::AlreadyExists { path: path.to_path_buf() });
+        }
+        std::fs::write(path, file.bytes()).map_err(|e| Error::io("write", path, e))?;
+        Pool::open(path, opts)
+    }
+
+    /// The simulated persistence domain, for a pool made by [`Pool::create_sim`] or
+    /// [`Pool::open_sim`].
+    pub fn sim(&self) -> Option<&Arc<SimDomain>> {
+        self.space.sim()
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -400,6 +516,7 @@ impl Pool {
         flush: FlushKind,
         opts: &Options,
         was_clean: bool,
+        sim: Option<Arc<SimDomain>>,
     ) -> Result<Pool> {
         // SAFETY: `backing` owns `len` bytes at `ptr` (a page-aligned mapping or a 4096-aligned
         // heap block) that live as long as the Pool, which also owns the regions; the memory
@@ -408,9 +525,19 @@ impl Pool {
         let data = whole.sub(HEADER_AREA, (len as u64).saturating_sub(HEADER_AREA))?;
         let cfg = PersistCfg { mode: decision.mode, flush, eadr: opts.is_eadr() };
         let emu = Emulator::new(opts.latency()).map(Arc::new);
+        if let Some(sim) = &sim
+            && sim.files().is_empty()
+        {
+            sim.file_create(
+                SIM_POOL_FILE,
+                len as u64,
+                Some(whole),
+                crate::sim::Site { location: std::panic::Location::caller(), rule: None },
+            )?;
+        }
         Ok(Pool {
-            space: Space::new(data, cfg, emu, path),
-            whole,
+            space: Space::new(data, cfg, emu.clone(), sim.clone(), path),
+            whole: Space::new(whole, cfg, emu, sim, path),
             mode_reason: decision.reason,
             path: path.to_path_buf(),
             header,
@@ -421,23 +548,17 @@ impl Pool {
 
     /// P-PM-1: header and state first, magic last.
     fn write_new_header(&self) -> Result<()> {
-        let cfg = &self.space.cfg;
-        self.whole.write_bytes(0, self.header.as_bytes())?;
-        self.whole.store_u64(SHUTDOWN_STATE_OFF, STATE_OPEN, Ordering::Relaxed)?;
-        self.whole.flush(0, SHUTDOWN_STATE_OFF + 8, cfg).map_err(|e| self.at_path(e))?; // ORDER(P-PM-1): header before magic
-        Region::fence(cfg);
-        self.whole.store_u64(0, POOL_MAGIC, Ordering::Release)?;
-        self.whole.flush(0, 8, cfg).map_err(|e| self.at_path(e))?; // ORDER(P-PM-1): the magic commits creation
-        Region::fence(cfg);
-        Ok(())
+        let w = &self.whole;
+        w.write_bytes(0, self.header.as_bytes())?;
+        w.store_u64(SHUTDOWN_STATE_OFF, STATE_OPEN, Ordering::Relaxed)?;
+        w.persist_rule("P-PM-1", 0, SHUTDOWN_STATE_OFF + 8)?; // ORDER(P-PM-1): header before magic
+        w.store_u64(0, POOL_MAGIC, Ordering::Release)?;
+        w.persist_rule("P-PM-1", 0, 8) // ORDER(P-PM-1): the magic commits creation
     }
 
     fn persist_state(&self, state: u64) -> Result<()> {
-        let cfg = &self.space.cfg;
         self.whole.store_u64(SHUTDOWN_STATE_OFF, state, Ordering::Release)?;
-        self.whole.flush(SHUTDOWN_STATE_OFF, 8, cfg).map_err(|e| self.at_path(e))?; // ORDER(P-PM-2)
-        Region::fence(cfg);
-        Ok(())
+        self.whole.persist_rule("P-PM-2", SHUTDOWN_STATE_OFF, 8) // ORDER(P-PM-2): shutdown state
     }
 
     /// Closes the pool cleanly: persists the `CLEAN` shutdown state (P-PM-2), unmaps it and
@@ -456,15 +577,9 @@ impl Pool {
     /// A copy of the whole pool (header included) as it is in memory now.
     pub fn image(&self) -> Vec<u8> {
         let mut v = vec![0u8; self.whole.len() as usize];
-        self.whole.read_into(0, &mut v).expect("the whole range is in bounds");
+        // Cannot fail: the range is exactly the whole pool.
+        let _ = self.whole.read_into(0, &mut v);
         v
-    }
-
-    fn at_path(&self, e: Error) -> Error {
-        match e {
-            Error::Io { op, source, .. } => Error::Io { op, path: self.path.clone(), source },
-            other => other,
-        }
     }
 
     // ----- identity and configuration -----
@@ -517,6 +632,16 @@ impl std::ops::Deref for Pool {
     }
 }
 
+/// Name of the single file of a sim pool (and of a single-file crash image).
+pub const SIM_POOL_FILE: &str = "pool";
+
+fn sim_decision() -> ModeDecision {
+    ModeDecision {
+        mode: DurabilityMode::Simulated,
+        reason: "simulated persistence domain (crash testing)".into(),
+    }
+}
+
 fn volatile_decision() -> ModeDecision {
     ModeDecision { mode: DurabilityMode::Volatile, reason: "heap memory (volatile backend)".into() }
 }
@@ -539,18 +664,43 @@ fn check_state(path: &Path, state: u64) -> Result<bool> {
 
 /// Reads and returns the header and the shutdown-state word of a pool file with `pread`,
 /// without mapping or changing it.
-fn read_header_from_file(file: &File, path: &Path, size: u64) -> Result<(PoolHeader, u64)> {
-    if size < SHUTDOWN_STATE_OFF + 8 {
+fn read_header_from_file(file: &File, path: &Path, size: u64) -> Result<Vec<u8>> {
+    let mut buf = vec![0u8; size.min(HEADER_PREFIX) as usize];
+    file.read_exact_at(&mut buf, 0).map_err(|e| Error::io("read", path, e))?;
+    Ok(buf)
+}
+
+/// Bytes of a pool's start that validation reads: the header and the shutdown-state word.
+const HEADER_PREFIX: u64 = SHUTDOWN_STATE_OFF + 8;
+
+/// Validates the start (`prefix`, at least [`HEADER_PREFIX`] bytes unless the pool is
+/// smaller) of a pool of `size` bytes for an opener expecting `layout` (`None`: any layout).
+/// Returns the header and whether the last shutdown was clean.
+fn check_header(
+    path: &Path,
+    prefix: &[u8],
+    size: u64,
+    layout: Option<&str>,
+) -> Result<(PoolHeader, bool)> {
+    if size < HEADER_PREFIX || (prefix.len() as u64) < HEADER_PREFIX {
         return Err(too_small_or_incomplete(path, size));
     }
-    let mut buf = [0u8; (SHUTDOWN_STATE_OFF + 8) as usize];
-    file.read_exact_at(&mut buf, 0).map_err(|e| Error::io("read", path, e))?;
-    let header = PoolHeader::read_from_prefix(&buf)
+    let header = PoolHeader::read_from_prefix(prefix)
         .map(|(h, _)| h)
         .map_err(|_| Error::corrupt(path, "unreadable header"))?;
+    let own;
+    let layout = match layout {
+        Some(l) => l,
+        None => {
+            own = header.layout_str().unwrap_or("?").to_owned();
+            own.as_str()
+        }
+    };
+    header.validate(path, size, layout)?;
     let mut w = [0u8; 8];
-    w.copy_from_slice(&buf[SHUTDOWN_STATE_OFF as usize..]);
-    Ok((header, u64::from_le_bytes(w)))
+    w.copy_from_slice(&prefix[SHUTDOWN_STATE_OFF as usize..HEADER_PREFIX as usize]);
+    let clean = check_state(path, u64::from_le_bytes(w))?;
+    Ok((header, clean))
 }
 
 /// What [`inspect`] found in a pool file.
@@ -574,16 +724,7 @@ pub fn inspect(path: impl AsRef<Path>, layout: Option<&str>) -> Result<PoolSumma
         Err(e) => return Err(Error::io("open", path, e)),
     };
     let size = file.metadata().map_err(|e| Error::io("stat", path, e))?.len();
-    let (header, state) = read_header_from_file(&file, path, size)?;
-    let own;
-    let layout = match layout {
-        Some(l) => l,
-        None => {
-            own = header.layout_str().unwrap_or("?").to_owned();
-            own.as_str()
-        }
-    };
-    header.validate(path, size, layout)?;
-    let clean = check_state(path, state)?;
+    let prefix = read_header_from_file(&file, path, size)?;
+    let (header, clean) = check_header(path, &prefix, size, layout)?;
     Ok(PoolSummary { header, clean })
 }

@@ -61,6 +61,7 @@ use crate::header::{
     HEADER_AREA, LAYOUT_MAX, MIN_POOL_SIZE, SEGMENT_BITMAP_OFF, SEGMENT_MAGIC, SHUTDOWN_STATE_OFF,
     STATE_CLEAN, STATE_OPEN, SegmentHeader, SegmentVerdict, validate_layout,
 };
+use crate::image::CrashImage;
 use crate::options::{DurabilityMode, MAX_SEGMENTS, Options};
 use crate::platform;
 use crate::pool::{
@@ -68,6 +69,7 @@ use crate::pool::{
 };
 use crate::pptr::{PPtr, SegmentId};
 use crate::region::{PersistCfg, Region};
+use crate::sim::SimDomain;
 use crate::space::Space;
 
 /// The owned reservation (unmapping it also unmaps every segment mapped into it).
@@ -128,7 +130,7 @@ pub struct PoolSet {
     by_addr: RwLock<BTreeMap<u64, SegmentId>>,
     inner: Mutex<Inner>,
     _reservation: Reservation,
-    _lock: File,
+    _lock: Option<File>,
 }
 
 impl fmt::Debug for PoolSet {
@@ -141,8 +143,19 @@ impl fmt::Debug for PoolSet {
     }
 }
 
+fn seg_name(id: SegmentId) -> String {
+    format!("seg-{id:06}.pm")
+}
+
 fn seg_path(dir: &Path, id: SegmentId) -> PathBuf {
-    dir.join(format!("seg-{id:06}.pm"))
+    dir.join(seg_name(id))
+}
+
+fn sim_decision() -> ModeDecision {
+    ModeDecision {
+        mode: DurabilityMode::Simulated,
+        reason: "simulated persistence domain (crash testing)".into(),
+    }
 }
 
 fn parse_seg_name(name: &str) -> Option<SegmentId> {
@@ -167,6 +180,105 @@ fn lock_or_poisoned<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// What validation found in a pool set's files.
+struct Judged {
+    uuid: [u8; 16],
+    layout: [u8; LAYOUT_MAX],
+    was_clean: bool,
+    /// Live segments: id → file size.
+    live: BTreeMap<SegmentId, u64>,
+    /// Files of this set (or incomplete ones) not in the bitmap: names to delete.
+    orphans: Vec<String>,
+}
+
+/// A segment file as found (on disk or in a crash image): id, name, size, and its first bytes
+/// (the whole header page for segment 0, the header for the others; `None` if shorter).
+struct Found {
+    id: SegmentId,
+    name: String,
+    size: u64,
+    head: Option<Vec<u8>>,
+}
+
+/// Validates a pool set's files without changing anything (PS1): segment 0 defines the uuid,
+/// the layout, the shutdown state and the live set; every live segment must be present and
+/// valid; unlisted files of this set are orphans; foreign files are refused.
+fn judge(dir: &Path, seg0: &Found, others: &[Found], layout: &str) -> Result<Judged> {
+    let path0 = dir.join(&seg0.name);
+    if seg0.size < HEADER_AREA {
+        return Err(if seg0.size == 0 {
+            Error::Incomplete { path: path0 }
+        } else {
+            Error::TooSmall { path: path0, size: seg0.size, min: MIN_POOL_SIZE }
+        });
+    }
+    let page = seg0
+        .head
+        .as_deref()
+        .filter(|h| h.len() as u64 >= HEADER_AREA)
+        .ok_or_else(|| Error::corrupt(&path0, "segment 0 header page unreadable"))?;
+    let hdr0 = SegmentHeader::read_from_prefix(page)
+        .map(|(h, _)| h)
+        .map_err(|_| Error::corrupt(&path0, "unreadable header"))?;
+    hdr0.validate(&path0, seg0.size, 0, None, layout)?;
+    let uuid = hdr0.pool_uuid;
+    let word = |off: u64| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&page[off as usize..off as usize + 8]);
+        u64::from_le_bytes(w)
+    };
+    let was_clean = match word(SHUTDOWN_STATE_OFF) {
+        STATE_CLEAN => true,
+        STATE_OPEN => false,
+        other => return Err(Error::corrupt(&path0, format!("unknown shutdown state {other:#x}"))),
+    };
+    let mut bitmap = BTreeSet::new();
+    for w in 0..MAX_SEGMENTS / 64 {
+        let bits = word(SEGMENT_BITMAP_OFF + w * 8);
+        for b in 0..64 {
+            if bits & (1 << b) != 0 {
+                bitmap.insert(w * 64 + b);
+            }
+        }
+    }
+    if !bitmap.contains(&0) {
+        return Err(Error::corrupt(&path0, "segment 0 is not in its own bitmap"));
+    }
+    let mut live = BTreeMap::new();
+    live.insert(0, seg0.size);
+    let mut orphans = Vec::new();
+    for f in others {
+        let path = dir.join(&f.name);
+        let hdr =
+            f.head.as_deref().and_then(|h| SegmentHeader::read_from_prefix(h).ok()).map(|(h, _)| h);
+        if bitmap.contains(&f.id) {
+            let hdr = hdr.ok_or_else(|| Error::corrupt(&path, "segment file truncated"))?;
+            hdr.validate(&path, f.size, f.id, Some(uuid), layout)?;
+            live.insert(f.id, f.size);
+            continue;
+        }
+        // Not in the bitmap: an orphan of a crashed grow/remove if it is ours or incomplete;
+        // a foreign or unreadable file is refused, never deleted.
+        match hdr.map(|h| h.classify(&path, Some(uuid))) {
+            None | Some(SegmentVerdict::Incomplete) | Some(SegmentVerdict::Ours) => {
+                orphans.push(f.name.clone())
+            }
+            Some(SegmentVerdict::Foreign(found)) => {
+                return Err(Error::ForeignSegment { path, expected: uuid, found });
+            }
+            Some(SegmentVerdict::Bad(e)) => return Err(e),
+        }
+    }
+    if let Some(&id) = bitmap.iter().find(|id| !live.contains_key(id)) {
+        return Err(Error::MissingSegment { path: dir.to_path_buf(), id });
+    }
+    Ok(Judged { uuid, layout: hdr0.layout, was_clean, live, orphans })
+}
+
+fn sim_site() -> crate::sim::Site {
+    crate::sim::Site { location: std::panic::Location::caller(), rule: None }
+}
+
 impl PoolSet {
     /// Creates a pool set in `dir` (which must not exist, or be an empty directory) with one
     /// segment of `opts.segment_size_bytes()`.
@@ -176,7 +288,7 @@ impl PoolSet {
         let flush = resolve_flush(opts)?;
         let seg_size = opts.segment_size_bytes();
         check_size(dir, seg_size)?;
-        let reserve_len = reservation_len(opts, seg_size)?;
+        let reserve_len = reservation_len(opts, seg_size, false)?;
         match std::fs::read_dir(dir) {
             Ok(mut entries) => {
                 if entries.next().is_some() {
@@ -205,7 +317,7 @@ impl PoolSet {
         let set = PoolSet::assemble(
             dir,
             reservation,
-            file,
+            Some(file),
             opts,
             flush,
             decision,
@@ -213,21 +325,77 @@ impl PoolSet {
             layout,
             seg_size,
             false,
+            None,
         )?;
-        // P-PM-1 for segment 0, whose header page also holds the shutdown state and bitmap.
-        let hdr = SegmentHeader::new(uuid, 0, seg_size, layout, now_ns());
-        let r = &set.space;
+        set.init_segment0(seg_size)?;
+        guard.disarm();
+        Ok(set)
+    }
+
+    /// Creates a pool set on the **simulated persistence domain** (see `sim`): segments are
+    /// simulated files, every store, flush, fence and file operation is observable through
+    /// [`PoolSet::sim`]. Its reservation defaults to 1 GiB (`Options::max_pool_size` to
+    /// change it): keep sim pool sets small.
+    pub fn create_sim(opts: &Options) -> Result<PoolSet> {
+        PoolSet::create_sim_with(Arc::new(SimDomain::new(opts.is_eadr())), opts)
+    }
+
+    /// [`PoolSet::create_sim`] on a given (empty) domain, e.g. one whose hook is already
+    /// installed.
+    pub fn create_sim_with(sim: Arc<SimDomain>, opts: &Options) -> Result<PoolSet> {
+        let dir = Path::new("<sim>");
+        if !sim.files().is_empty() {
+            return Err(Error::InvalidArgument("the sim domain already holds files".into()));
+        }
+        let layout = validate_layout(opts.layout_name())?;
+        let flush = resolve_flush(opts)?;
+        let seg_size = opts.segment_size_bytes();
+        check_size(dir, seg_size)?;
+        let reservation = reserve(reservation_len(opts, seg_size, true)?, dir)?;
+        let set = PoolSet::assemble(
+            dir,
+            reservation,
+            None,
+            opts,
+            flush,
+            sim_decision(),
+            [0x5a; 16],
+            layout,
+            seg_size,
+            false,
+            Some(sim.clone()),
+        )?;
+        sim.file_create(
+            &seg_name(0),
+            seg_size,
+            Some(set.space.region.sub(0, seg_size)?),
+            sim_site(),
+        )?;
+        set.init_segment0(seg_size)?;
+        Ok(set)
+    }
+
+    /// P-PM-1 for segment 0, whose header page also holds the shutdown state and bitmap.
+    fn init_segment0(&self, seg_size: u64) -> Result<()> {
+        let hdr = SegmentHeader::new(self.uuid, 0, seg_size, self.layout, now_ns());
+        let r = &self.space;
         r.write_bytes(0, hdr.as_bytes())?;
         r.store_u64(SHUTDOWN_STATE_OFF, STATE_OPEN, Ordering::Relaxed)?;
         r.store_u64(SEGMENT_BITMAP_OFF, 1, Ordering::Relaxed)?;
-        r.persist(0, HEADER_AREA)?; // ORDER(P-PM-1): header, state and bitmap before the magic
+        r.persist_rule("P-PM-1", 0, HEADER_AREA)?; // ORDER(P-PM-1): header, state and bitmap before the magic
         r.store_u64(0, SEGMENT_MAGIC, Ordering::Release)?;
-        r.persist(0, 8)?; // ORDER(P-PM-1): the magic commits segment 0
-        platform::sync_dir(dir).map_err(|e| Error::io("fsync", dir, e))?;
-        set.publish(0, 0, seg_size);
-        set.inner_lock().next_voff = seg_size;
-        guard.disarm();
-        Ok(set)
+        r.persist_rule("P-PM-1", 0, 8)?; // ORDER(P-PM-1): the magic commits segment 0
+        self.sync_dir()?;
+        self.publish(0, 0, seg_size);
+        self.inner_lock().next_voff = seg_size;
+        Ok(())
+    }
+
+    fn sync_dir(&self) -> Result<()> {
+        if self.space.sim.is_some() {
+            return Ok(());
+        }
+        platform::sync_dir(&self.dir).map_err(|e| Error::io("fsync", &self.dir, e))
     }
 
     /// Opens the pool set in `dir`: validates every segment, rejects foreign and missing ones,
@@ -248,111 +416,49 @@ impl PoolSet {
             return Err(Error::Locked { path: dir.to_path_buf() });
         }
         let size0 = file0.metadata().map_err(|e| Error::io("stat", &path0, e))?.len();
-        if size0 < HEADER_AREA {
-            return Err(if size0 == 0 {
-                Error::Incomplete { path: path0 }
-            } else {
-                Error::TooSmall { path: path0, size: size0, min: MIN_POOL_SIZE }
-            });
-        }
         let mut page = vec![0u8; HEADER_AREA as usize];
-        file0.read_exact_at(&mut page, 0).map_err(|e| Error::io("read", &path0, e))?;
-        let hdr0 = SegmentHeader::read_from_prefix(&page)
-            .map(|(h, _)| h)
-            .map_err(|_| Error::corrupt(&path0, "unreadable header"))?;
-        hdr0.validate(&path0, size0, 0, None, opts.layout_name())?;
-        let uuid = hdr0.pool_uuid;
-        let word = |off: u64| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&page[off as usize..off as usize + 8]);
-            u64::from_le_bytes(w)
-        };
-        let was_clean = match word(SHUTDOWN_STATE_OFF) {
-            STATE_CLEAN => true,
-            STATE_OPEN => false,
-            other => {
-                return Err(Error::corrupt(&path0, format!("unknown shutdown state {other:#x}")));
-            }
-        };
-        let mut live = BTreeSet::new();
-        for w in 0..MAX_SEGMENTS / 64 {
-            let bits = word(SEGMENT_BITMAP_OFF + w * 8);
-            for b in 0..64 {
-                if bits & (1 << b) != 0 {
-                    live.insert(w * 64 + b);
-                }
-            }
-        }
-        if !live.contains(&0) {
-            return Err(Error::corrupt(&path0, "segment 0 is not in its own bitmap"));
-        }
-
-        // Judge every segment file in the directory before changing anything.
-        let mut sizes: BTreeMap<SegmentId, u64> = BTreeMap::new();
-        sizes.insert(0, size0);
-        let mut orphans = Vec::new();
+        let head0 = file0.read_exact_at(&mut page, 0).ok().map(|()| page);
+        let seg0 = Found { id: 0, name: seg_name(0), size: size0, head: head0 };
+        let mut others = Vec::new();
         let entries = std::fs::read_dir(dir).map_err(|e| Error::io("read_dir", dir, e))?;
         for entry in entries {
             let entry = entry.map_err(|e| Error::io("read_dir", dir, e))?;
-            let Some(id) = entry.file_name().to_str().and_then(parse_seg_name) else {
-                continue;
-            };
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
+            let Some(id) = parse_seg_name(&name) else { continue };
             if id == 0 {
                 continue;
             }
             let path = entry.path();
             let f = File::open(&path).map_err(|e| Error::io("open", &path, e))?;
             let size = f.metadata().map_err(|e| Error::io("stat", &path, e))?.len();
-            let hdr = read_seg_header(&f, &path)?;
-            if live.contains(&id) {
-                let hdr = hdr.ok_or_else(|| Error::corrupt(&path, "segment file truncated"))?;
-                hdr.validate(&path, size, id, Some(uuid), opts.layout_name())?;
-                sizes.insert(id, size);
-                continue;
-            }
-            // Not in the bitmap: an orphan of a crashed grow/remove if it is ours or
-            // incomplete; a foreign or unreadable file is refused, never deleted.
-            match hdr.map(|h| h.classify(&path, Some(uuid))) {
-                None | Some(SegmentVerdict::Incomplete) | Some(SegmentVerdict::Ours) => {
-                    orphans.push(path)
-                }
-                Some(SegmentVerdict::Foreign(found)) => {
-                    return Err(Error::ForeignSegment { path, expected: uuid, found });
-                }
-                Some(SegmentVerdict::Bad(e)) => return Err(e),
-            }
+            let head = read_seg_header(&f, &path)?.map(|h| h.as_bytes().to_vec());
+            others.push(Found { id, name, size, head });
         }
-        if let Some(&id) = live.iter().find(|id| !sizes.contains_key(id)) {
-            return Err(Error::MissingSegment { path: dir.to_path_buf(), id });
-        }
-        let total: u64 = sizes.values().sum();
-        let reserve_len = reservation_len(opts, opts.segment_size_bytes())?.max(
-            total
-                .checked_add(opts.segment_size_bytes())
-                .ok_or_else(|| Error::InvalidArgument("pool set too large".into()))?,
-        );
+        let j = judge(dir, &seg0, &others, opts.layout_name())?;
 
         // Map segment 0 (deciding the mode), then the others in id order.
-        let reservation = reserve(reserve_len, dir)?;
+        let reservation = reserve(open_reservation(opts, &j, false)?, dir)?;
         let base = reservation.ptr;
-        // SAFETY: `base` starts our fresh reservation, which is at least `total` bytes.
+        // SAFETY: `base` starts our fresh reservation, which is larger than every live segment
+        // together (open_reservation).
         let map0 = |sync| unsafe { platform::map_fixed(base, size0 as usize, &file0, sync) };
         let (_, decision) = map_deciding_mode(&path0, opts, map0)?;
         let set = PoolSet::assemble(
             dir,
             reservation,
-            file0,
+            Some(file0),
             opts,
             flush,
             decision,
-            uuid,
-            hdr0.layout,
+            j.uuid,
+            j.layout,
             opts.segment_size_bytes(),
-            was_clean,
+            j.was_clean,
+            None,
         )?;
         set.publish(0, 0, size0);
         let mut voff = size0;
-        for (&id, &size) in sizes.iter().skip(1) {
+        for (&id, &size) in j.live.iter().skip(1) {
             let path = seg_path(dir, id);
             let f = OpenOptions::new()
                 .read(true)
@@ -364,21 +470,105 @@ impl PoolSet {
             voff += size;
         }
         set.inner_lock().next_voff = voff;
-        for o in &orphans {
-            std::fs::remove_file(o).map_err(|e| Error::io("remove orphan", o, e))?;
+        for name in &j.orphans {
+            let o = dir.join(name);
+            std::fs::remove_file(&o).map_err(|e| Error::io("remove orphan", &o, e))?;
         }
-        if !orphans.is_empty() {
-            platform::sync_dir(dir).map_err(|e| Error::io("fsync", dir, e))?;
+        if !j.orphans.is_empty() {
+            set.sync_dir()?;
         }
         set.persist_state(STATE_OPEN)?;
         Ok(set)
+    }
+
+    /// Opens the pool set of a crash image on a new simulated domain whose durable image is
+    /// the crash image, with the validation of [`PoolSet::open`] (orphans are dropped).
+    pub fn open_sim(image: &CrashImage, opts: &Options) -> Result<PoolSet> {
+        let dir = Path::new("<sim>");
+        let flush = resolve_flush(opts)?;
+        let name0 = seg_name(0);
+        let f0 = image.file(&name0).ok_or_else(|| Error::NotFound { path: dir.join(&name0) })?;
+        let seg0 = Found {
+            id: 0,
+            name: name0.clone(),
+            size: f0.len,
+            head: Some(f0.prefix(HEADER_AREA as usize)),
+        };
+        let others: Vec<Found> = image
+            .files
+            .iter()
+            .filter_map(|f| {
+                let id = parse_seg_name(&f.name).filter(|&id| id != 0)?;
+                let head = (f.len >= size_of::<SegmentHeader>() as u64)
+                    .then(|| f.prefix(size_of::<SegmentHeader>()));
+                Some(Found { id, name: f.name.clone(), size: f.len, head })
+            })
+            .collect();
+        let j = judge(dir, &seg0, &others, opts.layout_name())?;
+        let reservation = reserve(open_reservation(opts, &j, true)?, dir)?;
+        let sim = Arc::new(SimDomain::new(opts.is_eadr()));
+        let set = PoolSet::assemble(
+            dir,
+            reservation,
+            None,
+            opts,
+            flush,
+            sim_decision(),
+            j.uuid,
+            j.layout,
+            opts.segment_size_bytes(),
+            j.was_clean,
+            Some(sim.clone()),
+        )?;
+        let mut voff = 0;
+        for (&id, &size) in &j.live {
+            let name = seg_name(id);
+            let file =
+                image.file(&name).ok_or_else(|| Error::NotFound { path: dir.join(&name) })?;
+            let region = set.space.region.sub(voff, size)?;
+            let pages = file.copy_into(&region)?;
+            sim.file_insert(&name, size, pages, Some(region));
+            set.publish(id, voff, size);
+            voff += size;
+        }
+        set.inner_lock().next_voff = voff;
+        set.persist_state(STATE_OPEN)?;
+        Ok(set)
+    }
+
+    /// Writes a crash image's segment files into `dir` (which must not exist, or be empty)
+    /// and opens it as a mapped pool set with [`PoolSet::open`].
+    pub fn open_image_mapped(
+        image: &CrashImage,
+        dir: impl AsRef<Path>,
+        opts: &Options,
+    ) -> Result<PoolSet> {
+        let dir = dir.as_ref();
+        if std::fs::read_dir(dir).is_ok_and(|mut e| e.next().is_some()) {
+            return Err(Error::AlreadyExists { path: dir.to_path_buf() });
+        }
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("mkdir", dir, e))?;
+        for f in &image.files {
+            if parse_seg_name(&f.name).is_none() {
+                continue;
+            }
+            let path = dir.join(&f.name);
+            std::fs::write(&path, f.bytes()).map_err(|e| Error::io("write", &path, e))?;
+        }
+        PoolSet::open(dir, opts)
+    }
+
+    /// The simulated persistence domain, for sets made by [`PoolSet::create_sim`] or
+    /// [`PoolSet::open_sim`].
+    pub fn sim(&self) -> Option<&Arc<SimDomain>> {
+        self.space.sim()
     }
 
     #[allow(clippy::too_many_arguments)]
     fn assemble(
         dir: &Path,
         reservation: Reservation,
-        lock: File,
+        lock: Option<File>,
         opts: &Options,
         flush: crate::FlushKind,
         decision: ModeDecision,
@@ -386,6 +576,7 @@ impl PoolSet {
         layout: [u8; LAYOUT_MAX],
         segment_size: u64,
         was_clean: bool,
+        sim: Option<Arc<SimDomain>>,
     ) -> Result<PoolSet> {
         // SAFETY: the reservation is `len` bytes of page-aligned, read-write memory owned by
         // the PoolSet (dropped after `space`), accessed only through Region (PS2).
@@ -394,7 +585,7 @@ impl PoolSet {
         let emu = Emulator::new(opts.latency()).map(Arc::new);
         let slots = (0..MAX_SEGMENTS).map(|_| Slot::default()).collect();
         Ok(PoolSet {
-            space: Space::new(region, cfg, emu, dir),
+            space: Space::new(region, cfg, emu, sim, dir),
             dir: dir.to_path_buf(),
             uuid,
             layout,
@@ -481,14 +672,29 @@ impl PoolSet {
             });
         }
         let id = self.free_id()?;
+        let name = seg_name(id);
         let path = seg_path(&self.dir, id);
-        if path.exists() {
-            // Not in the bitmap and we hold the set's lock: an orphan. Remove it.
-            std::fs::remove_file(&path).map_err(|e| Error::io("remove orphan", &path, e))?;
+        let mut guard = None;
+        match &self.space.sim {
+            Some(sim) => {
+                let _ = sim.file_remove(&name, sim_site()); // an orphan, if any
+                sim.file_create(&name, size, Some(self.space.region.sub(voff, size)?), sim_site())?;
+            }
+            None => {
+                if path.exists() {
+                    // Not in the bitmap and we hold the set's lock: an orphan. Remove it.
+                    std::fs::remove_file(&path)
+                        .map_err(|e| Error::io("remove orphan", &path, e))?;
+                }
+                let (file, g) = create_segment_file(&path, size, &self.dir)?;
+                self.map_segment(&file, &path, voff, size)?;
+                guard = Some(g);
+            }
         }
-        let (file, guard) = create_segment_file(&path, size, &self.dir)?;
-        self.map_segment(&file, &path, voff, size)?;
-        let unmap_on_error = |e: Error| {
+        let undo_on_error = |e: Error| {
+            if let Some(sim) = &self.space.sim {
+                let _ = sim.file_remove(&name, sim_site());
+            }
             if let Ok(addr) = self.addr(voff) {
                 // SAFETY: [voff, voff + size) is inside our reservation (mapped above) and not
                 // yet published to anyone.
@@ -500,16 +706,18 @@ impl PoolSet {
         let r = &self.space;
         let write = || -> Result<()> {
             r.write_bytes(voff, hdr.as_bytes())?;
-            r.persist(voff, size_of::<SegmentHeader>() as u64)?; // ORDER(P-PM-1): header before magic
+            r.persist_rule("P-PM-1", voff, size_of::<SegmentHeader>() as u64)?; // ORDER(P-PM-1): header before magic
             r.store_u64(voff, SEGMENT_MAGIC, Ordering::Release)?;
-            r.persist(voff, 8)?; // ORDER(P-PM-1): the magic completes the segment
-            platform::sync_dir(&self.dir).map_err(|e| Error::io("fsync", &self.dir, e))?;
+            r.persist_rule("P-PM-1", voff, 8)?; // ORDER(P-PM-1): the magic completes the segment
+            self.sync_dir()?;
             let word = SEGMENT_BITMAP_OFF + id / 64 * 8;
             r.fetch_or_u64(word, 1 << (id % 64), Ordering::AcqRel)?;
-            r.persist(word, 8) // ORDER(P-PM-8): the bitmap bit adds the complete segment
+            r.persist_rule("P-PM-8", word, 8) // ORDER(P-PM-8): the bitmap bit adds the complete segment
         };
-        write().map_err(unmap_on_error)?;
-        guard.disarm();
+        write().map_err(undo_on_error)?;
+        if let Some(g) = guard {
+            g.disarm();
+        }
         self.publish(id, voff, size);
         inner.next_voff = voff + size;
         Ok(id)
@@ -552,7 +760,7 @@ impl PoolSet {
         let size = slot.len.load(Ordering::Relaxed) + HEADER_AREA;
         let word = SEGMENT_BITMAP_OFF + id / 64 * 8;
         self.space.fetch_and_u64(word, !(1 << (id % 64)), Ordering::AcqRel)?;
-        self.space.persist(word, 8)?; // ORDER(P-PM-9): leave the set before the file goes
+        self.space.persist_rule("P-PM-9", word, 8)?; // ORDER(P-PM-9): leave the set before the file goes
         slot.base.store(0, Ordering::Release);
         {
             let mut m = self.by_addr.write().unwrap_or_else(|p| p.into_inner());
@@ -562,10 +770,45 @@ impl PoolSet {
         // SAFETY: [voff, voff + size) is the segment's range inside our reservation; replacing it keeps PS2 (read-write, never PROT_NONE).
         unsafe { platform::map_anon_fixed(addr, size as usize) }
             .map_err(|e| Error::io("mmap", &self.dir, e))?;
-        let path = seg_path(&self.dir, id);
-        std::fs::remove_file(&path).map_err(|e| Error::io("unlink", &path, e))?;
-        platform::sync_dir(&self.dir).map_err(|e| Error::io("fsync", &self.dir, e))?;
-        Ok(())
+        match &self.space.sim {
+            Some(sim) => sim.file_remove(&seg_name(id), sim_site())?,
+            None => {
+                let path = seg_path(&self.dir, id);
+                std::fs::remove_file(&path).map_err(|e| Error::io("unlink", &path, e))?;
+            }
+        }
+        self.sync_dir()
+    }
+
+    /// Punches a hole of `len` bytes at `p` (both 4 KiB-aligned, inside one segment's data
+    /// area): the range reads as zeros afterwards and its file space is released. Durable on
+    /// return (a file operation). PAllocator's defragmentation uses it on free big blocks.
+    pub fn punch_hole(&self, p: PPtr, len: u64) -> Result<()> {
+        let global = self.resolve_range(p, len)?;
+        if !p.offset.is_multiple_of(HEADER_AREA) || !len.is_multiple_of(HEADER_AREA) {
+            return Err(Error::Misaligned { off: p.offset, align: HEADER_AREA });
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let _inner = self.inner_lock();
+        let file_off = HEADER_AREA + p.offset;
+        match &self.space.sim {
+            Some(sim) => sim.file_punch(&seg_name(p.segment), file_off, len, sim_site()),
+            None => {
+                let path = seg_path(&self.dir, p.segment);
+                let f = OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .map_err(|e| Error::io("open", &path, e))?;
+                platform::punch_hole(&f, file_off, len)
+                    .map_err(|e| Error::io("punch", &path, e))?;
+                // The mapping sees the hole; zero through it too for modes where the kernel
+                // might keep stale cached pages (it does not on tmpfs or ext4; cheap insurance).
+                debug_assert!(self.space.region.addr_of(global, len).is_ok());
+                Ok(())
+            }
+        }
     }
 
     /// Resolves a persistent pointer to a global offset in [`PoolSet::space`]-relative terms
@@ -678,15 +921,32 @@ impl std::ops::Deref for PoolSet {
     }
 }
 
-fn reservation_len(opts: &Options, seg_size: u64) -> Result<u64> {
+/// The reservation of a new set; sim sets default to at most 1 GiB.
+fn reservation_len(opts: &Options, seg_size: u64, sim: bool) -> Result<u64> {
     let page = platform::page_size() as u64;
-    let len = opts.max_pool_size_bytes().div_ceil(page) * page;
+    let want = match (sim, opts.max_pool_size_explicit()) {
+        (_, Some(n)) => n,
+        (true, None) => opts.max_pool_size_bytes().min(1 << 30),
+        (false, None) => opts.max_pool_size_bytes(),
+    };
+    let len = want.div_ceil(page) * page;
     if len < seg_size {
         return Err(Error::InvalidArgument(format!(
             "max pool size {len} is smaller than the segment size {seg_size}"
         )));
     }
     Ok(len)
+}
+
+/// The reservation of an existing set: the configured one, but at least the live segments
+/// plus one more default segment.
+fn open_reservation(opts: &Options, j: &Judged, sim: bool) -> Result<u64> {
+    let total: u64 = j.live.values().sum();
+    let need = total
+        .checked_add(opts.segment_size_bytes())
+        .ok_or_else(|| Error::InvalidArgument("pool set too large".into()))?;
+    let page = platform::page_size() as u64;
+    Ok(reservation_len(opts, 0, sim)?.max(need.div_ceil(page) * page))
 }
 
 fn reserve(len: u64, dir: &Path) -> Result<Reservation> {

@@ -127,6 +127,7 @@ impl Space {
 
     /// Durably stores `p` at `loc` without relying on axiom M2 (P-PM-10): the offset is
     /// persisted before the segment word is stored and persisted. 2 flushes, 2 fences.
+    #[track_caller]
     pub fn persist_pptr(&self, loc: u64, p: PPtr) -> Result<()> {
         if !loc.is_multiple_of(16) {
             return Err(crate::Error::Misaligned { off: loc, align: 16 });
@@ -139,6 +140,7 @@ impl Space {
 
     /// Durably stores `p` at `loc` relying on axiom M2 (same-line stores persist in program
     /// order): offset, then segment (`Release`), one persist. 1 flush, 1 fence.
+    #[track_caller]
     pub fn persist_pptr_m2(&self, loc: u64, p: PPtr) -> Result<()> {
         if !loc.is_multiple_of(16) {
             return Err(crate::Error::Misaligned { off: loc, align: 16 });
@@ -149,6 +151,7 @@ impl Space {
     }
 
     /// Durably nulls the pointer at `loc`: one failure-atomic store of the segment word.
+    #[track_caller]
     pub fn persist_pptr_null(&self, loc: u64) -> Result<()> {
         if !loc.is_multiple_of(16) {
             return Err(crate::Error::Misaligned { off: loc, align: 16 });
@@ -163,6 +166,7 @@ impl Space {
     }
 
     /// Stores the 8-byte offset `p` at `loc` (not flushed).
+    #[track_caller]
     pub fn store_poff(&self, loc: u64, p: POff, ord: Ordering) -> Result<()> {
         self.store_u64(loc, p.0, ord)
     }

@@ -80,6 +80,17 @@ impl Region {
         self.len as u64
     }
 
+    /// Address of the first byte of the region.
+    pub fn base_addr(&self) -> usize {
+        self.base.as_ptr() as usize
+    }
+
+    /// Address of `off`, after checking that `[off, off + len)` is inside the region.
+    #[inline]
+    pub fn addr_of(&self, off: u64, len: u64) -> Result<usize> {
+        self.check(off, len).map(|p| p as usize)
+    }
+
     /// Bounds check; returns the address of `off`.
     #[inline(always)]
     fn check(&self, off: u64, len: u64) -> Result<*mut u8> {

@@ -16,6 +16,11 @@
 //! (after the `SFENCE`, so younger stores are held back as a real barrier would hold them);
 //! `persist = flush + fence` (P-PM-3). See `docs/design/persistence.md`.
 //!
+//! Every primitive is `#[track_caller]`: on a simulated pool the caller's location (and, with
+//! the `*_rule` variants, the ordering rule it implements) identifies the persistence event for
+//! the crash tester. On other pools the location is unused; the only cost is one predictable
+//! branch on "is this pool simulated?".
+//!
 //! # Concurrency
 //! `Space: Send + Sync`; every method takes `&self`.
 
@@ -26,16 +31,20 @@ use std::sync::atomic::Ordering;
 
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
+use std::panic::Location;
+
 use crate::emulation::Emulator;
 use crate::error::{Error, Result};
 use crate::options::{DurabilityMode, FlushKind};
 use crate::region::{PersistCfg, Region};
+use crate::sim::{SimDomain, Site};
 
 /// A checked, flushable address space of persistent memory (see the module docs).
 pub struct Space {
     pub(crate) region: Region,
     pub(crate) cfg: PersistCfg,
     pub(crate) emu: Option<Arc<Emulator>>,
+    pub(crate) sim: Option<Arc<SimDomain>>,
     pub(crate) name: PathBuf,
 }
 
@@ -48,6 +57,7 @@ impl fmt::Debug for Space {
             .field("flush", &self.cfg.flush)
             .field("eadr", &self.cfg.eadr)
             .field("emulation", &self.emu)
+            .field("simulated", &self.sim.is_some())
             .finish()
     }
 }
@@ -57,9 +67,10 @@ impl Space {
         region: Region,
         cfg: PersistCfg,
         emu: Option<Arc<Emulator>>,
+        sim: Option<Arc<SimDomain>>,
         name: &Path,
     ) -> Space {
-        Space { region, cfg, emu, name: name.to_path_buf() }
+        Space { region, cfg, emu, sim, name: name.to_path_buf() }
     }
 
     fn at_name(&self, e: Error) -> Error {
@@ -67,6 +78,35 @@ impl Space {
             Error::Io { op, source, .. } => Error::Io { op, path: self.name.clone(), source },
             other => other,
         }
+    }
+
+    #[inline]
+    #[track_caller]
+    fn site(rule: Option<&'static str>) -> Site {
+        Site { location: Location::caller(), rule }
+    }
+
+    /// Runs the store `f` of `len` bytes at `off`, through the sim domain if there is one.
+    #[inline(always)]
+    fn stored<R>(
+        &self,
+        off: u64,
+        len: u64,
+        site: Site,
+        f: impl FnOnce() -> Result<R>,
+    ) -> Result<R> {
+        match &self.sim {
+            None => f(),
+            Some(sim) => {
+                let addr = self.region.addr_of(off, len)?;
+                sim.store(addr, len, site, false, f)
+            }
+        }
+    }
+
+    /// The simulated persistence domain, when this space belongs to a sim pool.
+    pub fn sim(&self) -> Option<&Arc<SimDomain>> {
+        self.sim.as_ref()
     }
 
     /// Length of the addressable range in bytes.
@@ -103,13 +143,16 @@ impl Space {
     /// Atomic 8-byte store at `off` (8-aligned; failure-atomic by axiom M1). Not durable until
     /// flushed and fenced. `Acquire`/`AcqRel` are refused.
     #[inline]
+    #[track_caller]
     pub fn store_u64(&self, off: u64, val: u64, ord: Ordering) -> Result<()> {
-        self.region.store_u64(off, val, ord)
+        let site = Self::site(None);
+        self.stored(off, 8, site, || self.region.store_u64(off, val, ord))
     }
 
     /// Atomic compare-and-swap at `off`: `Ok(Ok(previous))` when it stored `new`,
     /// `Ok(Err(actual))` when the word held something else.
     #[inline]
+    #[track_caller]
     pub fn cas_u64(
         &self,
         off: u64,
@@ -118,19 +161,24 @@ impl Space {
         success: Ordering,
         failure: Ordering,
     ) -> Result<Result<u64, u64>> {
-        self.region.cas_u64(off, current, new, success, failure)
+        let site = Self::site(None);
+        self.stored(off, 8, site, || self.region.cas_u64(off, current, new, success, failure))
     }
 
     /// Atomic fetch-or at `off`; returns the previous value.
     #[inline]
+    #[track_caller]
     pub fn fetch_or_u64(&self, off: u64, val: u64, ord: Ordering) -> Result<u64> {
-        self.region.fetch_or_u64(off, val, ord)
+        let site = Self::site(None);
+        self.stored(off, 8, site, || self.region.fetch_or_u64(off, val, ord))
     }
 
     /// Atomic fetch-and at `off`; returns the previous value.
     #[inline]
+    #[track_caller]
     pub fn fetch_and_u64(&self, off: u64, val: u64, ord: Ordering) -> Result<u64> {
-        self.region.fetch_and_u64(off, val, ord)
+        let site = Self::site(None);
+        self.stored(off, 8, site, || self.region.fetch_and_u64(off, val, ord))
     }
 
     /// Copies `buf.len()` bytes at `off` into `buf` (relaxed word loads).
@@ -139,13 +187,17 @@ impl Space {
     }
 
     /// Copies `data` to `off` (relaxed word stores). Not durable until flushed and fenced.
+    #[track_caller]
     pub fn write_bytes(&self, off: u64, data: &[u8]) -> Result<()> {
-        self.region.write_bytes(off, data)
+        let site = Self::site(None);
+        self.stored(off, data.len() as u64, site, || self.region.write_bytes(off, data))
     }
 
     /// Sets `len` bytes at `off` to `byte`.
+    #[track_caller]
     pub fn fill(&self, off: u64, len: u64, byte: u8) -> Result<()> {
-        self.region.fill(off, len, byte)
+        let site = Self::site(None);
+        self.stored(off, len, site, || self.region.fill(off, len, byte))
     }
 
     /// Reads a `T` at `off` through a local copy (no alignment needed).
@@ -156,14 +208,41 @@ impl Space {
     }
 
     /// Writes `val` at `off` through relaxed word stores.
+    #[track_caller]
     pub fn write_struct<T: IntoBytes + Immutable>(&self, off: u64, val: &T) -> Result<()> {
-        self.region.write_bytes(off, val.as_bytes())
+        let site = Self::site(None);
+        let bytes = val.as_bytes();
+        self.stored(off, bytes.len() as u64, site, || self.region.write_bytes(off, bytes))
     }
 
     /// Non-temporal copy of `data` to `off`; durable after the caller's next [`Space::fence`]
     /// (P-PM-5).
+    #[track_caller]
     pub fn copy_nt(&self, off: u64, data: &[u8]) -> Result<()> {
-        let (lines, nt) = self.region.copy_nt(off, data, &self.cfg).map_err(|e| self.at_name(e))?;
+        let site = Self::site(None);
+        let (lines, nt) = match &self.sim {
+            None => self.region.copy_nt(off, data, &self.cfg).map_err(|e| self.at_name(e))?,
+            Some(sim) => {
+                // The same split as the region's copy: an unaligned head and tail are ordinary
+                // stores that get flushed; the aligned middle is non-temporal (pending at once).
+                let addr = self.region.addr_of(off, data.len() as u64)?;
+                let n = data.len() as u64;
+                let head = ((8 - addr % 8) % 8).min(data.len()) as u64;
+                let body = (n - head) / 8 * 8;
+                let r =
+                    sim.store(addr, n, site, false, || self.region.copy_nt(off, data, &self.cfg))?;
+                if body > 0 {
+                    sim.store(addr + head as usize, body, site, true, || Ok(()))?;
+                }
+                if head > 0 {
+                    sim.flush(addr, head, site);
+                }
+                if n - head - body > 0 {
+                    sim.flush(addr + (head + body) as usize, n - head - body, site);
+                }
+                r
+            }
+        };
         if let Some(emu) = &self.emu {
             emu.note(lines, nt);
         }
@@ -173,8 +252,24 @@ impl Space {
     /// Starts write-back of every line overlapping `[off, off + len)` with the pool's flush
     /// instruction (`msync` in `Msync` mode; counted as elided under eADR).
     #[inline]
+    #[track_caller]
     pub fn flush(&self, off: u64, len: u64) -> Result<()> {
+        self.flush_site(off, len, Self::site(None))
+    }
+
+    /// [`Space::flush`] naming the ordering rule it implements (e.g. `"P-FPT-3"`).
+    #[inline]
+    #[track_caller]
+    pub fn flush_rule(&self, rule: &'static str, off: u64, len: u64) -> Result<()> {
+        self.flush_site(off, len, Self::site(Some(rule)))
+    }
+
+    #[inline(always)]
+    fn flush_site(&self, off: u64, len: u64, site: Site) -> Result<()> {
         let lines = self.region.flush(off, len, &self.cfg).map_err(|e| self.at_name(e))?;
+        if let Some(sim) = &self.sim {
+            sim.flush(self.region.addr_of(off, len)?, len, site);
+        }
         if let Some(emu) = &self.emu {
             emu.note(lines, 0);
         }
@@ -184,8 +279,24 @@ impl Space {
     /// Store fence: this thread's earlier flushes and non-temporal stores are durable when it
     /// returns; then the emulated barrier latency, if configured, is injected.
     #[inline]
+    #[track_caller]
     pub fn fence(&self) {
+        self.fence_site(Self::site(None));
+    }
+
+    /// [`Space::fence`] naming the ordering rule it implements.
+    #[inline]
+    #[track_caller]
+    pub fn fence_rule(&self, rule: &'static str) {
+        self.fence_site(Self::site(Some(rule)));
+    }
+
+    #[inline(always)]
+    fn fence_site(&self, site: Site) {
         Region::fence(&self.cfg);
+        if let Some(sim) = &self.sim {
+            sim.fence(site);
+        }
         if let Some(emu) = &self.emu {
             emu.on_fence();
         }
@@ -193,9 +304,21 @@ impl Space {
 
     /// `flush` + `fence`: `[off, off + len)` is durable when it returns.
     #[inline]
+    #[track_caller]
     pub fn persist(&self, off: u64, len: u64) -> Result<()> {
-        self.flush(off, len)?;
-        self.fence();
+        let site = Self::site(None);
+        self.flush_site(off, len, site)?;
+        self.fence_site(site);
+        Ok(())
+    }
+
+    /// [`Space::persist`] naming the ordering rule it implements.
+    #[inline]
+    #[track_caller]
+    pub fn persist_rule(&self, rule: &'static str, off: u64, len: u64) -> Result<()> {
+        let site = Self::site(Some(rule));
+        self.flush_site(off, len, site)?;
+        self.fence_site(site);
         Ok(())
     }
 }
