@@ -5,6 +5,7 @@
 //! `docs/configuration.md`.
 #![forbid(unsafe_code)]
 
+mod crashtest;
 mod info;
 
 use std::process::ExitCode;
@@ -24,6 +25,9 @@ enum Command {
     /// Print CPU persistence features, the durability mode a path would get and why, and the
     /// measured cost of a persist barrier and of a read after a flush.
     Info(info::InfoArgs),
+    /// Crash-test a registered target: crash it at its persist points, recover every crash
+    /// image and check it against the target's model (exit 0 passed, 1 failure found).
+    Crashtest(crashtest::CrashtestArgs),
 }
 
 fn main() -> ExitCode {
@@ -36,6 +40,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Info(args) => info::run(&args),
+        Command::Crashtest(args) => crashtest::run(&args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,140 @@
+//! `ferrite crashtest`: list, run and replay crash targets.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use ferrite_crashtest::{Config, Progress, find, registry};
+use indicatif::{ProgressBar, ProgressStyle};
+
+#[derive(Debug, Args)]
+pub struct CrashtestArgs {
+    /// The target to run (see --list).
+    name: Option<String>,
+    /// List the targets as `name<TAB>summary`.
+    #[arg(long)]
+    list: bool,
+    /// With --list: names only.
+    #[arg(long, requires = "list")]
+    names: bool,
+    /// Seed of every random choice (printed in the report; default: a fresh one).
+    #[arg(long, value_parser = parse_seed)]
+    seed: Option<u64>,
+    /// Stop crashing after this many images were tested.
+    #[arg(long)]
+    budget: Option<u64>,
+    /// Stop crashing after this many seconds.
+    #[arg(long)]
+    time: Option<u64>,
+    /// Crash at every visit of every crash point (no call-stack halving).
+    #[arg(long)]
+    exhaustive: bool,
+    /// Also crash at flushes.
+    #[arg(long)]
+    at_flush: bool,
+    /// Do not try subsets of pending lines (only none and all).
+    #[arg(long)]
+    no_stash: bool,
+    /// Seconds one recovery plus check may take.
+    #[arg(long, default_value_t = 30)]
+    watchdog: u64,
+    /// Directory for failing images.
+    #[arg(long, default_value = "crash-repros")]
+    out: PathBuf,
+    /// Recover and check a saved failure instead of exploring.
+    #[arg(long)]
+    replay: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn parse_seed(s: &str) -> Result<u64, String> {
+    let r = match s.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16),
+        None => s.parse(),
+    };
+    r.map_err(|_| format!("not a seed: {s:?} (decimal or 0x hex)"))
+}
+
+fn fresh_seed() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    t ^ u64::from(std::process::id()).rotate_left(32)
+}
+
+pub fn run(a: &CrashtestArgs) -> anyhow::Result<ExitCode> {
+    if a.list {
+        for t in registry() {
+            if a.names {
+                println!("{}", t.name());
+            } else {
+                println!("{}\t{}", t.name(), t.summary());
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let Some(name) = &a.name else {
+        bail!("name a target (ferrite crashtest --list shows them)");
+    };
+    let target = find(name).with_context(|| {
+        format!("no crash target {name:?} (ferrite crashtest --list shows them)")
+    })?;
+    if let Some(dir) = &a.replay {
+        return Ok(match target.replay(dir, Duration::from_secs(a.watchdog)) {
+            Ok(()) => {
+                println!("{name}: replay of {} PASSED", dir.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) if e.starts_with("cannot load") || e.starts_with("cannot read") => {
+                bail!("{e}");
+            }
+            Err(e) => {
+                println!("{name}: replay of {} FAILED:\n  {e}", dir.display());
+                ExitCode::from(1)
+            }
+        });
+    }
+    let seed = a.seed.unwrap_or_else(fresh_seed);
+    let bar = if a.quiet {
+        ProgressBar::hidden()
+    } else {
+        let b = match a.budget {
+            Some(n) => ProgressBar::new(n),
+            None => ProgressBar::new_spinner(),
+        };
+        b.set_style(
+            ProgressStyle::with_template("{spinner} {elapsed} [{bar:30}] {pos} images {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        b
+    };
+    let pb = bar.clone();
+    let cfg = Config {
+        seed,
+        budget: a.budget,
+        time: a.time.map(Duration::from_secs),
+        exhaustive: a.exhaustive,
+        at_flush: a.at_flush,
+        stash: !a.no_stash,
+        watchdog: Duration::from_secs(a.watchdog),
+        out_dir: a.out.clone(),
+        progress: Some(Arc::new(move |p: &Progress| {
+            pb.set_position(p.images);
+            pb.set_message(format!("{} crash points, {} failures", p.visited, p.failures));
+        })),
+        ..Config::default()
+    };
+    let report = target.explore(&cfg);
+    bar.finish_and_clear();
+    print!("{report}");
+    if let (Some(e), true) = (&report.workload_error, report.failures.is_empty()) {
+        bail!("the workload of {name} failed: {e}");
+    }
+    Ok(if report.passed() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
