@@ -1,0 +1,482 @@
+/*
+ * PMDK (libpmemobj) baseline of Ferrite's benchmarks: a persistent B+-tree of 8-byte keys and
+ * variable-size values per table, in one pmemobj pool.
+ *
+ * Every write path runs a *whole* batch of operations inside one TX_BEGIN ... TX_END, so the
+ * setjmp/longjmp of libpmemobj transactions never crosses a Rust frame: Rust calls
+ * fb_pmdk_apply() once per transaction and gets a status back. Reads (get, scan, count) take no
+ * transaction. Concurrency is the caller's job: the Rust wrapper holds a reader-writer lock
+ * (writers exclusive), so the tree is never read while it is being modified.
+ *
+ * The tree: nodes of FB_ORDER keys. Interior node: keys[0..n), children ptrs[0..n], child i
+ * holds keys in [keys[i-1], keys[i]). Leaf: keys[0..n) sorted, ptrs[i] the value object of
+ * keys[i], `next` the right sibling. Inserts split full nodes on the way down (so a parent
+ * always has room). Deletes remove the entry from its leaf without merging (leaves may become
+ * empty; lookups and scans skip them). A value object is {len, bytes}; an insert is one
+ * transactional allocation plus the slot update in the leaf (undo-logged by pmemobj_tx_add_range
+ * of exactly the shifted part), an update of the same length overwrites the value in place
+ * after snapshotting it, a different length allocates a new object.
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libpmem.h>
+#include <libpmemobj.h>
+
+#define FB_ORDER 32
+#define FB_MAX_TABLES 16
+#define FB_LAYOUT "ferrite-bench-btree"
+#define FB_TYPE_NODE 1
+#define FB_TYPE_VALUE 2
+
+struct fb_node {
+	uint64_t leaf;
+	uint64_t n;
+	PMEMoid next;
+	uint64_t keys[FB_ORDER];
+	PMEMoid ptrs[FB_ORDER + 1];
+};
+
+struct fb_value {
+	uint64_t len;
+	unsigned char data[];
+};
+
+struct fb_root {
+	uint64_t ntables;
+	PMEMoid trees[FB_MAX_TABLES];
+};
+
+typedef struct fb_pool {
+	PMEMobjpool *pop;
+	PMEMoid root;
+	uint32_t ntables;
+} fb_pool;
+
+/* One operation of a write batch. */
+typedef struct fb_op {
+	uint32_t kind; /* 1 insert, 2 update, 3 delete */
+	uint32_t table;
+	uint64_t key;
+	const unsigned char *val;
+	uint64_t len;
+} fb_op;
+
+enum { FB_INSERT = 1, FB_UPDATE = 2, FB_DELETE = 3 };
+
+static void fb_err(char *err, size_t errlen, const char *what, const char *msg)
+{
+	if (err && errlen)
+		snprintf(err, errlen, "%s: %s", what, msg ? msg : "unknown error");
+}
+
+static inline struct fb_node *N(PMEMoid oid) { return (struct fb_node *)pmemobj_direct(oid); }
+
+static inline struct fb_root *R(const fb_pool *p) { return (struct fb_root *)pmemobj_direct(p->root); }
+
+/* Number of keys <= key (the child to descend into). */
+static uint64_t upper_bound(const struct fb_node *x, uint64_t key)
+{
+	uint64_t lo = 0, hi = x->n;
+	while (lo < hi) {
+		uint64_t mid = (lo + hi) / 2;
+		if (x->keys[mid] <= key)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* First position with keys[pos] >= key. */
+static uint64_t lower_bound(const struct fb_node *x, uint64_t key)
+{
+	uint64_t lo = 0, hi = x->n;
+	while (lo < hi) {
+		uint64_t mid = (lo + hi) / 2;
+		if (x->keys[mid] < key)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static PMEMoid find_leaf(PMEMoid node, uint64_t key)
+{
+	struct fb_node *x = N(node);
+	while (!x->leaf) {
+		node = x->ptrs[upper_bound(x, key)];
+		x = N(node);
+	}
+	return node;
+}
+
+/* ---- transactional helpers (call only inside TX_BEGIN; failures abort the transaction) ---- */
+
+static PMEMoid new_node(int leaf)
+{
+	PMEMoid oid = pmemobj_tx_zalloc(sizeof(struct fb_node), FB_TYPE_NODE);
+	N(oid)->leaf = (uint64_t)leaf;
+	return oid;
+}
+
+static PMEMoid new_value(const unsigned char *val, uint64_t len)
+{
+	PMEMoid oid = pmemobj_tx_alloc(sizeof(struct fb_value) + len, FB_TYPE_VALUE);
+	struct fb_value *v = (struct fb_value *)pmemobj_direct(oid);
+	/* A fresh allocation is flushed at commit by libpmemobj; no snapshot needed. */
+	v->len = len;
+	if (len)
+		memcpy(v->data, val, len);
+	return oid;
+}
+
+static void add_keys(PMEMoid oid, uint64_t from, uint64_t count)
+{
+	if (count)
+		pmemobj_tx_add_range(oid, offsetof(struct fb_node, keys) + from * sizeof(uint64_t),
+				     count * sizeof(uint64_t));
+}
+
+static void add_ptrs(PMEMoid oid, uint64_t from, uint64_t count)
+{
+	if (count)
+		pmemobj_tx_add_range(oid, offsetof(struct fb_node, ptrs) + from * sizeof(PMEMoid),
+				     count * sizeof(PMEMoid));
+}
+
+static void add_n(PMEMoid oid)
+{
+	pmemobj_tx_add_range(oid, offsetof(struct fb_node, n), sizeof(uint64_t));
+}
+
+/* Splits the full child `i` of the non-full interior node `parent`. */
+static void split_child(PMEMoid parent, uint64_t i)
+{
+	struct fb_node *p = N(parent);
+	PMEMoid child = p->ptrs[i];
+	struct fb_node *c = N(child);
+	PMEMoid sib = new_node((int)c->leaf);
+	struct fb_node *s = N(sib);
+	uint64_t mid = FB_ORDER / 2;
+	uint64_t sep;
+
+	pmemobj_tx_add_range(child, 0, sizeof(struct fb_node));
+	if (c->leaf) {
+		uint64_t moved = FB_ORDER - mid;
+		memcpy(s->keys, &c->keys[mid], moved * sizeof(uint64_t));
+		memcpy(s->ptrs, &c->ptrs[mid], moved * sizeof(PMEMoid));
+		s->n = moved;
+		s->next = c->next;
+		c->next = sib;
+		c->n = mid;
+		sep = s->keys[0];
+	} else {
+		uint64_t moved = FB_ORDER - mid - 1;
+		sep = c->keys[mid];
+		memcpy(s->keys, &c->keys[mid + 1], moved * sizeof(uint64_t));
+		memcpy(s->ptrs, &c->ptrs[mid + 1], (moved + 1) * sizeof(PMEMoid));
+		s->n = moved;
+		c->n = mid;
+	}
+	add_n(parent);
+	add_keys(parent, i, p->n - i + 1);
+	add_ptrs(parent, i + 1, p->n - i + 1);
+	memmove(&p->keys[i + 1], &p->keys[i], (p->n - i) * sizeof(uint64_t));
+	memmove(&p->ptrs[i + 2], &p->ptrs[i + 1], (p->n - i) * sizeof(PMEMoid));
+	p->keys[i] = sep;
+	p->ptrs[i + 1] = sib;
+	p->n += 1;
+}
+
+static int tx_insert(fb_pool *pool, uint32_t t, uint64_t key, const unsigned char *val,
+		     uint64_t len)
+{
+	struct fb_root *r = R(pool);
+	PMEMoid node = r->trees[t];
+	struct fb_node *x = N(node);
+
+	if (x->n == FB_ORDER) {
+		PMEMoid root = new_node(0);
+		N(root)->ptrs[0] = node;
+		split_child(root, 0);
+		pmemobj_tx_add_range(pool->root,
+				     offsetof(struct fb_root, trees) + t * sizeof(PMEMoid),
+				     sizeof(PMEMoid));
+		r->trees[t] = root;
+		node = root;
+		x = N(node);
+	}
+	while (!x->leaf) {
+		uint64_t i = upper_bound(x, key);
+		if (N(x->ptrs[i])->n == FB_ORDER) {
+			split_child(node, i);
+			if (key >= x->keys[i])
+				i++;
+		}
+		node = x->ptrs[i];
+		x = N(node);
+	}
+	uint64_t pos = lower_bound(x, key);
+	if (pos < x->n && x->keys[pos] == key)
+		return EEXIST;
+	PMEMoid v = new_value(val, len);
+	add_n(node);
+	add_keys(node, pos, x->n - pos + 1);
+	add_ptrs(node, pos, x->n - pos + 1);
+	memmove(&x->keys[pos + 1], &x->keys[pos], (x->n - pos) * sizeof(uint64_t));
+	memmove(&x->ptrs[pos + 1], &x->ptrs[pos], (x->n - pos) * sizeof(PMEMoid));
+	x->keys[pos] = key;
+	x->ptrs[pos] = v;
+	x->n += 1;
+	return 0;
+}
+
+static int tx_update(fb_pool *pool, uint32_t t, uint64_t key, const unsigned char *val,
+		     uint64_t len)
+{
+	PMEMoid leaf = find_leaf(R(pool)->trees[t], key);
+	struct fb_node *x = N(leaf);
+	uint64_t pos = lower_bound(x, key);
+	if (pos >= x->n || x->keys[pos] != key)
+		return ENOENT;
+	PMEMoid old = x->ptrs[pos];
+	struct fb_value *v = (struct fb_value *)pmemobj_direct(old);
+	if (v->len == len) {
+		pmemobj_tx_add_range(old, offsetof(struct fb_value, data), len);
+		memcpy(v->data, val, len);
+	} else {
+		PMEMoid nv = new_value(val, len);
+		add_ptrs(leaf, pos, 1);
+		x->ptrs[pos] = nv;
+		pmemobj_tx_free(old);
+	}
+	return 0;
+}
+
+static int tx_delete(fb_pool *pool, uint32_t t, uint64_t key)
+{
+	PMEMoid leaf = find_leaf(R(pool)->trees[t], key);
+	struct fb_node *x = N(leaf);
+	uint64_t pos = lower_bound(x, key);
+	if (pos >= x->n || x->keys[pos] != key)
+		return ENOENT;
+	PMEMoid old = x->ptrs[pos];
+	add_n(leaf);
+	add_keys(leaf, pos, x->n - pos);
+	add_ptrs(leaf, pos, x->n - pos);
+	memmove(&x->keys[pos], &x->keys[pos + 1], (x->n - pos - 1) * sizeof(uint64_t));
+	memmove(&x->ptrs[pos], &x->ptrs[pos + 1], (x->n - pos - 1) * sizeof(PMEMoid));
+	x->n -= 1;
+	pmemobj_tx_free(old);
+	return 0;
+}
+
+/* ---- the API called from Rust ---- */
+
+const char *fb_pmdk_check_version(void)
+{
+	return pmemobj_check_version(PMEMOBJ_MAJOR_VERSION, PMEMOBJ_MINOR_VERSION);
+}
+
+/*
+ * Creates a pool file of `size` bytes at `path` (which must not exist), prefaulted at creation,
+ * with `ntables` empty trees. Returns 0 and sets *out, or an errno and fills `err`.
+ */
+int fb_pmdk_create(const char *path, uint64_t size, uint32_t ntables, fb_pool **out, char *err,
+		   size_t errlen)
+{
+	if (ntables == 0 || ntables > FB_MAX_TABLES) {
+		fb_err(err, errlen, "create", "between 1 and 16 tables");
+		return EINVAL;
+	}
+	int one = 1;
+	if (pmemobj_ctl_set(NULL, "prefault.at_create", &one) != 0) {
+		fb_err(err, errlen, "ctl prefault.at_create", pmemobj_errormsg());
+		return errno ? errno : EINVAL;
+	}
+	PMEMobjpool *pop = pmemobj_create(path, FB_LAYOUT, (size_t)size, 0600);
+	if (pop == NULL) {
+		int e = errno ? errno : EINVAL;
+		fb_err(err, errlen, "pmemobj_create", pmemobj_errormsg());
+		return e;
+	}
+	PMEMoid root = pmemobj_root(pop, sizeof(struct fb_root));
+	if (OID_IS_NULL(root)) {
+		int e = errno ? errno : ENOMEM;
+		fb_err(err, errlen, "pmemobj_root", pmemobj_errormsg());
+		pmemobj_close(pop);
+		return e;
+	}
+	/* volatile: written inside TX_BEGIN and read after a possible longjmp to TX_ONABORT. */
+	volatile int status = 0;
+	TX_BEGIN(pop) {
+		struct fb_root *r = (struct fb_root *)pmemobj_direct(root);
+		pmemobj_tx_add_range(root, 0, sizeof(struct fb_root));
+		r->ntables = ntables;
+		for (uint32_t t = 0; t < ntables; t++)
+			r->trees[t] = new_node(1);
+	} TX_ONABORT {
+		status = errno ? errno : EIO;
+		fb_err(err, errlen, "create trees", pmemobj_errormsg());
+	} TX_END
+	if (status != 0) {
+		pmemobj_close(pop);
+		return status;
+	}
+	fb_pool *p = (fb_pool *)malloc(sizeof(fb_pool));
+	if (p == NULL) {
+		pmemobj_close(pop);
+		fb_err(err, errlen, "malloc", "out of memory");
+		return ENOMEM;
+	}
+	p->pop = pop;
+	p->root = root;
+	p->ntables = ntables;
+	*out = p;
+	return 0;
+}
+
+void fb_pmdk_close(fb_pool *p)
+{
+	if (p) {
+		pmemobj_close(p->pop);
+		free(p);
+	}
+}
+
+/* Whether libpmem treats the pool's memory as persistent memory (flush with CLWB etc.). */
+int fb_pmdk_is_pmem(const fb_pool *p)
+{
+	return pmem_is_pmem(pmemobj_direct(p->root), sizeof(struct fb_root));
+}
+
+/*
+ * Copies the value of `key` into buf (capacity cap) and its length into *len.
+ * Returns 1 found (and copied if it fits: check *len <= cap), 0 not found, -1 bad table.
+ */
+int fb_pmdk_get(const fb_pool *p, uint32_t t, uint64_t key, unsigned char *buf, uint64_t cap,
+		uint64_t *len)
+{
+	if (t >= p->ntables)
+		return -1;
+	struct fb_node *x = N(find_leaf(R(p)->trees[t], key));
+	uint64_t pos = lower_bound(x, key);
+	if (pos >= x->n || x->keys[pos] != key)
+		return 0;
+	const struct fb_value *v = (const struct fb_value *)pmemobj_direct(x->ptrs[pos]);
+	*len = v->len;
+	if (v->len <= cap && v->len)
+		memcpy(buf, v->data, v->len);
+	return 1;
+}
+
+/*
+ * Copies up to `limit` entries with key >= start, in key order: keys[i], lens[i], and the
+ * values back to back into data (capacity cap). Returns the number of entries copied; if the
+ * next entry's value does not fit, stops there and sets *more to 1 (the caller grows the buffer
+ * and resumes from the next key). -1 for a bad table.
+ */
+int64_t fb_pmdk_scan(const fb_pool *p, uint32_t t, uint64_t start, uint64_t limit,
+		     uint64_t *keys, uint64_t *lens, unsigned char *data, uint64_t cap, int *more)
+{
+	*more = 0;
+	if (t >= p->ntables)
+		return -1;
+	PMEMoid leaf = find_leaf(R(p)->trees[t], start);
+	struct fb_node *x = N(leaf);
+	uint64_t pos = lower_bound(x, start);
+	uint64_t n = 0, used = 0;
+	while (n < limit) {
+		if (pos >= x->n) {
+			if (OID_IS_NULL(x->next))
+				break;
+			x = N(x->next);
+			pos = 0;
+			continue;
+		}
+		const struct fb_value *v = (const struct fb_value *)pmemobj_direct(x->ptrs[pos]);
+		if (used + v->len > cap) {
+			*more = 1;
+			break;
+		}
+		keys[n] = x->keys[pos];
+		lens[n] = v->len;
+		if (v->len)
+			memcpy(data + used, v->data, v->len);
+		used += v->len;
+		n++;
+		pos++;
+	}
+	return (int64_t)n;
+}
+
+/* Number of entries of table t (walks the leaves), or UINT64_MAX for a bad table. */
+uint64_t fb_pmdk_count(const fb_pool *p, uint32_t t)
+{
+	if (t >= p->ntables)
+		return UINT64_MAX;
+	PMEMoid node = R(p)->trees[t];
+	struct fb_node *x = N(node);
+	while (!x->leaf)
+		x = N(x->ptrs[0]);
+	uint64_t n = 0;
+	for (;;) {
+		n += x->n;
+		if (OID_IS_NULL(x->next))
+			break;
+		x = N(x->next);
+	}
+	return n;
+}
+
+/*
+ * Applies `n` operations as one pmemobj transaction: all or nothing. Returns 0 on commit;
+ * EEXIST / ENOENT if an insert met an existing key or an update/delete a missing one (the
+ * caller checks first, so this means a bug), ENOMEM if the pool is full, another errno for other
+ * failures; on any error the transaction is rolled back and `err` says why.
+ */
+int fb_pmdk_apply(fb_pool *p, const fb_op *ops, size_t n, char *err, size_t errlen)
+{
+	/* volatile: written inside TX_BEGIN and read after a possible longjmp to TX_ONABORT. */
+	volatile int status = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (ops[i].table >= p->ntables || ops[i].kind < FB_INSERT || ops[i].kind > FB_DELETE) {
+			fb_err(err, errlen, "apply", "bad table or operation");
+			return EINVAL;
+		}
+	}
+	TX_BEGIN(p->pop) {
+		for (size_t i = 0; i < n && status == 0; i++) {
+			const fb_op *o = &ops[i];
+			switch (o->kind) {
+			case FB_INSERT:
+				status = tx_insert(p, o->table, o->key, o->val, o->len);
+				break;
+			case FB_UPDATE:
+				status = tx_update(p, o->table, o->key, o->val, o->len);
+				break;
+			default:
+				status = tx_delete(p, o->table, o->key);
+				break;
+			}
+		}
+		if (status != 0) {
+			fb_err(err, errlen, "apply",
+			       status == EEXIST ? "insert of an existing key"
+						: "update or delete of a missing key");
+			pmemobj_tx_abort(status);
+		}
+	} TX_ONABORT {
+		if (status == 0) {
+			status = errno ? errno : EIO;
+			fb_err(err, errlen, "transaction aborted", pmemobj_errormsg());
+		}
+	} TX_END
+	return status;
+}

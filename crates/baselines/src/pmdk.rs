@@ -1,0 +1,582 @@
+//! PMDK libpmemobj through a small C shim (`csrc/pmdk_shim.c`, compiled with `cc` against
+//! Debian's `libpmemobj-dev`; feature `pmdk`).
+//!
+//! The shim keeps one persistent B+-tree (32 keys per node) per table in one pmemobj pool. A
+//! read-write transaction is buffered on the Rust side (its reads see its own writes) and
+//! applied by **one** C call that runs every operation inside one `TX_BEGIN … TX_END`, so
+//! libpmemobj's `setjmp`/`longjmp` never crosses a Rust frame. An insert is a transactional
+//! allocation of the value plus the undo-logged slot update in its leaf (the operation the
+//! calibration anchor "PMDK transaction (alloc + slot update)" measures).
+//!
+//! Configuration (conventions §6): `PMEM_IS_PMEM_FORCE=1` in the process environment before the
+//! first pool is opened (so libpmem flushes with `CLWB`/`CLFLUSHOPT` + `SFENCE` on tmpfs instead
+//! of calling `msync`); the pool is created (and prefaulted: `prefault.at_create`) before any
+//! timing; Debian's release build of the library. Concurrency: a reader-writer lock (writers
+//! exclusive) around the tree, since pmemobj transactions give atomicity and durability, not
+//! isolation.
+//!
+//! # Durability
+//! A committed transaction is flushed and fenced into the pool: it survives a process crash on
+//! tmpfs, and a power loss on real persistent memory (ADR).
+
+use std::ffi::{CStr, CString, c_char, c_int};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::ptr::NonNull;
+use std::sync::{Once, RwLock};
+
+use crate::error::{Error, Result, check_key, check_table_name};
+
+mod ffi {
+    use std::ffi::{c_char, c_int};
+
+    /// The shim's pool handle (opaque).
+    #[repr(C)]
+    pub struct FbPool {
+        _opaque: [u8; 0],
+    }
+
+    /// One operation of a write batch (`fb_op` in the shim).
+    #[repr(C)]
+    pub struct FbOp {
+        pub kind: u32,
+        pub table: u32,
+        pub key: u64,
+        pub val: *const u8,
+        pub len: u64,
+    }
+
+    pub const INSERT: u32 = 1;
+    pub const UPDATE: u32 = 2;
+    pub const DELETE: u32 = 3;
+
+    unsafe extern "C" {
+        pub fn fb_pmdk_check_version() -> *const c_char;
+        pub fn fb_pmdk_create(
+            path: *const c_char,
+            size: u64,
+            ntables: u32,
+            out: *mut *mut FbPool,
+            err: *mut c_char,
+            errlen: usize,
+        ) -> c_int;
+        pub fn fb_pmdk_close(p: *mut FbPool);
+        pub fn fb_pmdk_is_pmem(p: *const FbPool) -> c_int;
+        pub fn fb_pmdk_get(
+            p: *const FbPool,
+            table: u32,
+            key: u64,
+            buf: *mut u8,
+            cap: u64,
+            len: *mut u64,
+        ) -> c_int;
+        pub fn fb_pmdk_scan(
+            p: *const FbPool,
+            table: u32,
+            start: u64,
+            limit: u64,
+            keys: *mut u64,
+            lens: *mut u64,
+            data: *mut u8,
+            cap: u64,
+            more: *mut c_int,
+        ) -> i64;
+        pub fn fb_pmdk_count(p: *const FbPool, table: u32) -> u64;
+        pub fn fb_pmdk_apply(
+            p: *mut FbPool,
+            ops: *const FbOp,
+            n: usize,
+            err: *mut c_char,
+            errlen: usize,
+        ) -> c_int;
+    }
+}
+
+/// The libpmemobj version this crate was built against (from `pkg-config`).
+pub const VERSION: &str = env!("FERRITE_PMDK_VERSION");
+
+/// What a commit survives, in one sentence.
+pub const DURABILITY: &str = "pmemobj transaction flushed and fenced at commit: survives a \
+                              process crash (tmpfs), and power loss on real PM (ADR)";
+
+/// How to configure the pool.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PmdkConfig {
+    /// Pool size, bytes (allocated and prefaulted at creation; at least 8 MiB).
+    pub pool_size: u64,
+}
+
+static FORCE_PMEM: Once = Once::new();
+
+/// Sets `PMEM_IS_PMEM_FORCE=1` unless the variable is already set (then the user's value
+/// stands and is reported). libpmem reads it once, at its first `pmem_is_pmem`.
+fn force_pmem() {
+    FORCE_PMEM.call_once(|| {
+        if std::env::var_os("PMEM_IS_PMEM_FORCE").is_none() {
+            // SAFETY: `set_var` is unsafe because another thread may read the environment at
+            // the same time. Rust's own readers take the standard library's environment lock;
+            // no C code of this process reads the environment concurrently here: this runs
+            // once, on the thread that creates the first pool, before libpmem (which reads it
+            // lazily) is first used, and the benchmark starts its workers only after that.
+            unsafe { std::env::set_var("PMEM_IS_PMEM_FORCE", "1") };
+        }
+    });
+}
+
+fn err_text(buf: &[c_char]) -> String {
+    // The shim always NUL-terminates (snprintf) what it writes; the buffer starts zeroed.
+    let bytes: Vec<u8> = buf.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// A pmemobj pool holding one B+-tree per table.
+#[derive(Debug)]
+pub struct Pmdk {
+    pool: NonNull<ffi::FbPool>,
+    ntables: usize,
+    lock: RwLock<()>,
+    settings: Vec<(String, String)>,
+}
+
+// SAFETY: the shim's pool handle is only used under `lock`: reads (get, scan, count) under the
+// read lock, writes (apply) under the write lock, so the tree is never read while modified;
+// libpmemobj's own functions are thread-safe.
+unsafe impl Send for Pmdk {}
+// SAFETY: as above.
+unsafe impl Sync for Pmdk {}
+
+impl Drop for Pmdk {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from fb_pmdk_create and nothing uses it after drop.
+        unsafe { ffi::fb_pmdk_close(self.pool.as_ptr()) }
+    }
+}
+
+impl Pmdk {
+    /// Creates a pool file at `path` (which must not exist) of `config.pool_size` bytes,
+    /// prefaulted, with one empty tree per table (at most 16).
+    pub fn create(path: &Path, config: &PmdkConfig, tables: &[&str]) -> Result<Pmdk> {
+        for t in tables {
+            check_table_name(t)?;
+        }
+        if tables.is_empty() || tables.len() > 16 {
+            return Err(Error::InvalidArgument("PMDK baseline: 1 to 16 tables".into()));
+        }
+        // SAFETY: no arguments; returns null or a static message.
+        let bad = unsafe { ffi::fb_pmdk_check_version() };
+        if !bad.is_null() {
+            // SAFETY: non-null NUL-terminated message owned by libpmemobj.
+            let msg = unsafe { CStr::from_ptr(bad) }.to_string_lossy().into_owned();
+            return Err(Error::Pmdk { op: "pmemobj_check_version", message: msg });
+        }
+        force_pmem();
+        let cpath = CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| Error::InvalidArgument("path contains a NUL byte".into()))?;
+        let mut raw = std::ptr::null_mut();
+        let mut err = [0 as c_char; 512];
+        // SAFETY: `cpath` is NUL-terminated, `raw` a valid out-pointer, `err` writable for its
+        // length; the table count was checked above.
+        let rc = unsafe {
+            ffi::fb_pmdk_create(
+                cpath.as_ptr(),
+                config.pool_size,
+                tables.len() as u32,
+                &mut raw,
+                err.as_mut_ptr(),
+                err.len(),
+            )
+        };
+        if rc != 0 {
+            let message = err_text(&err);
+            return Err(if rc == libc::ENOSPC || rc == libc::ENOMEM {
+                Error::Full { engine: "PMDK", detail: message }
+            } else {
+                Error::Pmdk { op: "create", message: format!("{message} (errno {rc})") }
+            });
+        }
+        let pool = NonNull::new(raw)
+            .ok_or_else(|| Error::Pmdk { op: "create", message: "null pool".into() })?;
+        let mut me = Pmdk { pool, ntables: tables.len(), lock: RwLock::new(()), settings: vec![] };
+        // SAFETY: valid pool handle.
+        let is_pmem = unsafe { ffi::fb_pmdk_is_pmem(me.pool.as_ptr()) } != 0;
+        me.settings = vec![
+            ("libpmemobj_version".into(), VERSION.into()),
+            (
+                "PMEM_IS_PMEM_FORCE".into(),
+                std::env::var("PMEM_IS_PMEM_FORCE").unwrap_or_else(|_| "unset".into()),
+            ),
+            (
+                "pmem_is_pmem".into(),
+                if is_pmem {
+                    "1 (flush instructions + fence)".into()
+                } else {
+                    "0 (msync per flush!)".into()
+                },
+            ),
+            ("pool_size".into(), config.pool_size.to_string()),
+            ("prefault".into(), "prefault.at_create=1 (pool created before timing)".into()),
+            (
+                "structure".into(),
+                "persistent B+-tree per table, 32 keys/node, values as separate objects".into(),
+            ),
+            (
+                "transactions".into(),
+                "one pmemobj TX per read-write transaction (whole batch in C); RW lock around \
+                 the tree (writers exclusive)"
+                    .into(),
+            ),
+        ];
+        Ok(me)
+    }
+
+    /// Configuration as it runs.
+    pub fn settings(&self) -> &[(String, String)] {
+        &self.settings
+    }
+
+    /// Runs `f` as a read-write transaction: its writes are buffered (and visible to its own
+    /// reads), then applied atomically and durably in one pmemobj transaction if `f` succeeds.
+    pub fn write<R, E: From<Error>>(
+        &self,
+        f: impl FnOnce(&mut PmdkTxn<'_>) -> Result<R, E>,
+    ) -> Result<R, E> {
+        let _w = self.lock.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut txn = PmdkTxn { db: self, pending: Some(Vec::new()) };
+        let v = f(&mut txn)?;
+        let pending = txn.pending.take().unwrap_or_default();
+        if pending.is_empty() {
+            return Ok(v);
+        }
+        let ops: Vec<ffi::FbOp> = pending
+            .iter()
+            .map(|p| ffi::FbOp {
+                kind: p.kind,
+                table: p.table as u32,
+                key: p.key,
+                val: p.value.as_ref().map_or(std::ptr::null(), |v| v.as_ptr()),
+                len: p.value.as_ref().map_or(0, |v| v.len() as u64),
+            })
+            .collect();
+        let mut err = [0 as c_char; 512];
+        // SAFETY: valid pool handle under the write lock; `ops` and the value buffers they
+        // point to (owned by `pending`) live until the call returns; `err` is writable.
+        let rc = unsafe {
+            ffi::fb_pmdk_apply(
+                self.pool.as_ptr(),
+                ops.as_ptr(),
+                ops.len(),
+                err.as_mut_ptr(),
+                err.len(),
+            )
+        };
+        match rc {
+            0 => Ok(v),
+            rc if rc == libc::ENOMEM || rc == libc::ENOSPC => {
+                Err(Error::Full { engine: "PMDK", detail: err_text(&err) }.into())
+            }
+            rc => Err(Error::Pmdk {
+                op: "apply",
+                message: format!("{} (errno {rc})", err_text(&err)),
+            }
+            .into()),
+        }
+    }
+
+    /// Runs `f` as a read-only transaction (under the read lock).
+    pub fn read<R, E: From<Error>>(
+        &self,
+        f: impl FnOnce(&mut PmdkTxn<'_>) -> Result<R, E>,
+    ) -> Result<R, E> {
+        let _r = self.lock.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&mut PmdkTxn { db: self, pending: None })
+    }
+
+    fn table(&self, t: usize) -> Result<u32> {
+        if t < self.ntables {
+            Ok(t as u32)
+        } else {
+            Err(Error::InvalidArgument(format!("no table #{t}")))
+        }
+    }
+
+    /// Committed value of `key` (caller holds the lock).
+    fn get_committed(&self, table: u32, key: u64, out: &mut Vec<u8>) -> Result<bool> {
+        loop {
+            let mut len = 0u64;
+            let cap = out.capacity().max(64);
+            out.clear();
+            out.reserve(cap);
+            // SAFETY: valid pool handle under a lock; `out` has `out.capacity()` writable
+            // bytes; `len` is a valid out-pointer.
+            let rc = unsafe {
+                ffi::fb_pmdk_get(
+                    self.pool.as_ptr(),
+                    table,
+                    key,
+                    out.as_mut_ptr(),
+                    out.capacity() as u64,
+                    &mut len,
+                )
+            };
+            match rc {
+                0 => return Ok(false),
+                1 if len <= out.capacity() as u64 => {
+                    // SAFETY: the shim copied exactly `len` (<= capacity) bytes into `out`.
+                    unsafe { out.set_len(len as usize) };
+                    return Ok(true);
+                }
+                1 => out.reserve(len as usize),
+                _ => return Err(Error::InvalidArgument(format!("no table #{table}"))),
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Pending {
+    kind: u32,
+    table: usize,
+    key: u64,
+    value: Option<Vec<u8>>,
+}
+
+/// An open PMDK transaction: read-only, or read-write with buffered writes.
+#[derive(Debug)]
+pub struct PmdkTxn<'a> {
+    db: &'a Pmdk,
+    pending: Option<Vec<Pending>>,
+}
+
+impl PmdkTxn<'_> {
+    /// The transaction's own latest write to the key: `Some(None)` deleted, `Some(Some(v))`
+    /// written, `None` untouched.
+    fn own(&self, table: usize, key: u64) -> Option<Option<&[u8]>> {
+        self.pending
+            .as_ref()?
+            .iter()
+            .rev()
+            .find(|p| p.table == table && p.key == key)
+            .map(|p| if p.kind == ffi::DELETE { None } else { p.value.as_deref() })
+    }
+
+    fn push(&mut self, kind: u32, table: usize, key: u64, value: Option<&[u8]>) -> Result<()> {
+        let pending = self
+            .pending
+            .as_mut()
+            .ok_or_else(|| Error::InvalidArgument("write in a read-only transaction".into()))?;
+        pending.push(Pending { kind, table, key, value: value.map(<[u8]>::to_vec) });
+        Ok(())
+    }
+
+    fn exists(&mut self, table: usize, key: u64) -> Result<bool> {
+        match self.own(table, key) {
+            Some(v) => Ok(v.is_some()),
+            None => {
+                let mut scratch = Vec::new();
+                self.db.get_committed(self.db.table(table)?, key, &mut scratch)
+            }
+        }
+    }
+
+    /// Copies the value of `key` into `out`; `false` if there is none.
+    pub fn get(&mut self, table: usize, key: u64, out: &mut Vec<u8>) -> Result<bool> {
+        check_key(key)?;
+        let t = self.db.table(table)?;
+        match self.own(table, key) {
+            Some(Some(v)) => {
+                out.clear();
+                out.extend_from_slice(v);
+                Ok(true)
+            }
+            Some(None) => Ok(false),
+            None => self.db.get_committed(t, key, out),
+        }
+    }
+
+    /// Inserts; `false` (and no effect) if the key exists.
+    pub fn insert(&mut self, table: usize, key: u64, value: &[u8]) -> Result<bool> {
+        check_key(key)?;
+        if self.pending.is_none() {
+            return Err(Error::InvalidArgument("write in a read-only transaction".into()));
+        }
+        if self.exists(table, key)? {
+            return Ok(false);
+        }
+        self.push(ffi::INSERT, table, key, Some(value))?;
+        Ok(true)
+    }
+
+    /// Replaces the value; `false` (and no effect) if the key does not exist.
+    pub fn update(&mut self, table: usize, key: u64, value: &[u8]) -> Result<bool> {
+        check_key(key)?;
+        if self.pending.is_none() {
+            return Err(Error::InvalidArgument("write in a read-only transaction".into()));
+        }
+        if !self.exists(table, key)? {
+            return Ok(false);
+        }
+        // An update of a key this transaction inserted stays an insert of the new value.
+        if let Some(p) = self.pending.as_mut().and_then(|ps| {
+            ps.iter_mut().rev().find(|p| p.table == table && p.key == key && p.kind == ffi::INSERT)
+        }) {
+            p.value = Some(value.to_vec());
+            return Ok(true);
+        }
+        self.push(ffi::UPDATE, table, key, Some(value))?;
+        Ok(true)
+    }
+
+    /// Deletes; `false` if the key does not exist.
+    pub fn delete(&mut self, table: usize, key: u64) -> Result<bool> {
+        check_key(key)?;
+        if self.pending.is_none() {
+            return Err(Error::InvalidArgument("write in a read-only transaction".into()));
+        }
+        if !self.exists(table, key)? {
+            return Ok(false);
+        }
+        self.push(ffi::DELETE, table, key, None)?;
+        Ok(true)
+    }
+
+    /// Visits up to `limit` entries with key `>= start`, in key order; returns how many.
+    /// Not supported after a write in the same transaction (the workloads never do that).
+    pub fn scan(
+        &mut self,
+        table: usize,
+        start: u64,
+        limit: usize,
+        visit: &mut dyn FnMut(u64, &[u8]),
+    ) -> Result<usize> {
+        check_key(start)?;
+        let t = self.db.table(table)?;
+        if self.pending.as_ref().is_some_and(|p| !p.is_empty()) {
+            return Err(Error::InvalidArgument(
+                "PMDK baseline: scan after a write in the same transaction".into(),
+            ));
+        }
+        let mut done = 0usize;
+        let mut from = start;
+        let batch = limit.min(256);
+        let mut keys = vec![0u64; batch];
+        let mut lens = vec![0u64; batch];
+        let mut data = vec![0u8; 64 * 1024];
+        while done < limit {
+            let want = (limit - done).min(batch);
+            let mut more: c_int = 0;
+            // SAFETY: valid pool handle under a lock; `keys`/`lens` hold `want` entries and
+            // `data` `data.len()` bytes, all writable; `more` is a valid out-pointer.
+            let n = unsafe {
+                ffi::fb_pmdk_scan(
+                    self.db.pool.as_ptr(),
+                    t,
+                    from,
+                    want as u64,
+                    keys.as_mut_ptr(),
+                    lens.as_mut_ptr(),
+                    data.as_mut_ptr(),
+                    data.len() as u64,
+                    &mut more,
+                )
+            };
+            let n = usize::try_from(n)
+                .map_err(|_| Error::InvalidArgument(format!("no table #{table}")))?;
+            let mut off = 0usize;
+            for i in 0..n {
+                let len = lens[i] as usize;
+                visit(keys[i], &data[off..off + len]);
+                off += len;
+            }
+            done += n;
+            if more != 0 {
+                if n == 0 {
+                    let grown = data.len() * 4;
+                    data.resize(grown, 0);
+                }
+            } else if n < want {
+                break;
+            }
+            match keys[..n].last() {
+                Some(&k) if k < u64::MAX => from = k + 1,
+                Some(_) => break,
+                None => {}
+            }
+        }
+        Ok(done)
+    }
+
+    /// Number of committed entries (walks the leaves; for checks).
+    pub fn count(&mut self, table: usize) -> Result<u64> {
+        let t = self.db.table(table)?;
+        // SAFETY: valid pool handle under a lock.
+        Ok(unsafe { ffi::fb_pmdk_count(self.db.pool.as_ptr(), t) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operations_splits_and_scans() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Pmdk::create(
+            &dir.path().join("pool"),
+            &PmdkConfig { pool_size: 64 << 20 },
+            &["a", "b"],
+        )
+        .unwrap();
+        let s: std::collections::BTreeMap<_, _> = db.settings().iter().cloned().collect();
+        assert_eq!(s["PMEM_IS_PMEM_FORCE"], "1");
+        assert!(s["pmem_is_pmem"].starts_with('1'), "{s:?}");
+        // Enough keys for several levels of splits, inserted in a scrambled order.
+        let keys: Vec<u64> = (0..5000u64).map(|i| (i * 7919) % 5000 * 3).collect();
+        for chunk in keys.chunks(50) {
+            db.write(|t| {
+                for &k in chunk {
+                    assert!(t.insert(0, k, &k.to_le_bytes())?);
+                }
+                Ok::<_, Error>(())
+            })
+            .unwrap();
+        }
+        db.write(|t| {
+            assert!(!t.insert(0, 3, b"dup")?);
+            assert!(t.update(0, 3, b"longer value")?);
+            assert!(t.update(0, 6, &[9; 8])?);
+            assert!(!t.update(0, 4, b"missing")?);
+            assert!(t.delete(0, 9)?);
+            assert!(!t.delete(0, 9)?, "own delete is visible");
+            assert!(t.insert(1, 9, b"b")?);
+            let mut out = Vec::new();
+            assert!(t.get(0, 3, &mut out)?);
+            assert_eq!(out, b"longer value", "own write is visible");
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+        let mut out = Vec::new();
+        db.read(|t| {
+            assert_eq!(t.count(0)?, 4999);
+            assert_eq!(t.count(1)?, 1);
+            assert!(t.get(0, 3, &mut out)?);
+            assert_eq!(out, b"longer value");
+            assert!(!t.get(0, 9, &mut out)?);
+            assert!(t.get(0, 14997, &mut out)?);
+            let mut seen = Vec::new();
+            t.scan(0, 7, 600, &mut |k, _| seen.push(k))?;
+            let want: Vec<u64> =
+                (3..5000u64).map(|i| i * 3).filter(|&k| k != 9).take(600).collect();
+            assert_eq!(seen, want);
+            assert!(t.insert(0, 1, b"x").is_err(), "read-only");
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+        // A failing body applies nothing.
+        let r = db.write(|t| {
+            t.delete(0, 3)?;
+            Err::<(), _>(Error::InvalidArgument("stop".into()))
+        });
+        assert!(r.is_err());
+        db.read(|t| t.get(0, 3, &mut out)).map(|found| assert!(found)).unwrap();
+    }
+}
