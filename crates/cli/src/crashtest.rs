@@ -38,6 +38,25 @@ pub struct CrashtestArgs {
     /// Do not try subsets of pending lines (only none and all).
     #[arg(long)]
     no_stash: bool,
+    /// Seeded eviction samples per crash (0: no early eviction of dirty lines).
+    #[arg(long, default_value_t = 2)]
+    evict: usize,
+    /// Seeded torn-line samples per crash, for targets without M2 (0: no tearing).
+    #[arg(long, default_value_t = 2)]
+    tear: usize,
+    /// Do not crash recoveries (nested crashes are on by default, sampled).
+    #[arg(long)]
+    no_nested: bool,
+    /// Fraction of recoveries crashed when nesting.
+    #[arg(long, default_value_t = 0.25)]
+    nested_rate: f64,
+    /// Corrupted variants (bit flips, truncation) recovered per crash.
+    #[arg(long, default_value_t = 0)]
+    corrupt: usize,
+    /// Mutation check: for every persist site the target reaches, run with that site dropped;
+    /// each must be detected or explained as benign.
+    #[arg(long)]
+    mutate: bool,
     /// Seconds one recovery plus check may take.
     #[arg(long, default_value_t = 30)]
     watchdog: u64,
@@ -122,6 +141,11 @@ pub fn run(a: &CrashtestArgs) -> anyhow::Result<ExitCode> {
         exhaustive: a.exhaustive,
         at_flush: a.at_flush,
         stash: !a.no_stash,
+        evict_samples: a.evict,
+        tear_samples: a.tear,
+        nested: !a.no_nested,
+        nested_rate: a.nested_rate,
+        corrupt_samples: a.corrupt,
         watchdog: Duration::from_secs(a.watchdog),
         out_dir: a.out.clone(),
         progress: Some(Arc::new(move |p: &Progress| {
@@ -130,6 +154,15 @@ pub fn run(a: &CrashtestArgs) -> anyhow::Result<ExitCode> {
         })),
         ..Config::default()
     };
+    if !(0.0..=1.0).contains(&a.nested_rate) {
+        bail!("--nested-rate must be between 0 and 1");
+    }
+    if a.mutate {
+        let m = target.mutate(&Config { progress: None, ..cfg });
+        bar.finish_and_clear();
+        print!("{}{m}", m.base);
+        return Ok(if m.passed() { ExitCode::SUCCESS } else { ExitCode::from(1) });
+    }
     let report = target.explore(&cfg);
     bar.finish_and_clear();
     print!("{report}");

@@ -13,8 +13,9 @@
 //!   replays from the saved image alone.
 //!
 //! # Concurrency
-//! Targets run their workload on the calling thread; recovery and check run on a spawned
-//! thread under `catch_unwind` and a watchdog. Multi-threaded targets are not supported yet.
+//! A target's workload may run several threads; one crash is tested at a time while the others
+//! are paused at their next persistence event. Recovery and check run on a spawned thread under
+//! `catch_unwind` and a watchdog.
 //!
 //! ```
 //! use ferrite_crashtest::{Config, registry};
@@ -31,9 +32,10 @@ mod target;
 pub mod toys;
 
 pub use explore::{
-    Config, DynTarget, Failure, KeyStats, Progress, ProgressFn, Report, explore, replay,
+    Config, DynTarget, Failure, KeyStats, MutationOutcome, MutationReport, Progress, ProgressFn,
+    Report, SiteStats, explore, mutate, replay,
 };
-pub use target::{Axioms, Ctx, ModelOp, ModelView, OpToken, Target};
+pub use target::{Axioms, Ctx, Expect, Mode, ModelOp, ModelView, OpToken, Target};
 
 /// Every registered crash target, by name.
 pub fn registry() -> Vec<Box<dyn DynTarget>> {

@@ -118,6 +118,11 @@ impl<Op> fmt::Debug for Ctx<Op> {
 }
 
 impl<Op: ModelOp> Ctx<Op> {
+    /// Forks an independent random generator (for workload threads).
+    pub fn fork_rng(&mut self) -> SplitMix64 {
+        SplitMix64::new(self.rng.next_u64())
+    }
+
     /// Creates the target's single-file pool on the tester's domain (crash points start with
     /// its creation).
     pub fn create_pool(&self, size: u64, opts: &Options) -> Result<Pool, String> {
@@ -150,6 +155,34 @@ impl<Op: ModelOp> Ctx<Op> {
     }
 }
 
+/// The exploration modes, weakest first. Each adds one kind of image to the one before it
+/// (`Threads` is orthogonal: the workload runs several threads).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Mode {
+    /// Durable image and "all pending" only (Alg. 7.1).
+    Base,
+    /// Plus every subset of the crashing thread's pending lines (Alg. 7.3).
+    Stash,
+    /// Plus early eviction of dirty lines.
+    Evict,
+    /// Plus torn lines (8-byte granularity), for targets without M2.
+    Tear,
+    /// Plus crashes inside recovery (depth 2).
+    Nested,
+    /// Needs several workload threads.
+    Threads,
+}
+
+/// What the tester should find in a target: nothing, or a failure that a given mode finds (and
+/// weaker modes do not). Seeded-defect toys say which mode finds them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expect {
+    /// A correct target: every run passes.
+    Pass,
+    /// A seeded defect, found by this mode.
+    FoundBy(Mode),
+}
+
 /// A crash target (see the module docs).
 pub trait Target: Send + Sync + 'static {
     /// Model operations.
@@ -164,6 +197,24 @@ pub trait Target: Send + Sync + 'static {
     /// Axioms relied on beyond M1.
     fn axioms(&self) -> Axioms {
         Axioms::default()
+    }
+    /// Whether the target is correct or a seeded defect (and which mode finds it).
+    fn expect(&self) -> Expect {
+        Expect::Pass
+    }
+    /// The ordering rules (`P-XXX-n`) the workload should reach; the coverage report lists
+    /// those it never reached.
+    fn rules(&self) -> &'static [&'static str] {
+        &[]
+    }
+    /// Persist sites whose removal the mutation check cannot detect, each with the reason, as
+    /// (substring of the site key, reason).
+    fn benign_sites(&self) -> &'static [(&'static str, &'static str)] {
+        &[]
+    }
+    /// The fewest images a smoke run must test.
+    fn min_images(&self) -> u64 {
+        10
     }
     /// Runs the workload; errors are reported as internal errors of the run.
     fn workload(&self, ctx: &mut Ctx<Self::Op>) -> Result<(), String>;

@@ -14,8 +14,13 @@
 //! | `toy-missing-fence` | `a[n]` and `n` are flushed in one epoch (no fence between) | the stash: the subset {n} without a[n] |
 //! | `toy-wrong-order` | `n + 1` is persisted before `a[n]` | the durable image between the two persists |
 //! | `toy-commit-first` | a record's bit is persisted before its data | the durable image between the two persists |
+//! | `toy-early-store` | `n + 1` is stored (unflushed) before `a[n]` is persisted | only eviction: `n`'s line written back early |
+//! | `toy-same-line` | value and count share a line and one persist, relying on M2 undeclared | only tearing |
+//! | `toy-recovery-unsafe` | recovery retires its redo log before applying it | only a crash inside recovery (nesting) |
+//! | `toy-handoff` | a thread hands off data it flushed without a fence; another commits it | threads: the committer's fence does not persist the producer's flush |
 //!
-//! Each `-fixed` twin is the same code with the bug corrected.
+//! Each `-fixed` twin is the same code with the bug corrected; each toy states the weakest
+//! mode that finds it ([`Target::expect`]), and the tests check that weaker modes do not.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -23,7 +28,7 @@ use std::sync::atomic::Ordering;
 use ferrite_pmem::{CrashImage, Error, Options, Pool};
 
 use crate::explore::DynTarget;
-use crate::target::{Ctx, ModelOp, ModelView, Target};
+use crate::target::{Axioms, Ctx, Expect, Mode, ModelOp, ModelView, Target};
 
 const POOL: u64 = 64 * 1024;
 const APPENDS: u64 = 24;
@@ -64,6 +69,9 @@ pub enum AppendBug {
     MissingFence,
     /// `n` persisted before `a[n]`.
     WrongOrder,
+    /// `n + 1` stored (not flushed) before `a[n]` is persisted: fine unless the cache writes
+    /// `n`'s line back early.
+    EarlyStore,
 }
 
 /// A toy appending to a persistent array.
@@ -106,6 +114,17 @@ impl Target for AppendToy {
     fn summary(&self) -> &'static str {
         self.summary
     }
+    fn expect(&self) -> Expect {
+        match self.bug {
+            AppendBug::None => Expect::Pass,
+            AppendBug::MissingFlush | AppendBug::WrongOrder => Expect::FoundBy(Mode::Base),
+            AppendBug::MissingFence => Expect::FoundBy(Mode::Stash),
+            AppendBug::EarlyStore => Expect::FoundBy(Mode::Evict),
+        }
+    }
+    fn rules(&self) -> &'static [&'static str] {
+        &["P-PM-1", "P-TOY-2"]
+    }
 
     fn workload(&self, ctx: &mut Ctx<ToyOp>) -> Result<(), String> {
         let p = ctx.create_pool(POOL, &opts())?;
@@ -131,6 +150,12 @@ impl Target for AppendToy {
                     p.store_u64(0, i + 1, Ordering::Release).map_err(e)?;
                     p.flush_rule("P-TOY-2", 0, 8).map_err(e)?; // ORDER(P-TOY-2): same epoch as the value
                     p.fence_rule("P-TOY-2"); // ORDER(P-TOY-2): one fence for both
+                }
+                AppendBug::EarlyStore => {
+                    p.store_u64(slot, value(i), Ordering::Relaxed).map_err(e)?;
+                    p.store_u64(0, i + 1, Ordering::Release).map_err(e)?; // BUG: before a[n] is durable
+                    p.persist_rule("P-TOY-1", slot, 8).map_err(e)?; // ORDER(P-TOY-1): value
+                    p.persist_rule("P-TOY-2", 0, 8).map_err(e)?; // ORDER(P-TOY-2): count
                 }
                 AppendBug::WrongOrder => {
                     p.store_u64(0, i + 1, Ordering::Release).map_err(e)?;
@@ -202,6 +227,12 @@ impl Target for CommitToy {
     }
     fn summary(&self) -> &'static str {
         self.summary
+    }
+    fn expect(&self) -> Expect {
+        if self.commit_first { Expect::FoundBy(Mode::Base) } else { Expect::Pass }
+    }
+    fn rules(&self) -> &'static [&'static str] {
+        &["P-PM-1", "P-TOY-3", "P-TOY-4"]
     }
 
     fn workload(&self, ctx: &mut Ctx<ToyOp>) -> Result<(), String> {
@@ -282,12 +313,11 @@ impl Target for CommitToy {
 
 /// The toys, buggy and fixed, by name.
 pub fn toys() -> Vec<Box<dyn DynTarget>> {
-    let append = |name, summary, bug| -> Box<dyn DynTarget> {
-        Box::new(Arc::new(AppendToy { name, summary, bug }))
-    };
-    let commit = |name, summary, commit_first| -> Box<dyn DynTarget> {
-        Box::new(Arc::new(CommitToy { name, summary, commit_first }))
-    };
+    fn boxed<T: Target>(t: T) -> Box<dyn DynTarget> {
+        Box::new(Arc::new(t))
+    }
+    let append = |name, summary, bug| boxed(AppendToy { name, summary, bug });
+    let commit = |name, summary, commit_first| boxed(CommitToy { name, summary, commit_first });
     vec![
         append(
             "toy-missing-flush",
@@ -329,5 +359,310 @@ pub fn toys() -> Vec<Box<dyn DynTarget>> {
             "twin of toy-commit-first: data persisted, then the bit",
             false,
         ),
+        append(
+            "toy-early-store",
+            "seeded defect: the count is stored before the value is durable (found only by eviction)",
+            AppendBug::EarlyStore,
+        ),
+        append(
+            "toy-early-store-fixed",
+            "twin of toy-early-store: the count is stored after the value's persist",
+            AppendBug::None,
+        ),
+        boxed(SameLineToy {
+            name: "toy-same-line",
+            summary: "seeded defect: value and count on one line with one persist, relying on undeclared M2 (found only by tearing)",
+            split: false,
+        }),
+        boxed(SameLineToy {
+            name: "toy-same-line-fixed",
+            summary: "twin of toy-same-line: the value is persisted before the count is stored",
+            split: true,
+        }),
+        boxed(RedoToy {
+            name: "toy-recovery-unsafe",
+            summary: "seeded defect: recovery retires its redo log before applying it (found only by nested crashes)",
+            buggy: true,
+        }),
+        boxed(RedoToy {
+            name: "toy-recovery-unsafe-fixed",
+            summary: "twin of toy-recovery-unsafe: recovery applies the log, then retires it",
+            buggy: false,
+        }),
+        boxed(HandoffToy {
+            name: "toy-handoff",
+            summary: "seeded defect: one thread hands off data it flushed but did not fence; another commits it",
+            fence: false,
+        }),
+        boxed(HandoffToy {
+            name: "toy-handoff-fixed",
+            summary: "twin of toy-handoff: the producer fences before the handoff",
+            fence: true,
+        }),
     ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Same-line ordering (tearing)
+// ---------------------------------------------------------------------------------------------
+
+const LINE_SLOTS: u64 = 7;
+
+/// Count in word 0 and up to seven values in words 1..8 of one line (data offset 0).
+#[derive(Debug)]
+pub struct SameLineToy {
+    name: &'static str,
+    summary: &'static str,
+    split: bool,
+}
+
+impl Target for SameLineToy {
+    type Op = ToyOp;
+    type Recovered = ToyState;
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn summary(&self) -> &'static str {
+        self.summary
+    }
+    fn axioms(&self) -> Axioms {
+        // Deliberately not declaring M2: the buggy variant relies on it without saying so.
+        Axioms { m2: false }
+    }
+    fn expect(&self) -> Expect {
+        if self.split { Expect::Pass } else { Expect::FoundBy(Mode::Tear) }
+    }
+    fn rules(&self) -> &'static [&'static str] {
+        &["P-PM-1", "P-TOY-2"]
+    }
+    fn workload(&self, ctx: &mut Ctx<ToyOp>) -> Result<(), String> {
+        let p = ctx.create_pool(POOL, &opts())?;
+        let e = |e: Error| e.to_string();
+        for i in 0..LINE_SLOTS {
+            let t = ctx.begin(ToyOp(i));
+            let slot = 8 + i * 8;
+            p.store_u64(slot, value(i), Ordering::Relaxed).map_err(e)?;
+            if self.split {
+                p.persist_rule("P-TOY-1", slot, 8).map_err(e)?; // ORDER(P-TOY-1): value first
+            }
+            p.store_u64(0, i + 1, Ordering::Release).map_err(e)?;
+            p.persist_rule("P-TOY-2", 0, 64).map_err(e)?; // ORDER(P-TOY-2): count (one line with the value: M2 in the buggy variant)
+            ctx.done(t);
+        }
+        Ok(())
+    }
+    fn recover(&self, image: &CrashImage) -> Result<ToyState, String> {
+        let Some(p) = open(image)? else { return Ok(ToyState::NoPool) };
+        let n = p.load_u64(0, Ordering::Acquire).map_err(|e| e.to_string())?;
+        if n > LINE_SLOTS {
+            return Err(format!("count n = {n} exceeds the {LINE_SLOTS} appends ever made"));
+        }
+        let values = (0..n)
+            .map(|i| p.load_u64(8 + i * 8, Ordering::Acquire))
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())?;
+        Ok(ToyState::Words { head: n, values })
+    }
+    fn check(&self, r: &ToyState, m: &ModelView<ToyOp>) -> Result<(), String> {
+        // The same contract as the append array.
+        AppendToy { name: "", summary: "", bug: AppendBug::None }.check(r, m)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A redo log whose recovery must itself be crash-safe (nested crashes)
+// ---------------------------------------------------------------------------------------------
+
+const X: u64 = 0;
+const Y: u64 = 64;
+const LOG_VALID: u64 = 128;
+const LOG_X: u64 = 136;
+const LOG_Y: u64 = 144;
+const TRANSFERS: u64 = 6;
+
+/// Two counters that must stay equal (`x == y`), moved together through a redo log
+/// (valid, new x, new y); recovery redoes a valid log and clears it.
+#[derive(Debug)]
+pub struct RedoToy {
+    name: &'static str,
+    summary: &'static str,
+    buggy: bool,
+}
+
+/// What a redo-toy recovery found.
+#[derive(Debug)]
+pub enum RedoState {
+    /// No complete pool.
+    NoPool,
+    /// The two counters and the log's valid word after recovery.
+    Words {
+        /// Counter x.
+        x: u64,
+        /// Counter y.
+        y: u64,
+        /// The log's valid word.
+        valid: u64,
+    },
+}
+
+impl Target for RedoToy {
+    type Op = ToyOp;
+    type Recovered = RedoState;
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn summary(&self) -> &'static str {
+        self.summary
+    }
+    fn expect(&self) -> Expect {
+        if self.buggy { Expect::FoundBy(Mode::Nested) } else { Expect::Pass }
+    }
+    fn rules(&self) -> &'static [&'static str] {
+        &["P-PM-1", "P-TOY-5", "P-TOY-6", "P-TOY-7", "P-TOY-8"]
+    }
+    fn workload(&self, ctx: &mut Ctx<ToyOp>) -> Result<(), String> {
+        let p = ctx.create_pool(POOL, &opts())?;
+        let e = |e: Error| e.to_string();
+        for i in 0..TRANSFERS {
+            let t = ctx.begin(ToyOp(i));
+            let n = i + 1;
+            p.store_u64(LOG_X, n, Ordering::Relaxed).map_err(e)?;
+            p.store_u64(LOG_Y, n, Ordering::Relaxed).map_err(e)?;
+            p.persist_rule("P-TOY-5", LOG_X, 16).map_err(e)?; // ORDER(P-TOY-5): log body before valid
+            p.store_u64(LOG_VALID, 1, Ordering::Release).map_err(e)?;
+            p.persist_rule("P-TOY-6", LOG_VALID, 8).map_err(e)?; // ORDER(P-TOY-6): log valid before in-place stores
+            p.store_u64(X, n, Ordering::Relaxed).map_err(e)?;
+            p.persist_rule("P-TOY-7", X, 8).map_err(e)?; // ORDER(P-TOY-7): in-place x
+            p.store_u64(Y, n, Ordering::Relaxed).map_err(e)?;
+            p.persist_rule("P-TOY-7", Y, 8).map_err(e)?; // ORDER(P-TOY-7): in-place y
+            p.store_u64(LOG_VALID, 0, Ordering::Release).map_err(e)?;
+            p.persist_rule("P-TOY-8", LOG_VALID, 8).map_err(e)?; // ORDER(P-TOY-8): retire the log last
+            ctx.done(t);
+        }
+        Ok(())
+    }
+    fn recover(&self, image: &CrashImage) -> Result<RedoState, String> {
+        let Some(p) = open(image)? else { return Ok(RedoState::NoPool) };
+        let e = |e: Error| e.to_string();
+        if p.load_u64(LOG_VALID, Ordering::Acquire).map_err(e)? == 1 {
+            let (nx, ny) = (
+                p.load_u64(LOG_X, Ordering::Acquire).map_err(e)?,
+                p.load_u64(LOG_Y, Ordering::Acquire).map_err(e)?,
+            );
+            let clear = |p: &Pool| -> Result<(), String> {
+                p.store_u64(LOG_VALID, 0, Ordering::Release).map_err(e)?;
+                p.persist_rule("P-TOY-8", LOG_VALID, 8).map_err(e) // ORDER(P-TOY-8): retire the log
+            };
+            if self.buggy {
+                clear(&p)?; // BUG: the log is gone before it is applied
+            }
+            p.store_u64(X, nx, Ordering::Relaxed).map_err(e)?;
+            p.persist_rule("P-TOY-7", X, 8).map_err(e)?; // ORDER(P-TOY-7): redo x
+            p.store_u64(Y, ny, Ordering::Relaxed).map_err(e)?;
+            p.persist_rule("P-TOY-7", Y, 8).map_err(e)?; // ORDER(P-TOY-7): redo y
+            if !self.buggy {
+                clear(&p)?;
+            }
+        }
+        Ok(RedoState::Words {
+            x: p.load_u64(X, Ordering::Acquire).map_err(e)?,
+            y: p.load_u64(Y, Ordering::Acquire).map_err(e)?,
+            valid: p.load_u64(LOG_VALID, Ordering::Acquire).map_err(e)?,
+        })
+    }
+    fn check(&self, r: &RedoState, m: &ModelView<ToyOp>) -> Result<(), String> {
+        let c = m.committed.len() as u64;
+        let (x, y, valid) = match r {
+            RedoState::NoPool if c == 0 => return Ok(()),
+            RedoState::NoPool => {
+                return Err(format!("expected {c} committed transfers, found no pool"));
+            }
+            RedoState::Words { x, y, valid } => (*x, *y, *valid),
+        };
+        if x != y {
+            return Err(format!("expected x == y after recovery, found x = {x}, y = {y}"));
+        }
+        if valid != 0 {
+            return Err(format!("expected the log retired after recovery, found valid = {valid}"));
+        }
+        let max = c + m.in_flight.len() as u64;
+        if y < c || y > max {
+            return Err(format!("expected between {c} and {max} transfers, found {y}"));
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A handoff between threads (needs threads)
+// ---------------------------------------------------------------------------------------------
+
+/// A producer thread writes a record and hands it to a committer thread, which sets the
+/// record's bit. The producer must persist (flush **and fence**) before the handoff: the
+/// committer's fence does not complete the producer's flushes (axiom M4, rule P0).
+#[derive(Debug)]
+pub struct HandoffToy {
+    name: &'static str,
+    summary: &'static str,
+    fence: bool,
+}
+
+impl Target for HandoffToy {
+    type Op = ToyOp;
+    type Recovered = ToyState;
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn summary(&self) -> &'static str {
+        self.summary
+    }
+    fn expect(&self) -> Expect {
+        if self.fence { Expect::Pass } else { Expect::FoundBy(Mode::Threads) }
+    }
+    fn rules(&self) -> &'static [&'static str] {
+        &["P-PM-1", "P-TOY-4"]
+    }
+    fn workload(&self, ctx: &mut Ctx<ToyOp>) -> Result<(), String> {
+        let p = ctx.create_pool(POOL, &opts())?;
+        let (tx, rx) = std::sync::mpsc::channel::<(u64, crate::target::OpToken)>();
+        let ctx = &*ctx;
+        let fence = self.fence;
+        let p = &p;
+        std::thread::scope(|s| {
+            let producer = s.spawn(move || -> Result<(), String> {
+                let e = |e: Error| e.to_string();
+                for i in 0..RECORDS {
+                    let t = ctx.begin(ToyOp(i));
+                    let rec = RECORD_BASE + i * 64;
+                    for w in 0..4 {
+                        p.store_u64(rec + w * 8, value(i) ^ w, Ordering::Relaxed).map_err(e)?;
+                    }
+                    p.flush_rule("P-TOY-3", rec, 32).map_err(e)?; // ORDER(P-TOY-3): record data
+                    if fence {
+                        p.fence_rule("P-TOY-3"); // ORDER(P-TOY-3): durable before the handoff (P0)
+                    }
+                    tx.send((i, t)).map_err(|_| "committer gone".to_owned())?;
+                }
+                Ok(())
+            });
+            let committer = s.spawn(move || -> Result<(), String> {
+                let e = |e: Error| e.to_string();
+                while let Ok((i, t)) = rx.recv() {
+                    p.fetch_or_u64(0, 1 << i, Ordering::AcqRel).map_err(e)?;
+                    p.persist_rule("P-TOY-4", 0, 8).map_err(e)?; // ORDER(P-TOY-4): the bit commits
+                    ctx.done(t);
+                }
+                Ok(())
+            });
+            let a = producer.join().map_err(|_| "producer panicked".to_owned())?;
+            let b = committer.join().map_err(|_| "committer panicked".to_owned())?;
+            a.and(b)
+        })
+    }
+    fn recover(&self, image: &CrashImage) -> Result<ToyState, String> {
+        CommitToy { name: "", summary: "", commit_first: false }.recover(image)
+    }
+    fn check(&self, r: &ToyState, m: &ModelView<ToyOp>) -> Result<(), String> {
+        CommitToy { name: "", summary: "", commit_first: false }.check(r, m)
+    }
 }

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use ferrite_crashtest::{Config, Ctx, ModelOp, ModelView, Target, find, registry};
+use ferrite_crashtest::{
+    Config, Ctx, Expect, Mode, ModelOp, ModelView, MutationOutcome, Target, find, registry,
+};
 use ferrite_pmem::internals::testing::TestDir;
 use ferrite_pmem::{CrashImage, Options, Pool};
 
@@ -20,12 +22,80 @@ fn cfg(dir: &TestDir) -> Config {
     }
 }
 
+/// The mode that is one step weaker than `m` (what must NOT find a defect `m` finds).
+fn weaker(m: Mode) -> Option<Mode> {
+    match m {
+        Mode::Base | Mode::Threads => None,
+        Mode::Stash => Some(Mode::Base),
+        Mode::Evict | Mode::Tear | Mode::Nested => Some(Mode::Stash),
+    }
+}
+
+#[test]
+fn each_defect_is_found_by_its_mode_and_not_by_weaker_ones() {
+    let dir = TestDir::new("crashtest-modes");
+    let mut defects = 0;
+    for t in registry() {
+        let Expect::FoundBy(mode) = t.expect() else { continue };
+        defects += 1;
+        let with = Config { exhaustive: true, ..Config::for_mode(mode) };
+        let r = t.explore(&Config { out_dir: dir.path().to_path_buf(), ..with });
+        assert!(!r.passed(), "{} is not found by {mode:?}:\n{r}", t.name());
+        if let Some(w) = weaker(mode) {
+            let without = Config {
+                exhaustive: true,
+                out_dir: dir.path().to_path_buf(),
+                ..Config::for_mode(w)
+            };
+            let r = t.explore(&without);
+            assert!(r.passed(), "{} is found by the weaker mode {w:?}:\n{r}", t.name());
+        }
+    }
+    assert!(defects >= 8, "only {defects} seeded defects registered");
+}
+
+#[test]
+fn every_correct_target_passes_a_bounded_smoke_run_with_every_mode() {
+    let dir = TestDir::new("crashtest-smoke");
+    for t in registry() {
+        let r = t.explore(&Config {
+            corrupt_samples: 2,
+            budget: Some(3_000),
+            time: Some(Duration::from_secs(20)),
+            out_dir: dir.path().to_path_buf(),
+            ..Config::default()
+        });
+        match t.expect() {
+            Expect::Pass => {
+                assert_eq!(r.smoke_problem(t.min_images()), None, "{}:\n{r}", t.name());
+                assert!(r.nested_images > 0 && r.corrupt_images > 0, "{}:\n{r}", t.name());
+            }
+            Expect::FoundBy(_) => assert!(!r.passed(), "{} passed its smoke run:\n{r}", t.name()),
+        }
+    }
+}
+
+#[test]
+fn mutation_checks_detect_every_dropped_persist_of_the_twins() {
+    let dir = TestDir::new("crashtest-mutate");
+    for t in registry().into_iter().filter(|t| t.expect() == Expect::Pass) {
+        let m = t.mutate(&Config { out_dir: dir.path().to_path_buf(), ..cfg(&dir) });
+        assert!(m.passed(), "{m}");
+        assert!(m.sites.len() >= 3, "{m}");
+        assert!(
+            m.sites.iter().any(|(s, o)| s.contains("P-PM-1") && *o == MutationOutcome::Detected),
+            "{m}"
+        );
+    }
+}
+
 #[test]
 fn every_seeded_defect_is_found_and_replays() {
     let dir = TestDir::new("crashtest-toys");
-    for name in ["toy-missing-flush", "toy-missing-fence", "toy-wrong-order", "toy-commit-first"] {
-        let t = find(name).unwrap();
-        let r = t.explore(&cfg(&dir));
+    for t in registry() {
+        let Expect::FoundBy(_) = t.expect() else { continue };
+        let name = t.name();
+        let r = t.explore(&Config { exhaustive: true, nested_rate: 1.0, ..cfg(&dir) });
         assert!(!r.passed(), "{name} was not found:\n{r}");
         assert!(r.workload_error.is_none(), "{r}");
         let f = &r.failures[0];
@@ -48,16 +118,6 @@ fn every_twin_passes_exhaustively() {
         assert_eq!(r.crashed, r.visited, "exhaustive mode crashes at every visit");
         assert!(r.images > 20, "{r}");
     }
-}
-
-#[test]
-fn missing_fence_is_found_only_with_the_stash() {
-    let dir = TestDir::new("crashtest-stash");
-    let t = find("toy-missing-fence").unwrap();
-    let without = t.explore(&Config { stash: false, exhaustive: true, ..cfg(&dir) });
-    assert!(without.passed(), "found without the stash:\n{without}");
-    let with = t.explore(&cfg(&dir));
-    assert!(!with.passed(), "not found with the stash:\n{with}");
 }
 
 #[test]
@@ -179,4 +239,117 @@ fn registry_names_are_unique_and_summarised() {
             .iter()
             .all(|t| !t.summary().is_empty() && !t.name().contains(char::is_whitespace))
     );
+}
+
+// ----- self-test target: a redundant persist that no crash can reveal -----
+
+/// Persists a counter, then persists it again at a second site. Dropping either persist is
+/// invisible (the other still persists the word): the mutation check must report the sites
+/// as undetected unless the target explains them as benign.
+struct Redundant {
+    explained: bool,
+}
+
+impl Target for Redundant {
+    type Op = Step;
+    type Recovered = u64;
+    fn name(&self) -> &'static str {
+        "selftest-redundant-persist"
+    }
+    fn summary(&self) -> &'static str {
+        "a second, redundant persist of the same word"
+    }
+    fn benign_sites(&self) -> &'static [(&'static str, &'static str)] {
+        if self.explained {
+            &[
+                ("#P-SELF-1", "the same word is persisted again at P-SELF-2"),
+                ("#P-SELF-2", "P-SELF-1 already persisted it"),
+            ]
+        } else {
+            &[]
+        }
+    }
+    fn workload(&self, ctx: &mut Ctx<Step>) -> Result<(), String> {
+        let p = ctx.create_pool(16 * 1024, &Options::default())?;
+        for i in 1..=4 {
+            let t = ctx.begin(Step(i));
+            p.store_u64(0, i, Ordering::Release).map_err(|e| e.to_string())?;
+            p.persist_rule("P-SELF-1", 0, 8).map_err(|e| e.to_string())?;
+            p.persist_rule("P-SELF-2", 0, 8).map_err(|e| e.to_string())?;
+            ctx.done(t);
+        }
+        Ok(())
+    }
+    fn recover(&self, image: &CrashImage) -> Result<u64, String> {
+        match Pool::open_sim(image, &Options::default()) {
+            Ok(p) => p.load_u64(0, Ordering::Acquire).map_err(|e| e.to_string()),
+            Err(ferrite_pmem::Error::Incomplete { .. }) => Ok(0),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+    fn check(&self, n: &u64, m: &ModelView<Step>) -> Result<(), String> {
+        let c = m.committed.len() as u64;
+        let max = c + m.in_flight.len() as u64;
+        if *n < c || *n > max { Err(format!("expected {c}..={max}, found {n}")) } else { Ok(()) }
+    }
+}
+
+#[test]
+fn an_undetectable_persist_is_reported_unless_explained() {
+    let dir = TestDir::new("crashtest-redundant");
+    let m = ferrite_crashtest::mutate(Arc::new(Redundant { explained: false }), &cfg(&dir));
+    assert!(!m.passed(), "{m}");
+    let undetected: Vec<&String> =
+        m.sites.iter().filter(|(_, o)| *o == MutationOutcome::Undetected).map(|(s, _)| s).collect();
+    assert_eq!(undetected.len(), 2, "{m}");
+    let m = ferrite_crashtest::mutate(Arc::new(Redundant { explained: true }), &cfg(&dir));
+    assert!(m.passed(), "{m}");
+    assert!(m.sites.iter().any(|(_, o)| matches!(o, MutationOutcome::Benign(_))), "{m}");
+}
+
+/// A correct counter whose recovery panics (instead of returning a typed error) when the data
+/// area holds anything but the counter: crash images never do, corrupted images do.
+struct PanicsOnGarbage;
+
+impl Target for PanicsOnGarbage {
+    type Op = Step;
+    type Recovered = u64;
+    fn name(&self) -> &'static str {
+        "selftest-panics-on-garbage"
+    }
+    fn summary(&self) -> &'static str {
+        "recovery asserts instead of validating"
+    }
+    fn workload(&self, ctx: &mut Ctx<Step>) -> Result<(), String> {
+        Redundant { explained: true }.workload(ctx)
+    }
+    fn recover(&self, image: &CrashImage) -> Result<u64, String> {
+        let p = match Pool::open_sim(image, &Options::default()) {
+            Ok(p) => p,
+            Err(ferrite_pmem::Error::Incomplete { .. }) => return Ok(0),
+            Err(e) => return Err(e.to_string()),
+        };
+        let mut data = vec![0u8; p.size() as usize];
+        p.read_into(0, &mut data).map_err(|e| e.to_string())?;
+        assert!(data[8..].iter().all(|&b| b == 0), "garbage in the data area");
+        p.load_u64(0, Ordering::Acquire).map_err(|e| e.to_string())
+    }
+    fn check(&self, n: &u64, m: &ModelView<Step>) -> Result<(), String> {
+        Redundant { explained: true }.check(n, m)
+    }
+}
+
+#[test]
+fn corrupt_images_must_give_typed_errors_not_panics() {
+    let dir = TestDir::new("crashtest-corrupt");
+    let plain = ferrite_crashtest::explore(Arc::new(PanicsOnGarbage), &cfg(&dir));
+    assert!(plain.passed(), "without corruption the target is correct:\n{plain}");
+    let r = ferrite_crashtest::explore(
+        Arc::new(PanicsOnGarbage),
+        &Config { corrupt_samples: 8, exhaustive: true, ..cfg(&dir) },
+    );
+    assert!(!r.passed(), "{r}");
+    let f = &r.failures[0];
+    assert!(f.message.contains("panicked") && f.spec.contains("bit flips"), "{f:?}");
+    assert!(r.corrupt_images > 0);
 }

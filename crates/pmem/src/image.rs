@@ -59,6 +59,9 @@ pub struct ImageSpec {
     pub evict: Pick,
     /// Tear every chosen line at 8-byte granularity (only for targets without axiom M2).
     pub tear: bool,
+    /// With `tear`: the 8-byte words (bit w = bytes 8w..8w+8) of every chosen line that
+    /// persist; `None` chooses them at random from the seed.
+    pub tear_words: Option<u8>,
     /// Seed of every random choice.
     pub seed: u64,
 }
@@ -177,6 +180,37 @@ impl ImageFile {
     /// Lines that differ from the durable base (pending, evicted or torn lines included).
     pub fn overlay_lines(&self) -> usize {
         self.overlay.len()
+    }
+
+    /// XORs byte `off` of the file with `mask` (corrupt-image testing). Out-of-range offsets
+    /// are ignored.
+    pub fn xor_byte(&mut self, off: u64, mask: u8) {
+        if off >= self.len {
+            return;
+        }
+        let lpp = PAGE / CACHE_LINE;
+        let line = off / CACHE_LINE;
+        let pages = &self.pages;
+        let e = self.overlay.entry(line).or_insert_with(|| {
+            let page = &pages[(line / lpp) as usize];
+            let at = ((line % lpp) * CACHE_LINE) as usize;
+            let mut base = [0u8; 64];
+            base.copy_from_slice(&page[at..at + 64]);
+            (base, 0xff)
+        });
+        e.0[(off % CACHE_LINE) as usize] ^= mask;
+    }
+
+    /// Shortens the file to `len` bytes (corrupt-image testing); a longer `len` is ignored.
+    pub fn truncate(&mut self, len: u64) {
+        if len >= self.len {
+            return;
+        }
+        self.len = len;
+        self.pages.truncate(len.div_ceil(PAGE) as usize);
+        // Bytes past the end of the last page stay in memory but are never read: `bytes`,
+        // `prefix` and `copy_into` stop at `len`.
+        self.overlay.retain(|&line, _| line * CACHE_LINE < len);
     }
 }
 
@@ -308,7 +342,11 @@ impl SimDomain {
             })
             .collect();
         let mut put = |file: &str, line: u64, content: [u8; 64], mask: u8, rng: &mut SplitMix64| {
-            let mask = if spec.tear { mask & (rng.next_u64() as u8) } else { mask };
+            let mask = match (spec.tear, spec.tear_words) {
+                (false, _) => mask,
+                (true, Some(words)) => mask & words,
+                (true, None) => mask & (rng.next_u64() as u8),
+            };
             if mask == 0 {
                 return;
             }

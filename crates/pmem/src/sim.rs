@@ -415,6 +415,15 @@ pub struct SimStats {
 
 thread_local! {
     static IN_HOOK: Cell<bool> = const { Cell::new(false) };
+    static NEW_DOMAIN_HOOK: std::cell::RefCell<Option<Hook>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Sets the hook that every [`SimDomain`] created **on this thread** from now on starts with
+/// (`None` to stop). The crash tester uses it to crash a target's recovery, which creates its
+/// own domain when it opens a crash image (nested crash simulation). It is per thread, not
+/// global: domains created on other threads are not affected.
+pub fn set_new_domain_hook(hook: Option<Hook>) {
+    NEW_DOMAIN_HOOK.with(|h| *h.borrow_mut() = hook);
 }
 
 /// The simulated persistence domain of one pool or pool set (see the module docs).
@@ -450,7 +459,7 @@ impl SimDomain {
         SimDomain {
             gate: RwLock::new(Files { by_addr: BTreeMap::new(), files: BTreeMap::new() }),
             pending: Mutex::new(HashMap::new()),
-            hook: RwLock::new(None),
+            hook: RwLock::new(NEW_DOMAIN_HOOK.with(|h| h.borrow().clone())),
             trace: Mutex::new(None),
             dropped: RwLock::new(HashSet::new()),
             seq: AtomicU64::new(0),
