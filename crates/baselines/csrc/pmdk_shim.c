@@ -8,14 +8,17 @@
  * transaction. Concurrency is the caller's job: the Rust wrapper holds a reader-writer lock
  * (writers exclusive), so the tree is never read while it is being modified.
  *
- * The tree: nodes of FB_ORDER keys. Interior node: keys[0..n), children ptrs[0..n], child i
- * holds keys in [keys[i-1], keys[i]). Leaf: keys[0..n) sorted, ptrs[i] the value object of
- * keys[i], `next` the right sibling. Inserts split full nodes on the way down (so a parent
- * always has room). Deletes remove the entry from its leaf without merging (leaves may become
- * empty; lookups and scans skip them). A value object is {len, bytes}; an insert is one
- * transactional allocation plus the slot update in the leaf (undo-logged by pmemobj_tx_add_range
- * of exactly the shifted part), an update of the same length overwrites the value in place
- * after snapshotting it, a different length allocates a new object.
+ * The tree: nodes of FB_ORDER entries. Interior node: sorted keys[0..n), children ptrs[0..n],
+ * child i holds keys in [keys[i-1], keys[i]). Leaf: entries ent[0..n) *unsorted* (as in FPTree
+ * and NV-Tree), `next` the right sibling; every key of a leaf is below every key of the next.
+ * An insert appends at ent[n]: that slot is unreachable until n grows, so it is added to the
+ * transaction without a snapshot (POBJ_XADD_NO_SNAPSHOT: flushed at commit) and only n (8
+ * bytes) is undo-logged; with the transactional allocation of the value, an insert is exactly
+ * "alloc + slot update". A delete moves the last entry into the hole (undo-logs that entry and
+ * n). Full nodes are split on the way down (a leaf split sorts the leaf), so a parent always
+ * has room. Leaves are never merged (they may become empty; lookups and scans skip them). A
+ * value object is {len, bytes}; an update of the same length overwrites it in place after
+ * snapshotting it, a different length allocates a new object.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -33,12 +36,22 @@
 #define FB_TYPE_NODE 1
 #define FB_TYPE_VALUE 2
 
+struct fb_entry {
+	uint64_t key;
+	PMEMoid val;
+};
+
 struct fb_node {
 	uint64_t leaf;
 	uint64_t n;
 	PMEMoid next;
-	uint64_t keys[FB_ORDER];
-	PMEMoid ptrs[FB_ORDER + 1];
+	union {
+		struct {
+			uint64_t keys[FB_ORDER];
+			PMEMoid ptrs[FB_ORDER + 1];
+		} in;
+		struct fb_entry ent[FB_ORDER];
+	} u;
 };
 
 struct fb_value {
@@ -78,13 +91,17 @@ static inline struct fb_node *N(PMEMoid oid) { return (struct fb_node *)pmemobj_
 
 static inline struct fb_root *R(const fb_pool *p) { return (struct fb_root *)pmemobj_direct(p->root); }
 
-/* Number of keys <= key (the child to descend into). */
-static uint64_t upper_bound(const struct fb_node *x, uint64_t key)
+#define ENT_OFF(i) (offsetof(struct fb_node, u.ent) + (uint64_t)(i) * sizeof(struct fb_entry))
+#define KEY_OFF(i) (offsetof(struct fb_node, u.in.keys) + (uint64_t)(i) * sizeof(uint64_t))
+#define PTR_OFF(i) (offsetof(struct fb_node, u.in.ptrs) + (uint64_t)(i) * sizeof(PMEMoid))
+
+/* Interior node: number of keys <= key (the child to descend into). */
+static uint64_t child_index(const struct fb_node *x, uint64_t key)
 {
 	uint64_t lo = 0, hi = x->n;
 	while (lo < hi) {
 		uint64_t mid = (lo + hi) / 2;
-		if (x->keys[mid] <= key)
+		if (x->u.in.keys[mid] <= key)
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -92,28 +109,36 @@ static uint64_t upper_bound(const struct fb_node *x, uint64_t key)
 	return lo;
 }
 
-/* First position with keys[pos] >= key. */
-static uint64_t lower_bound(const struct fb_node *x, uint64_t key)
+/* Leaf: the slot holding key, or -1. */
+static int64_t leaf_find(const struct fb_node *x, uint64_t key)
 {
-	uint64_t lo = 0, hi = x->n;
-	while (lo < hi) {
-		uint64_t mid = (lo + hi) / 2;
-		if (x->keys[mid] < key)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
+	for (uint64_t i = 0; i < x->n; i++)
+		if (x->u.ent[i].key == key)
+			return (int64_t)i;
+	return -1;
 }
 
 static PMEMoid find_leaf(PMEMoid node, uint64_t key)
 {
 	struct fb_node *x = N(node);
 	while (!x->leaf) {
-		node = x->ptrs[upper_bound(x, key)];
+		node = x->u.in.ptrs[child_index(x, key)];
 		x = N(node);
 	}
 	return node;
+}
+
+static void sort_entries(struct fb_entry *e, uint64_t n)
+{
+	for (uint64_t i = 1; i < n; i++) {
+		struct fb_entry v = e[i];
+		uint64_t j = i;
+		while (j > 0 && e[j - 1].key > v.key) {
+			e[j] = e[j - 1];
+			j--;
+		}
+		e[j] = v;
+	}
 }
 
 /* ---- transactional helpers (call only inside TX_BEGIN; failures abort the transaction) ---- */
@@ -136,20 +161,6 @@ static PMEMoid new_value(const unsigned char *val, uint64_t len)
 	return oid;
 }
 
-static void add_keys(PMEMoid oid, uint64_t from, uint64_t count)
-{
-	if (count)
-		pmemobj_tx_add_range(oid, offsetof(struct fb_node, keys) + from * sizeof(uint64_t),
-				     count * sizeof(uint64_t));
-}
-
-static void add_ptrs(PMEMoid oid, uint64_t from, uint64_t count)
-{
-	if (count)
-		pmemobj_tx_add_range(oid, offsetof(struct fb_node, ptrs) + from * sizeof(PMEMoid),
-				     count * sizeof(PMEMoid));
-}
-
 static void add_n(PMEMoid oid)
 {
 	pmemobj_tx_add_range(oid, offsetof(struct fb_node, n), sizeof(uint64_t));
@@ -159,7 +170,7 @@ static void add_n(PMEMoid oid)
 static void split_child(PMEMoid parent, uint64_t i)
 {
 	struct fb_node *p = N(parent);
-	PMEMoid child = p->ptrs[i];
+	PMEMoid child = p->u.in.ptrs[i];
 	struct fb_node *c = N(child);
 	PMEMoid sib = new_node((int)c->leaf);
 	struct fb_node *s = N(sib);
@@ -169,28 +180,28 @@ static void split_child(PMEMoid parent, uint64_t i)
 	pmemobj_tx_add_range(child, 0, sizeof(struct fb_node));
 	if (c->leaf) {
 		uint64_t moved = FB_ORDER - mid;
-		memcpy(s->keys, &c->keys[mid], moved * sizeof(uint64_t));
-		memcpy(s->ptrs, &c->ptrs[mid], moved * sizeof(PMEMoid));
+		sort_entries(c->u.ent, c->n);
+		memcpy(s->u.ent, &c->u.ent[mid], moved * sizeof(struct fb_entry));
 		s->n = moved;
 		s->next = c->next;
 		c->next = sib;
 		c->n = mid;
-		sep = s->keys[0];
+		sep = s->u.ent[0].key;
 	} else {
 		uint64_t moved = FB_ORDER - mid - 1;
-		sep = c->keys[mid];
-		memcpy(s->keys, &c->keys[mid + 1], moved * sizeof(uint64_t));
-		memcpy(s->ptrs, &c->ptrs[mid + 1], (moved + 1) * sizeof(PMEMoid));
+		sep = c->u.in.keys[mid];
+		memcpy(s->u.in.keys, &c->u.in.keys[mid + 1], moved * sizeof(uint64_t));
+		memcpy(s->u.in.ptrs, &c->u.in.ptrs[mid + 1], (moved + 1) * sizeof(PMEMoid));
 		s->n = moved;
 		c->n = mid;
 	}
 	add_n(parent);
-	add_keys(parent, i, p->n - i + 1);
-	add_ptrs(parent, i + 1, p->n - i + 1);
-	memmove(&p->keys[i + 1], &p->keys[i], (p->n - i) * sizeof(uint64_t));
-	memmove(&p->ptrs[i + 2], &p->ptrs[i + 1], (p->n - i) * sizeof(PMEMoid));
-	p->keys[i] = sep;
-	p->ptrs[i + 1] = sib;
+	pmemobj_tx_add_range(parent, KEY_OFF(i), (p->n - i + 1) * sizeof(uint64_t));
+	pmemobj_tx_add_range(parent, PTR_OFF(i + 1), (p->n - i + 1) * sizeof(PMEMoid));
+	memmove(&p->u.in.keys[i + 1], &p->u.in.keys[i], (p->n - i) * sizeof(uint64_t));
+	memmove(&p->u.in.ptrs[i + 2], &p->u.in.ptrs[i + 1], (p->n - i) * sizeof(PMEMoid));
+	p->u.in.keys[i] = sep;
+	p->u.in.ptrs[i + 1] = sib;
 	p->n += 1;
 }
 
@@ -201,9 +212,11 @@ static int tx_insert(fb_pool *pool, uint32_t t, uint64_t key, const unsigned cha
 	PMEMoid node = r->trees[t];
 	struct fb_node *x = N(node);
 
+	if (x->leaf ? leaf_find(x, key) >= 0 : 0)
+		return EEXIST;
 	if (x->n == FB_ORDER) {
 		PMEMoid root = new_node(0);
-		N(root)->ptrs[0] = node;
+		N(root)->u.in.ptrs[0] = node;
 		split_child(root, 0);
 		pmemobj_tx_add_range(pool->root,
 				     offsetof(struct fb_root, trees) + t * sizeof(PMEMoid),
@@ -213,26 +226,26 @@ static int tx_insert(fb_pool *pool, uint32_t t, uint64_t key, const unsigned cha
 		x = N(node);
 	}
 	while (!x->leaf) {
-		uint64_t i = upper_bound(x, key);
-		if (N(x->ptrs[i])->n == FB_ORDER) {
+		uint64_t i = child_index(x, key);
+		if (N(x->u.in.ptrs[i])->n == FB_ORDER) {
+			struct fb_node *c = N(x->u.in.ptrs[i]);
+			if (c->leaf && leaf_find(c, key) >= 0)
+				return EEXIST;
 			split_child(node, i);
-			if (key >= x->keys[i])
+			if (key >= x->u.in.keys[i])
 				i++;
 		}
-		node = x->ptrs[i];
+		node = x->u.in.ptrs[i];
 		x = N(node);
 	}
-	uint64_t pos = lower_bound(x, key);
-	if (pos < x->n && x->keys[pos] == key)
+	if (leaf_find(x, key) >= 0)
 		return EEXIST;
 	PMEMoid v = new_value(val, len);
+	/* ent[n] is beyond the leaf's count: unreachable until n grows, so no undo log. */
+	pmemobj_tx_xadd_range(node, ENT_OFF(x->n), sizeof(struct fb_entry), POBJ_XADD_NO_SNAPSHOT);
+	x->u.ent[x->n].key = key;
+	x->u.ent[x->n].val = v;
 	add_n(node);
-	add_keys(node, pos, x->n - pos + 1);
-	add_ptrs(node, pos, x->n - pos + 1);
-	memmove(&x->keys[pos + 1], &x->keys[pos], (x->n - pos) * sizeof(uint64_t));
-	memmove(&x->ptrs[pos + 1], &x->ptrs[pos], (x->n - pos) * sizeof(PMEMoid));
-	x->keys[pos] = key;
-	x->ptrs[pos] = v;
 	x->n += 1;
 	return 0;
 }
@@ -242,18 +255,18 @@ static int tx_update(fb_pool *pool, uint32_t t, uint64_t key, const unsigned cha
 {
 	PMEMoid leaf = find_leaf(R(pool)->trees[t], key);
 	struct fb_node *x = N(leaf);
-	uint64_t pos = lower_bound(x, key);
-	if (pos >= x->n || x->keys[pos] != key)
+	int64_t i = leaf_find(x, key);
+	if (i < 0)
 		return ENOENT;
-	PMEMoid old = x->ptrs[pos];
+	PMEMoid old = x->u.ent[i].val;
 	struct fb_value *v = (struct fb_value *)pmemobj_direct(old);
 	if (v->len == len) {
 		pmemobj_tx_add_range(old, offsetof(struct fb_value, data), len);
 		memcpy(v->data, val, len);
 	} else {
 		PMEMoid nv = new_value(val, len);
-		add_ptrs(leaf, pos, 1);
-		x->ptrs[pos] = nv;
+		pmemobj_tx_add_range(leaf, ENT_OFF(i) + offsetof(struct fb_entry, val), sizeof(PMEMoid));
+		x->u.ent[i].val = nv;
 		pmemobj_tx_free(old);
 	}
 	return 0;
@@ -263,15 +276,16 @@ static int tx_delete(fb_pool *pool, uint32_t t, uint64_t key)
 {
 	PMEMoid leaf = find_leaf(R(pool)->trees[t], key);
 	struct fb_node *x = N(leaf);
-	uint64_t pos = lower_bound(x, key);
-	if (pos >= x->n || x->keys[pos] != key)
+	int64_t i = leaf_find(x, key);
+	if (i < 0)
 		return ENOENT;
-	PMEMoid old = x->ptrs[pos];
+	PMEMoid old = x->u.ent[i].val;
+	uint64_t last = x->n - 1;
+	if ((uint64_t)i != last) {
+		pmemobj_tx_add_range(leaf, ENT_OFF(i), sizeof(struct fb_entry));
+		x->u.ent[i] = x->u.ent[last];
+	}
 	add_n(leaf);
-	add_keys(leaf, pos, x->n - pos);
-	add_ptrs(leaf, pos, x->n - pos);
-	memmove(&x->keys[pos], &x->keys[pos + 1], (x->n - pos - 1) * sizeof(uint64_t));
-	memmove(&x->ptrs[pos], &x->ptrs[pos + 1], (x->n - pos - 1) * sizeof(PMEMoid));
 	x->n -= 1;
 	pmemobj_tx_free(old);
 	return 0;
@@ -356,6 +370,14 @@ int fb_pmdk_is_pmem(const fb_pool *p)
 	return pmem_is_pmem(pmemobj_direct(p->root), sizeof(struct fb_root));
 }
 
+/* 1 if table t holds key, 0 if not, -1 for a bad table. */
+int fb_pmdk_contains(const fb_pool *p, uint32_t t, uint64_t key)
+{
+	if (t >= p->ntables)
+		return -1;
+	return leaf_find(N(find_leaf(R(p)->trees[t], key)), key) >= 0;
+}
+
 /*
  * Copies the value of `key` into buf (capacity cap) and its length into *len.
  * Returns 1 found (and copied if it fits: check *len <= cap), 0 not found, -1 bad table.
@@ -366,10 +388,10 @@ int fb_pmdk_get(const fb_pool *p, uint32_t t, uint64_t key, unsigned char *buf, 
 	if (t >= p->ntables)
 		return -1;
 	struct fb_node *x = N(find_leaf(R(p)->trees[t], key));
-	uint64_t pos = lower_bound(x, key);
-	if (pos >= x->n || x->keys[pos] != key)
+	int64_t i = leaf_find(x, key);
+	if (i < 0)
 		return 0;
-	const struct fb_value *v = (const struct fb_value *)pmemobj_direct(x->ptrs[pos]);
+	const struct fb_value *v = (const struct fb_value *)pmemobj_direct(x->u.ent[i].val);
 	*len = v->len;
 	if (v->len <= cap && v->len)
 		memcpy(buf, v->data, v->len);
@@ -380,7 +402,7 @@ int fb_pmdk_get(const fb_pool *p, uint32_t t, uint64_t key, unsigned char *buf, 
  * Copies up to `limit` entries with key >= start, in key order: keys[i], lens[i], and the
  * values back to back into data (capacity cap). Returns the number of entries copied; if the
  * next entry's value does not fit, stops there and sets *more to 1 (the caller grows the buffer
- * and resumes from the next key). -1 for a bad table.
+ * and resumes after the last key copied). -1 for a bad table.
  */
 int64_t fb_pmdk_scan(const fb_pool *p, uint32_t t, uint64_t start, uint64_t limit,
 		     uint64_t *keys, uint64_t *lens, unsigned char *data, uint64_t cap, int *more)
@@ -388,30 +410,29 @@ int64_t fb_pmdk_scan(const fb_pool *p, uint32_t t, uint64_t start, uint64_t limi
 	*more = 0;
 	if (t >= p->ntables)
 		return -1;
-	PMEMoid leaf = find_leaf(R(p)->trees[t], start);
-	struct fb_node *x = N(leaf);
-	uint64_t pos = lower_bound(x, start);
+	struct fb_node *x = N(find_leaf(R(p)->trees[t], start));
 	uint64_t n = 0, used = 0;
-	while (n < limit) {
-		if (pos >= x->n) {
-			if (OID_IS_NULL(x->next))
-				break;
-			x = N(x->next);
-			pos = 0;
-			continue;
+	struct fb_entry sorted[FB_ORDER];
+	while (x != NULL && n < limit) {
+		uint64_t m = 0;
+		for (uint64_t i = 0; i < x->n; i++)
+			if (x->u.ent[i].key >= start)
+				sorted[m++] = x->u.ent[i];
+		sort_entries(sorted, m);
+		for (uint64_t i = 0; i < m && n < limit; i++) {
+			const struct fb_value *v = (const struct fb_value *)pmemobj_direct(sorted[i].val);
+			if (used + v->len > cap) {
+				*more = 1;
+				return (int64_t)n;
+			}
+			keys[n] = sorted[i].key;
+			lens[n] = v->len;
+			if (v->len)
+				memcpy(data + used, v->data, v->len);
+			used += v->len;
+			n++;
 		}
-		const struct fb_value *v = (const struct fb_value *)pmemobj_direct(x->ptrs[pos]);
-		if (used + v->len > cap) {
-			*more = 1;
-			break;
-		}
-		keys[n] = x->keys[pos];
-		lens[n] = v->len;
-		if (v->len)
-			memcpy(data + used, v->data, v->len);
-		used += v->len;
-		n++;
-		pos++;
+		x = OID_IS_NULL(x->next) ? NULL : N(x->next);
 	}
 	return (int64_t)n;
 }
@@ -421,10 +442,9 @@ uint64_t fb_pmdk_count(const fb_pool *p, uint32_t t)
 {
 	if (t >= p->ntables)
 		return UINT64_MAX;
-	PMEMoid node = R(p)->trees[t];
-	struct fb_node *x = N(node);
+	struct fb_node *x = N(R(p)->trees[t]);
 	while (!x->leaf)
-		x = N(x->ptrs[0]);
+		x = N(x->u.in.ptrs[0]);
 	uint64_t n = 0;
 	for (;;) {
 		n += x->n;

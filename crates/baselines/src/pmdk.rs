@@ -82,6 +82,7 @@ mod ffi {
             more: *mut c_int,
         ) -> i64;
         pub fn fb_pmdk_count(p: *const FbPool, table: u32) -> u64;
+        pub fn fb_pmdk_contains(p: *const FbPool, table: u32, key: u64) -> c_int;
         pub fn fb_pmdk_apply(
             p: *mut FbPool,
             ops: *const FbOp,
@@ -134,13 +135,28 @@ fn err_text(buf: &[c_char]) -> String {
 pub struct Pmdk {
     pool: NonNull<ffi::FbPool>,
     ntables: usize,
-    lock: RwLock<()>,
+    lock: RwLock<Scratch>,
     settings: Vec<(String, String)>,
+}
+
+/// Buffers of the write path, reused by every write transaction (under the write lock).
+#[derive(Debug, Default)]
+struct Scratch {
+    pending: Vec<Pending>,
+    arena: Vec<u8>,
+    ops: Vec<ffi::FbOp>,
+}
+
+impl std::fmt::Debug for ffi::FbOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FbOp").field("kind", &self.kind).field("key", &self.key).finish()
+    }
 }
 
 // SAFETY: the shim's pool handle is only used under `lock`: reads (get, scan, count) under the
 // read lock, writes (apply) under the write lock, so the tree is never read while modified;
-// libpmemobj's own functions are thread-safe.
+// libpmemobj's own functions are thread-safe. The raw pointers in `Scratch::ops` are only set
+// and used under the write lock, within one `write` call (cleared before it returns).
 unsafe impl Send for Pmdk {}
 // SAFETY: as above.
 unsafe impl Sync for Pmdk {}
@@ -196,7 +212,12 @@ impl Pmdk {
         }
         let pool = NonNull::new(raw)
             .ok_or_else(|| Error::Pmdk { op: "create", message: "null pool".into() })?;
-        let mut me = Pmdk { pool, ntables: tables.len(), lock: RwLock::new(()), settings: vec![] };
+        let mut me = Pmdk {
+            pool,
+            ntables: tables.len(),
+            lock: RwLock::new(Scratch::default()),
+            settings: vec![],
+        };
         // SAFETY: valid pool handle.
         let is_pmem = unsafe { ffi::fb_pmdk_is_pmem(me.pool.as_ptr()) } != 0;
         me.settings = vec![
@@ -240,26 +261,26 @@ impl Pmdk {
         &self,
         f: impl FnOnce(&mut PmdkTxn<'_>) -> Result<R, E>,
     ) -> Result<R, E> {
-        let _w = self.lock.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut txn = PmdkTxn { db: self, pending: Some(Vec::new()) };
-        let v = f(&mut txn)?;
-        let pending = txn.pending.take().unwrap_or_default();
-        if pending.is_empty() {
+        let mut guard = self.lock.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let scratch = &mut *guard;
+        scratch.pending.clear();
+        scratch.arena.clear();
+        let v = f(&mut PmdkTxn { db: self, scratch: Some(&mut *scratch) })?;
+        if scratch.pending.is_empty() {
             return Ok(v);
         }
-        let ops: Vec<ffi::FbOp> = pending
-            .iter()
-            .map(|p| ffi::FbOp {
-                kind: p.kind,
-                table: p.table as u32,
-                key: p.key,
-                val: p.value.as_ref().map_or(std::ptr::null(), |v| v.as_ptr()),
-                len: p.value.as_ref().map_or(0, |v| v.len() as u64),
-            })
-            .collect();
+        let Scratch { pending, arena, ops } = scratch;
+        ops.clear();
+        ops.extend(pending.iter().map(|p| ffi::FbOp {
+            kind: p.kind,
+            table: p.table as u32,
+            key: p.key,
+            val: arena[p.off..p.off + p.len].as_ptr(),
+            len: p.len as u64,
+        }));
         let mut err = [0 as c_char; 512];
-        // SAFETY: valid pool handle under the write lock; `ops` and the value buffers they
-        // point to (owned by `pending`) live until the call returns; `err` is writable.
+        // SAFETY: valid pool handle under the write lock; `ops` and the arena bytes they point
+        // to live until the call returns (nothing touches them meanwhile); `err` is writable.
         let rc = unsafe {
             ffi::fb_pmdk_apply(
                 self.pool.as_ptr(),
@@ -269,6 +290,7 @@ impl Pmdk {
                 err.len(),
             )
         };
+        ops.clear();
         match rc {
             0 => Ok(v),
             rc if rc == libc::ENOMEM || rc == libc::ENOSPC => {
@@ -288,7 +310,7 @@ impl Pmdk {
         f: impl FnOnce(&mut PmdkTxn<'_>) -> Result<R, E>,
     ) -> Result<R, E> {
         let _r = self.lock.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        f(&mut PmdkTxn { db: self, pending: None })
+        f(&mut PmdkTxn { db: self, scratch: None })
     }
 
     fn table(&self, t: usize) -> Result<u32> {
@@ -296,6 +318,16 @@ impl Pmdk {
             Ok(t as u32)
         } else {
             Err(Error::InvalidArgument(format!("no table #{t}")))
+        }
+    }
+
+    /// Whether `key` is committed (caller holds the lock).
+    fn contains_committed(&self, table: u32, key: u64) -> Result<bool> {
+        // SAFETY: valid pool handle under a lock.
+        match unsafe { ffi::fb_pmdk_contains(self.pool.as_ptr(), table, key) } {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(Error::InvalidArgument(format!("no table #{table}"))),
         }
     }
 
@@ -337,44 +369,44 @@ struct Pending {
     kind: u32,
     table: usize,
     key: u64,
-    value: Option<Vec<u8>>,
+    /// The value: `arena[off..off + len]` (empty for deletes).
+    off: usize,
+    len: usize,
 }
 
 /// An open PMDK transaction: read-only, or read-write with buffered writes.
 #[derive(Debug)]
 pub struct PmdkTxn<'a> {
     db: &'a Pmdk,
-    pending: Option<Vec<Pending>>,
+    scratch: Option<&'a mut Scratch>,
+}
+
+fn read_only() -> Error {
+    Error::InvalidArgument("write in a read-only transaction".into())
 }
 
 impl PmdkTxn<'_> {
     /// The transaction's own latest write to the key: `Some(None)` deleted, `Some(Some(v))`
     /// written, `None` untouched.
     fn own(&self, table: usize, key: u64) -> Option<Option<&[u8]>> {
-        self.pending
-            .as_ref()?
-            .iter()
-            .rev()
-            .find(|p| p.table == table && p.key == key)
-            .map(|p| if p.kind == ffi::DELETE { None } else { p.value.as_deref() })
+        let s = self.scratch.as_deref()?;
+        s.pending.iter().rev().find(|p| p.table == table && p.key == key).map(|p| {
+            if p.kind == ffi::DELETE { None } else { Some(&s.arena[p.off..p.off + p.len]) }
+        })
     }
 
-    fn push(&mut self, kind: u32, table: usize, key: u64, value: Option<&[u8]>) -> Result<()> {
-        let pending = self
-            .pending
-            .as_mut()
-            .ok_or_else(|| Error::InvalidArgument("write in a read-only transaction".into()))?;
-        pending.push(Pending { kind, table, key, value: value.map(<[u8]>::to_vec) });
+    fn push(&mut self, kind: u32, table: usize, key: u64, value: &[u8]) -> Result<()> {
+        let s = self.scratch.as_deref_mut().ok_or_else(read_only)?;
+        let off = s.arena.len();
+        s.arena.extend_from_slice(value);
+        s.pending.push(Pending { kind, table, key, off, len: value.len() });
         Ok(())
     }
 
     fn exists(&mut self, table: usize, key: u64) -> Result<bool> {
         match self.own(table, key) {
             Some(v) => Ok(v.is_some()),
-            None => {
-                let mut scratch = Vec::new();
-                self.db.get_committed(self.db.table(table)?, key, &mut scratch)
-            }
+            None => self.db.contains_committed(self.db.table(table)?, key),
         }
     }
 
@@ -396,46 +428,51 @@ impl PmdkTxn<'_> {
     /// Inserts; `false` (and no effect) if the key exists.
     pub fn insert(&mut self, table: usize, key: u64, value: &[u8]) -> Result<bool> {
         check_key(key)?;
-        if self.pending.is_none() {
-            return Err(Error::InvalidArgument("write in a read-only transaction".into()));
+        if self.scratch.is_none() {
+            return Err(read_only());
         }
         if self.exists(table, key)? {
             return Ok(false);
         }
-        self.push(ffi::INSERT, table, key, Some(value))?;
+        self.push(ffi::INSERT, table, key, value)?;
         Ok(true)
     }
 
     /// Replaces the value; `false` (and no effect) if the key does not exist.
     pub fn update(&mut self, table: usize, key: u64, value: &[u8]) -> Result<bool> {
         check_key(key)?;
-        if self.pending.is_none() {
-            return Err(Error::InvalidArgument("write in a read-only transaction".into()));
+        if self.scratch.is_none() {
+            return Err(read_only());
         }
         if !self.exists(table, key)? {
             return Ok(false);
         }
-        // An update of a key this transaction inserted stays an insert of the new value.
-        if let Some(p) = self.pending.as_mut().and_then(|ps| {
-            ps.iter_mut().rev().find(|p| p.table == table && p.key == key && p.kind == ffi::INSERT)
-        }) {
-            p.value = Some(value.to_vec());
+        // The key exists now, so the latest own write to it (if any) is an insert or an update;
+        // updating a key this transaction inserted keeps it an insert, of the new value.
+        if let Some(s) = self.scratch.as_deref_mut()
+            && let Some(i) = s.pending.iter().rposition(|p| p.table == table && p.key == key)
+            && s.pending[i].kind == ffi::INSERT
+        {
+            let off = s.arena.len();
+            s.arena.extend_from_slice(value);
+            s.pending[i].off = off;
+            s.pending[i].len = value.len();
             return Ok(true);
         }
-        self.push(ffi::UPDATE, table, key, Some(value))?;
+        self.push(ffi::UPDATE, table, key, value)?;
         Ok(true)
     }
 
     /// Deletes; `false` if the key does not exist.
     pub fn delete(&mut self, table: usize, key: u64) -> Result<bool> {
         check_key(key)?;
-        if self.pending.is_none() {
-            return Err(Error::InvalidArgument("write in a read-only transaction".into()));
+        if self.scratch.is_none() {
+            return Err(read_only());
         }
         if !self.exists(table, key)? {
             return Ok(false);
         }
-        self.push(ffi::DELETE, table, key, None)?;
+        self.push(ffi::DELETE, table, key, &[])?;
         Ok(true)
     }
 
@@ -450,7 +487,7 @@ impl PmdkTxn<'_> {
     ) -> Result<usize> {
         check_key(start)?;
         let t = self.db.table(table)?;
-        if self.pending.as_ref().is_some_and(|p| !p.is_empty()) {
+        if self.scratch.as_deref().is_some_and(|s| !s.pending.is_empty()) {
             return Err(Error::InvalidArgument(
                 "PMDK baseline: scan after a write in the same transaction".into(),
             ));
@@ -578,5 +615,70 @@ mod tests {
         });
         assert!(r.is_err());
         db.read(|t| t.get(0, 3, &mut out)).map(|found| assert!(found)).unwrap();
+    }
+
+    /// Random batches of inserts, updates (same and other lengths) and deletes, some aborted,
+    /// checked against a `BTreeMap` with gets, counts and scans from random keys.
+    #[test]
+    fn matches_a_model() {
+        let dir = tempfile::tempdir().unwrap();
+        let db =
+            Pmdk::create(&dir.path().join("pool"), &PmdkConfig { pool_size: 64 << 20 }, &["t"])
+                .unwrap();
+        let mut model = std::collections::BTreeMap::<u64, Vec<u8>>::new();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for round in 0..400 {
+            let abort = next(10) == 0;
+            let mut staged = model.clone();
+            let ops: Vec<(u64, u64, u64)> =
+                (0..1 + next(40)).map(|_| (next(3), next(3000), next(3))).collect();
+            let r = db.write(|t| {
+                for &(kind, k, len) in &ops {
+                    let v = vec![(k % 251) as u8; 8 + len as usize * 4];
+                    match kind {
+                        0 => {
+                            let fresh = !staged.contains_key(&k);
+                            assert_eq!(t.insert(0, k, &v)?, fresh);
+                            if fresh {
+                                staged.insert(k, v);
+                            }
+                        }
+                        1 => {
+                            let had = staged.contains_key(&k);
+                            assert_eq!(t.update(0, k, &v)?, had);
+                            if had {
+                                staged.insert(k, v);
+                            }
+                        }
+                        _ => assert_eq!(t.delete(0, k)?, staged.remove(&k).is_some()),
+                    }
+                    let mut out = Vec::new();
+                    assert_eq!(t.get(0, k, &mut out)?, staged.contains_key(&k));
+                }
+                if abort { Err(Error::InvalidArgument("abort".into())) } else { Ok(()) }
+            });
+            assert_eq!(r.is_err(), abort, "round {round}");
+            if !abort {
+                model = staged;
+            }
+            db.read(|t| {
+                assert_eq!(t.count(0)?, model.len() as u64, "round {round}");
+                let start = next(3100);
+                let limit = next(70) as usize;
+                let mut seen = Vec::new();
+                t.scan(0, start, limit, &mut |k, v| seen.push((k, v.to_vec())))?;
+                let want: Vec<(u64, Vec<u8>)> =
+                    model.range(start..).take(limit).map(|(k, v)| (*k, v.clone())).collect();
+                assert_eq!(seen, want, "round {round}");
+                Ok::<_, Error>(())
+            })
+            .unwrap();
+        }
     }
 }

@@ -1,2 +1,33 @@
-//! Workloads, the benchmark runner and its reports. Nothing is implemented here yet.
+//! Ferrite's benchmark harness: workloads, the runner, reports and plots, and the
+//! `ferrite bench` command.
+//!
+//! In the spirit of LevelDB's `db_bench` (named workloads, run side by side on several
+//! engines) and PiBench: every workload ([`workload::WorkloadId`]: the NVWAL/FAST insert
+//! micro-benchmark and its update/delete variants, YCSB A–F) runs on every engine
+//! ([`subject::EngineId`]: each Ferrite engine through the public `Database` API, and the
+//! baselines of `ferrite-baselines`: SQLite in three journal/sync settings, LMDB, PMDK) through
+//! one small interface ([`subject::Subject`]). The runner ([`runner`]) loads untimed, warms up,
+//! times transactions on worker threads (throughput, p50/p99/p99.9 latency, aborts, and for
+//! Ferrite engines flushes, fences and bytes per transaction from `ferrite::pmem::Counters`),
+//! and runs each workload's consistency checks. Reports ([`report`]) print a side-by-side table
+//! with a ratio column and write JSON, CSV and SVG plots ([`plot`]). [`calibrate`] compares the
+//! baselines with the calibration anchors of the project's conventions.
+//!
+//! Adding a workload: a variant of [`workload::WorkloadId`] and a module implementing
+//! [`workload::Workload`]. Adding an engine: a Ferrite engine appears by itself (every
+//! `EngineKind`); a baseline is a variant of [`subject::EngineId`] and a module implementing
+//! [`subject::Subject`].
+//!
+//! Performance is measured here and never asserted in tests; tests check shapes and
+//! consistency.
 #![forbid(unsafe_code)]
+
+pub mod calibrate;
+pub mod cli;
+pub mod keys;
+pub mod machine;
+pub mod plot;
+pub mod report;
+pub mod runner;
+pub mod subject;
+pub mod workload;

@@ -1,0 +1,158 @@
+//! SVG plots (plotters) of thread and latency sweeps, drawn from a results CSV
+//! ([`crate::report::write_csv`]), so a CSV can be re-plotted later (`--plot FILE`).
+//!
+//! Per workload: `<workload>-threads.svg` (transactions/s over thread counts, one line per
+//! engine and injected latency) when the run had more than one thread count, and
+//! `<workload>-latency.svg` (transactions/s of Ferrite engines over injected latency, one line
+//! per engine and thread count; baselines as dashed horizontal lines at their 0 ns figure,
+//! labelled "baseline, 0 ns") when it had more than one latency.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use plotters::prelude::*;
+
+use crate::report::{CsvRow, read_csv, si};
+
+type Series = Vec<(String, Vec<(f64, f64)>, bool)>;
+
+/// Draws every plot the CSV supports into `out_dir`; returns the files written.
+pub fn plots_from_csv(csv: &Path, out_dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let rows = read_csv(csv)?;
+    plots_from_rows(&rows, out_dir)
+}
+
+/// As [`plots_from_csv`], from rows already read.
+pub fn plots_from_rows(rows: &[CsvRow], out_dir: &Path) -> Result<Vec<PathBuf>, String> {
+    std::fs::create_dir_all(out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+    let rows: Vec<&CsvRow> = rows.iter().filter(|r| r.checks != "error").collect();
+    let mut workloads: Vec<&str> = Vec::new();
+    for r in &rows {
+        if !workloads.contains(&r.workload.as_str()) {
+            workloads.push(&r.workload);
+        }
+    }
+    let mut files = Vec::new();
+    for w in workloads {
+        let mine: Vec<&&CsvRow> = rows.iter().filter(|r| r.workload == w).collect();
+        let mut threads: Vec<usize> = mine.iter().map(|r| r.threads).collect();
+        threads.sort_unstable();
+        threads.dedup();
+        let mut lats: Vec<u64> =
+            mine.iter().filter(|r| r.family == "ferrite").map(|r| r.latency_ns).collect();
+        lats.sort_unstable();
+        lats.dedup();
+
+        if threads.len() > 1 {
+            let mut by: BTreeMap<(String, u64), Vec<(f64, f64)>> = BTreeMap::new();
+            for r in &mine {
+                by.entry((r.label.clone(), r.latency_ns))
+                    .or_default()
+                    .push((r.threads as f64, r.tx_per_s));
+            }
+            let series: Series = by
+                .into_iter()
+                .map(|((label, lat), mut pts)| {
+                    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    let name = if lat == 0 { label } else { format!("{label} +{lat} ns") };
+                    (name, pts, false)
+                })
+                .collect();
+            let path = out_dir.join(format!("{w}-threads.svg"));
+            draw(&path, &format!("{w}: throughput over threads"), "threads", &series)?;
+            files.push(path);
+        }
+        if lats.len() > 1 {
+            let (lo, hi) = (lats[0] as f64, lats[lats.len() - 1] as f64);
+            let mut by: BTreeMap<(String, usize), Vec<(f64, f64)>> = BTreeMap::new();
+            let mut base: Series = Vec::new();
+            for r in &mine {
+                if r.family == "ferrite" {
+                    by.entry((r.label.clone(), r.threads))
+                        .or_default()
+                        .push((r.latency_ns as f64, r.tx_per_s));
+                } else {
+                    base.push((
+                        format!("{} t{} (baseline, 0 ns)", r.label, r.threads),
+                        vec![(lo, r.tx_per_s), (hi, r.tx_per_s)],
+                        true,
+                    ));
+                }
+            }
+            let mut series: Series = by
+                .into_iter()
+                .map(|((label, t), mut pts)| {
+                    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    (format!("{label} t{t}"), pts, false)
+                })
+                .collect();
+            series.extend(base);
+            let path = out_dir.join(format!("{w}-latency.svg"));
+            draw(
+                &path,
+                &format!("{w}: throughput over injected latency"),
+                "injected latency (ns)",
+                &series,
+            )?;
+            files.push(path);
+        }
+    }
+    Ok(files)
+}
+
+fn draw(path: &Path, title: &str, x_desc: &str, series: &Series) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| format!("plot {}: {e}", path.display());
+    let xs = series.iter().flat_map(|s| s.1.iter().map(|p| p.0));
+    let (x0, x1) = xs.fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(x), b.max(x)));
+    let ymax = series.iter().flat_map(|s| s.1.iter().map(|p| p.1)).fold(0.0f64, f64::max);
+    let (x0, x1) = if x1 > x0 { (x0, x1) } else { (x0 - 1.0, x0 + 1.0) };
+    let pad = (x1 - x0) * 0.05;
+    let root = SVGBackend::new(path, (960, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(90)
+        .build_cartesian_2d((x0 - pad)..(x1 + pad), 0.0..(ymax * 1.15).max(1.0))
+        .map_err(|x| e(&x))?;
+    // Thread counts are integers; latencies are whole nanoseconds.
+    let xfmt = |v: &f64| format!("{v:.0}");
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc("transactions/s")
+        .x_label_formatter(&xfmt)
+        .y_label_formatter(&|v| si(*v))
+        .draw()
+        .map_err(|x| e(&x))?;
+    for (i, (name, pts, dashed)) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let style = color.stroke_width(2);
+        if *dashed {
+            chart
+                .draw_series(DashedLineSeries::new(pts.clone(), 8, 5, style))
+                .map_err(|x| e(&x))?
+                .label(name.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+        } else {
+            chart
+                .draw_series(LineSeries::new(pts.clone(), style))
+                .map_err(|x| e(&x))?
+                .label(name.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+            chart
+                .draw_series(pts.iter().map(|&(x, y)| Circle::new((x, y), 3, color.filled())))
+                .map_err(|x| e(&x))?;
+        }
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(|x| e(&x))?;
+    root.present().map_err(|x| e(&x))?;
+    Ok(())
+}

@@ -1,0 +1,453 @@
+//! The runner: for every point (workload × engine × threads × injected latency) it opens a
+//! fresh subject in a fresh directory, loads the workload's data (untimed, separate session),
+//! warms up, runs the timed phase on worker threads, and checks the workload's consistency.
+//!
+//! Measured per point: committed transactions and operations over the timed phase (throughput
+//! is transactions over the longest worker's elapsed time), per-transaction latency from the
+//! first attempt to the successful commit (HDR histogram, 3 significant digits), aborts
+//! (attempts that failed with a retryable error and were run again), and for Ferrite engines
+//! the persistence counters of `ferrite::pmem::Counters` summed over the workers' timed phases
+//! (flushes, fences, bytes stored, injected ns per transaction). Baselines get no counters
+//! (`None`, printed `n/a`), and run only at zero injected latency.
+
+use std::path::{Path, PathBuf};
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ferrite::pmem::{Counters, FlushKind};
+use hdrhistogram::Histogram;
+
+use crate::report::PointResult;
+use crate::subject::{EngineId, Family, LatencyModel, OpError, SubjectSetup};
+use crate::workload::{Distribution, WorkerReport, WorkloadId, WorkloadParams};
+
+/// How long the timed phase of a point runs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Stop {
+    /// For this long.
+    Duration(Duration),
+    /// For this many transactions in total (split across the threads).
+    Txns(u64),
+}
+
+/// How long a point warms up before timing.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Warmup {
+    /// For this long.
+    Duration(Duration),
+    /// For this many transactions in total.
+    Txns(u64),
+}
+
+/// Everything a run needs.
+#[derive(Clone, Debug)]
+pub struct RunSpec {
+    /// Workloads, in order.
+    pub workloads: Vec<WorkloadId>,
+    /// Engines, in order.
+    pub engines: Vec<EngineId>,
+    /// Thread counts.
+    pub threads: Vec<usize>,
+    /// Injected latencies for Ferrite engines, ns (baselines run at 0 only).
+    pub latencies: Vec<u64>,
+    /// How latency is injected.
+    pub latency_model: LatencyModel,
+    /// Flush instruction for Ferrite's pools (`None`: best available).
+    pub flush: Option<FlushKind>,
+    /// Timed phase.
+    pub stop: Stop,
+    /// Warm-up.
+    pub warmup: Warmup,
+    /// Records loaded (see each workload).
+    pub scale: u64,
+    /// Value size, bytes.
+    pub value_size: usize,
+    /// YCSB request distribution.
+    pub distribution: Distribution,
+    /// Zipfian constant.
+    pub theta: f64,
+    /// Seed.
+    pub seed: u64,
+    /// The run's directory (fresh, exists); each point gets a subdirectory, removed after it.
+    pub dir: PathBuf,
+}
+
+/// One point of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Point {
+    /// Workload.
+    pub workload: WorkloadId,
+    /// Engine.
+    pub engine: EngineId,
+    /// Worker threads.
+    pub threads: usize,
+    /// Injected latency, ns.
+    pub latency_ns: u64,
+}
+
+impl RunSpec {
+    /// Every point, grouped by workload, then thread count, then engine (a Ferrite engine once
+    /// per latency, a baseline once, at 0).
+    pub fn points(&self) -> Vec<Point> {
+        let mut v = Vec::new();
+        let mut lats = self.latencies.clone();
+        if lats.is_empty() {
+            lats.push(0);
+        }
+        for &workload in &self.workloads {
+            for &threads in &self.threads {
+                for &engine in &self.engines {
+                    let ls: &[u64] = if engine.family() == Family::Ferrite { &lats } else { &[0] };
+                    for &latency_ns in ls {
+                        v.push(Point { workload, engine, threads, latency_ns });
+                    }
+                }
+            }
+        }
+        v
+    }
+
+    /// Whether any point injects latency.
+    pub fn sweeps_latency(&self) -> bool {
+        self.latencies.iter().any(|&l| l != 0)
+    }
+}
+
+/// Progress callbacks (the CLI draws a bar; tests pass [`NoProgress`]).
+pub trait Progress: Sync {
+    /// A point starts.
+    fn start(&self, _index: usize, _total: usize, _label: &str) {}
+    /// The point entered a phase (`load`, `warm-up`, `run`, `check`).
+    fn phase(&self, _phase: &str) {}
+    /// A point ended.
+    fn done(&self, _result: &PointResult) {}
+}
+
+/// No progress output.
+#[derive(Debug)]
+pub struct NoProgress;
+impl Progress for NoProgress {}
+
+/// Most attempts of one transaction before the point fails.
+const MAX_ATTEMPTS: u64 = 100_000;
+
+struct WorkerOut {
+    txns: u64,
+    ops: u64,
+    aborts: u64,
+    elapsed: Duration,
+    hist: Histogram<u64>,
+    counters: Counters,
+    stopped_early: bool,
+    report: WorkerReport,
+}
+
+fn new_hist() -> Histogram<u64> {
+    // 1 ns .. 100 s, 3 significant digits; the bounds are constants, so this cannot fail.
+    Histogram::new_with_bounds(1, 100_000_000_000, 3)
+        .unwrap_or_else(|_| Histogram::new(3).expect("histogram"))
+}
+
+/// Runs every point; a point that fails (an engine error) is reported with its error and the
+/// run goes on.
+pub fn run(spec: &RunSpec, progress: &dyn Progress) -> Vec<PointResult> {
+    let points = spec.points();
+    let total = points.len();
+    let mut out = Vec::with_capacity(total);
+    for (i, p) in points.iter().enumerate() {
+        progress.start(i, total, &point_label(p));
+        let dir = spec.dir.join(format!("p{i:03}-{}", p.engine.name()));
+        let r = run_point(spec, p, &dir, progress);
+        let _ = std::fs::remove_dir_all(&dir);
+        progress.done(&r);
+        out.push(r);
+    }
+    out
+}
+
+/// `workload engine tN [L ns]`.
+pub fn point_label(p: &Point) -> String {
+    let mut s = format!("{} {} t{}", p.workload.name(), p.engine.name(), p.threads);
+    if p.latency_ns != 0 {
+        s.push_str(&format!(" +{}ns", p.latency_ns));
+    }
+    s
+}
+
+fn share(total: u64, threads: usize, t: usize) -> u64 {
+    let n = threads as u64;
+    total / n + u64::from((t as u64) < total % n)
+}
+
+/// Runs one point in `dir` (created, and left for the caller to remove).
+pub fn run_point(spec: &RunSpec, p: &Point, dir: &Path, progress: &dyn Progress) -> PointResult {
+    let params = WorkloadParams {
+        scale: spec.scale,
+        value_size: spec.value_size,
+        distribution: spec.distribution,
+        theta: spec.theta,
+        seed: spec.seed,
+        threads: p.threads,
+        planned_txns: match (spec.stop, spec.warmup) {
+            (Stop::Txns(n), Warmup::Txns(w)) => Some(n + w),
+            (Stop::Txns(n), Warmup::Duration(d)) if d.is_zero() => Some(n),
+            _ => None,
+        },
+    };
+    let workload = p.workload.instantiate(&params);
+    let mut result = PointResult::new(p, spec, workload.params());
+    // Size caches and pools for the loaded data plus what the timed run may add: a generous
+    // rate bound (2 M transactions/s) for timed runs.
+    let txn_bound = match (spec.stop, spec.warmup) {
+        (Stop::Txns(n), w) => {
+            n + match w {
+                Warmup::Txns(w) => w,
+                Warmup::Duration(d) => (d.as_secs_f64() * 2e6) as u64,
+            }
+        }
+        (Stop::Duration(d), w) => {
+            let warm = match w {
+                Warmup::Txns(w) => w as f64 / 2e6,
+                Warmup::Duration(d) => d.as_secs_f64(),
+            };
+            ((d.as_secs_f64() + warm) * 2e6) as u64
+        }
+    };
+    let setup = SubjectSetup {
+        tables: workload.tables(),
+        data_bytes: workload.loaded_bytes()
+            + workload.bytes_per_txn().saturating_mul(txn_bound) / 2,
+        latency_ns: p.latency_ns,
+        latency_model: spec.latency_model,
+        flush: spec.flush,
+    };
+    let subject = match p.engine.open(dir, &setup) {
+        Ok(s) => s,
+        Err(e) => {
+            result.error = Some(format!("open: {e}"));
+            return result;
+        }
+    };
+    result.set_subject(subject.info());
+
+    progress.phase("load");
+    let t_load = Instant::now();
+    if let Err(e) = workload.load(subject.as_ref()).and_then(|()| subject.before_timing()) {
+        result.error = Some(format!("load: {e}"));
+        return result;
+    }
+    result.load_seconds = t_load.elapsed().as_secs_f64();
+
+    progress.phase("warm-up");
+    let barrier = Barrier::new(p.threads);
+    let failed = AtomicBool::new(false);
+    let measuring = AtomicBool::new(false);
+    let counters_apply = subject.info().family == Family::Ferrite;
+    let outs: Vec<Result<WorkerOut, OpError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..p.threads)
+            .map(|t| {
+                let (subject, workload, barrier, failed, measuring) =
+                    (subject.as_ref(), workload.as_ref(), &barrier, &failed, &measuring);
+                s.spawn(move || -> Result<WorkerOut, OpError> {
+                    let mut aborts = 0u64;
+                    let run_one = |session: &mut dyn crate::subject::Session,
+                                   worker: &mut dyn crate::workload::Worker,
+                                   aborts: &mut u64|
+                     -> Result<Option<u64>, OpError> {
+                        if !worker.plan() {
+                            return Ok(None);
+                        }
+                        let mut attempts = 0u64;
+                        loop {
+                            match worker.execute(session) {
+                                Ok(ops) => {
+                                    worker.committed();
+                                    return Ok(Some(ops));
+                                }
+                                Err(OpError::Retryable(e)) => {
+                                    *aborts += 1;
+                                    attempts += 1;
+                                    if attempts >= MAX_ATTEMPTS {
+                                        return Err(OpError::Engine(format!(
+                                            "a transaction failed {attempts} times: {e}"
+                                        )));
+                                    }
+                                    std::thread::yield_now();
+                                }
+                                Err(e) => return Err(e),
+                            }
+                        }
+                    };
+                    // Phase 1: session and warm-up (errors still reach the barrier).
+                    let pre = (|| -> Result<_, OpError> {
+                        let mut session = subject.session()?;
+                        let mut worker = workload.worker(t);
+                        let mut exhausted = false;
+                        match spec.warmup {
+                            Warmup::Duration(d) => {
+                                let end = Instant::now() + d;
+                                while Instant::now() < end && !failed.load(Ordering::Relaxed) {
+                                    if run_one(session.as_mut(), worker.as_mut(), &mut aborts)?
+                                        .is_none()
+                                    {
+                                        exhausted = true;
+                                        break;
+                                    }
+                                }
+                            }
+                            Warmup::Txns(n) => {
+                                for _ in 0..share(n, p.threads, t) {
+                                    if run_one(session.as_mut(), worker.as_mut(), &mut aborts)?
+                                        .is_none()
+                                    {
+                                        exhausted = true;
+                                        break;
+                                    }
+                                }
+                            }
+                        }
+                        Ok((session, worker, exhausted))
+                    })();
+                    if pre.is_err() {
+                        failed.store(true, Ordering::Relaxed);
+                    }
+                    barrier.wait();
+                    measuring.store(true, Ordering::Relaxed);
+                    let (mut session, mut worker, exhausted) = pre?;
+                    if failed.load(Ordering::Relaxed) {
+                        return Err(OpError::Engine("another worker failed".into()));
+                    }
+                    // Phase 2: timed.
+                    let mut hist = new_hist();
+                    let (mut txns, mut ops) = (0u64, 0u64);
+                    aborts = 0;
+                    let mut stopped_early = exhausted;
+                    let c0 = Counters::snapshot();
+                    let start = Instant::now();
+                    let quota = match spec.stop {
+                        Stop::Txns(n) => share(n, p.threads, t),
+                        Stop::Duration(_) => u64::MAX,
+                    };
+                    let deadline = match spec.stop {
+                        Stop::Duration(d) => Some(start + d),
+                        Stop::Txns(_) => None,
+                    };
+                    let mut end = start;
+                    while !stopped_early && txns < quota {
+                        if deadline.is_some_and(|d| end >= d) || failed.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        let t0 = Instant::now();
+                        let r = run_one(session.as_mut(), worker.as_mut(), &mut aborts);
+                        end = Instant::now();
+                        match r {
+                            Ok(Some(n)) => {
+                                hist.saturating_record(
+                                    u64::try_from(end.duration_since(t0).as_nanos())
+                                        .unwrap_or(u64::MAX)
+                                        .max(1),
+                                );
+                                txns += 1;
+                                ops += n;
+                            }
+                            Ok(None) => stopped_early = true,
+                            Err(e) => {
+                                failed.store(true, Ordering::Relaxed);
+                                return Err(e);
+                            }
+                        }
+                    }
+                    let counters = Counters::snapshot() - c0;
+                    let elapsed = end.duration_since(start);
+                    let report = worker.report();
+                    drop(worker);
+                    drop(session);
+                    Ok(WorkerOut {
+                        txns,
+                        ops,
+                        aborts,
+                        elapsed,
+                        hist,
+                        counters,
+                        stopped_early,
+                        report,
+                    })
+                })
+            })
+            .collect();
+        // Tell the progress display when timing starts.
+        while !measuring.load(Ordering::Relaxed) && !handles.iter().all(|h| h.is_finished()) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        progress.phase("run");
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(OpError::Engine("worker panicked".into()))))
+            .collect()
+    });
+
+    let mut workers = Vec::with_capacity(outs.len());
+    for o in outs {
+        match o {
+            Ok(w) => workers.push(w),
+            Err(e) => {
+                if result.error.is_none() || !e.to_string().contains("another worker failed") {
+                    result.error = Some(format!("run: {e}"));
+                }
+            }
+        }
+    }
+    if result.error.is_some() {
+        return result;
+    }
+
+    let mut hist = new_hist();
+    let mut counters = Counters::default();
+    let mut elapsed = Duration::ZERO;
+    for w in &workers {
+        let _ = hist.add(&w.hist);
+        counters = counters + w.counters;
+        elapsed = elapsed.max(w.elapsed);
+        result.txns += w.txns;
+        result.ops += w.ops;
+        result.aborts += w.aborts;
+    }
+    if workers.iter().any(|w| w.stopped_early) {
+        result.notes.push(
+            "a worker ran out of records before the end (delete workloads consume the loaded \
+             records: raise --scale)"
+                .into(),
+        );
+    }
+    result.seconds = elapsed.as_secs_f64();
+    if result.seconds > 0.0 {
+        result.tx_per_s = result.txns as f64 / result.seconds;
+        result.ops_per_s = result.ops as f64 / result.seconds;
+    }
+    if result.txns > 0 {
+        let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+        result.p50_us = us(0.50);
+        result.p99_us = us(0.99);
+        result.p999_us = us(0.999);
+        result.max_us = hist.max() as f64 / 1000.0;
+        result.mean_us = hist.mean() / 1000.0;
+        if counters_apply {
+            let per = |v: u64| Some(v as f64 / result.txns as f64);
+            result.flushes_per_tx = per(counters.lines_flushed());
+            result.fences_per_tx = per(counters.fences);
+            result.bytes_per_tx = per(counters.bytes_stored + counters.nt_bytes);
+            result.injected_ns_per_tx = per(counters.injected_ns);
+        }
+    } else {
+        result.notes.push("no transaction committed in the timed phase".into());
+    }
+
+    progress.phase("check");
+    let reports: Vec<WorkerReport> = workers.into_iter().map(|w| w.report).collect();
+    match workload.check(subject.as_ref(), &reports) {
+        Ok(c) => result.checks = c,
+        Err(e) => result.error = Some(format!("check: {e}")),
+    }
+    result
+}

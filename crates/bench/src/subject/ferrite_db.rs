@@ -1,0 +1,253 @@
+//! Any Ferrite engine ([`EngineKind`]) through the public `Database` API: one table per
+//! workload table with columns `k i64` (primary key) and `v bytes`.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::path::Path;
+
+use ferrite::{Database, EngineKind, Error, Key, Options, Scan, TableSchema, Type, Value};
+
+use super::{
+    Body, Family, OpError, Ops, Session, Subject, SubjectInfo, SubjectSetup, TableId, TxnKind,
+};
+use crate::subject::LatencyModel;
+
+pub(super) fn open(
+    kind: EngineKind,
+    dir: &Path,
+    setup: &SubjectSetup,
+) -> Result<Box<dyn Subject>, OpError> {
+    let mut pmem = ferrite::pmem::Options::new();
+    if let Some(f) = setup.flush {
+        pmem = pmem.flush(f);
+    }
+    pmem = match setup.latency_model {
+        LatencyModel::Barrier => pmem.barrier_latency_ns(setup.latency_ns),
+        LatencyModel::Line => pmem.line_latency_ns(setup.latency_ns),
+    };
+    let db = Database::create(dir.join("ferrite-db"), Options::new().engine(kind).pmem(pmem))
+        .map_err(engine_err)?;
+    for t in &setup.tables {
+        db.create_table(
+            TableSchema::new(*t).column("k", Type::I64).column("v", Type::Bytes).primary_key("k"),
+        )
+        .map_err(engine_err)?;
+    }
+    let flush = setup
+        .flush
+        .or_else(ferrite::pmem::best_flush)
+        .map_or_else(|| "none available".to_owned(), |f| f.name().to_owned());
+    let mut config = BTreeMap::new();
+    config.insert("engine".into(), kind.name().into());
+    config.insert("ferrite_version".into(), env!("CARGO_PKG_VERSION").into());
+    config.insert("persistent".into(), kind.is_persistent().to_string());
+    let c = kind.concurrency();
+    config
+        .insert("concurrency".into(), format!("writers {:?}, readers {:?}", c.writers, c.readers));
+    config.insert("commit".into(), "Transaction::commit (durable on return)".into());
+    config.insert("pmem.flush".into(), flush);
+    config.insert(
+        format!("pmem.{}_latency_ns", setup.latency_model.name()),
+        setup.latency_ns.to_string(),
+    );
+    if !kind.is_persistent() {
+        config.insert(
+            "pmem.note".into(),
+            "this engine keeps no pool: the pmem options (flush, injected latency) have no \
+             effect on it"
+                .into(),
+        );
+    }
+    let (durability_short, durability) = if kind.is_persistent() {
+        ("flush+fence per commit".to_owned(), "durable on commit (see ferrite info)".to_owned())
+    } else {
+        (
+            "non-persistent (in-memory)".to_owned(),
+            "non-persistent (in-memory): commit means committed in memory; nothing survives \
+             the process"
+                .to_owned(),
+        )
+    };
+    let label = if kind.is_persistent() {
+        format!("Ferrite {kind}")
+    } else {
+        format!("Ferrite {kind} (non-persistent)")
+    };
+    Ok(Box::new(FerriteSubject {
+        db,
+        tables: setup.tables.clone(),
+        info: SubjectInfo {
+            engine: kind.name().into(),
+            label,
+            family: Family::Ferrite,
+            persistent: kind.is_persistent(),
+            durability_short,
+            durability,
+            config,
+        },
+    }))
+}
+
+fn engine_err(e: Error) -> OpError {
+    if e.is_retryable() {
+        OpError::Retryable(e.to_string())
+    } else if matches!(e, Error::PoolFull { .. }) {
+        OpError::Full(e.to_string())
+    } else {
+        OpError::Engine(e.to_string())
+    }
+}
+
+fn key(k: u64) -> Result<i64, OpError> {
+    i64::try_from(k).map_err(|_| OpError::Engine(format!("key {k:#x} is not below 2^63")))
+}
+
+struct FerriteSubject {
+    db: Database,
+    tables: Vec<&'static str>,
+    info: SubjectInfo,
+}
+
+impl Subject for FerriteSubject {
+    fn info(&self) -> &SubjectInfo {
+        &self.info
+    }
+
+    fn session(&self) -> Result<Box<dyn Session + '_>, OpError> {
+        Ok(Box::new(FerriteSession { s: self }))
+    }
+}
+
+struct FerriteSession<'a> {
+    s: &'a FerriteSubject,
+}
+
+enum Txn {
+    Read(ferrite::ReadTransaction),
+    Write(ferrite::Transaction),
+}
+
+struct FerriteOps<'a> {
+    txn: Txn,
+    tables: &'a [&'static str],
+}
+
+impl Session for FerriteSession<'_> {
+    fn run(&mut self, kind: TxnKind, body: &mut Body<'_>) -> Result<(), OpError> {
+        let txn = match kind {
+            TxnKind::ReadOnly => Txn::Read(self.s.db.begin_read().map_err(engine_err)?),
+            TxnKind::ReadWrite => Txn::Write(self.s.db.begin().map_err(engine_err)?),
+        };
+        let mut ops = FerriteOps { txn, tables: &self.s.tables };
+        body(&mut ops)?;
+        match ops.txn {
+            // A read-only transaction has nothing to commit; dropping it ends it.
+            Txn::Read(_) => Ok(()),
+            Txn::Write(t) => t.commit().map_err(engine_err),
+        }
+    }
+}
+
+impl FerriteOps<'_> {
+    fn table(&self, t: TableId) -> Result<&'static str, OpError> {
+        self.tables.get(t).copied().ok_or_else(|| OpError::Engine(format!("no table #{t}")))
+    }
+
+    fn writer(&mut self) -> Result<&mut ferrite::Transaction, OpError> {
+        match &mut self.txn {
+            Txn::Write(t) => Ok(t),
+            Txn::Read(_) => Err(OpError::Engine("write in a read-only transaction".into())),
+        }
+    }
+}
+
+fn bytes_of(v: &Value) -> Result<&[u8], OpError> {
+    v.as_bytes().ok_or_else(|| OpError::Engine("column v is not bytes".into()))
+}
+
+impl Ops for FerriteOps<'_> {
+    fn get(&mut self, table: TableId, k: u64, out: &mut Vec<u8>) -> Result<bool, OpError> {
+        let t = self.table(table)?;
+        let k = key(k)?;
+        let row = match &mut self.txn {
+            Txn::Read(r) => r.get(t, k),
+            Txn::Write(w) => w.get(t, k),
+        }
+        .map_err(engine_err)?;
+        match row {
+            Some(row) => {
+                let v = row.get(1).ok_or_else(|| OpError::Engine("short row".into()))?;
+                out.clear();
+                out.extend_from_slice(bytes_of(v)?);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn insert(&mut self, table: TableId, k: u64, value: &[u8]) -> Result<bool, OpError> {
+        let t = self.table(table)?;
+        let k = key(k)?;
+        match self.writer()?.insert(t, vec![Value::I64(k), Value::Bytes(value.to_vec())]) {
+            Ok(()) => Ok(true),
+            Err(Error::DuplicateKey { .. }) => Ok(false),
+            Err(e) => Err(engine_err(e)),
+        }
+    }
+
+    fn update(&mut self, table: TableId, k: u64, value: &[u8]) -> Result<bool, OpError> {
+        let t = self.table(table)?;
+        let k = key(k)?;
+        match self.writer()?.update(t, k, [("v", Value::Bytes(value.to_vec()))]) {
+            Ok(()) => Ok(true),
+            Err(Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(engine_err(e)),
+        }
+    }
+
+    fn delete(&mut self, table: TableId, k: u64) -> Result<bool, OpError> {
+        let t = self.table(table)?;
+        let k = key(k)?;
+        match self.writer()?.delete(t, k) {
+            Ok(()) => Ok(true),
+            Err(Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(engine_err(e)),
+        }
+    }
+
+    fn scan(
+        &mut self,
+        table: TableId,
+        start: u64,
+        limit: usize,
+        visit: &mut dyn FnMut(u64, &[u8]),
+    ) -> Result<usize, OpError> {
+        let t = self.table(table)?;
+        let scan = Scan::primary().lower(Bound::Included(Key::from(key(start)?))).limit(limit);
+        let rows = match &mut self.txn {
+            Txn::Read(r) => r.scan(t, &scan),
+            Txn::Write(w) => w.scan(t, &scan),
+        }
+        .map_err(engine_err)?;
+        for row in &rows {
+            let k = row
+                .first()
+                .and_then(Value::as_i64)
+                .ok_or_else(|| OpError::Engine("column k is not i64".into()))?;
+            let v = row.get(1).ok_or_else(|| OpError::Engine("short row".into()))?;
+            visit(k as u64, bytes_of(v)?);
+        }
+        Ok(rows.len())
+    }
+
+    fn count(&mut self, table: TableId) -> Result<u64, OpError> {
+        let t = self.table(table)?;
+        let scan = Scan::primary().columns(["k"]);
+        let rows = match &mut self.txn {
+            Txn::Read(r) => r.scan(t, &scan),
+            Txn::Write(w) => w.scan(t, &scan),
+        }
+        .map_err(engine_err)?;
+        Ok(rows.len() as u64)
+    }
+}

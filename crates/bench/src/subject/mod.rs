@@ -1,0 +1,384 @@
+//! Subjects: the engines a benchmark runs, behind one small interface.
+//!
+//! A [`Subject`] is an opened database with the workload's tables: key-value tables of 8-byte
+//! keys (below 2^63) and byte values. Each worker thread opens its own [`Session`] (a
+//! connection, a reader handle) and runs transactions through it: [`Session::run`] executes a
+//! body against [`Ops`] (`get`, `insert`, `update`, `delete`, `scan`, `count`) in one
+//! transaction, committing when the body returns `Ok` and rolling back otherwise. A retryable
+//! failure ([`OpError::Retryable`]) means the runner may run the whole body again.
+//!
+//! Engines are named by [`EngineId`]: every Ferrite [`EngineKind`] (so a new Ferrite engine
+//! shows up here with no change), and the baselines of `ferrite-baselines`. Adding a baseline
+//! is a variant of [`EngineId`] plus one module implementing [`Subject`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+use ferrite::EngineKind;
+use ferrite::pmem::FlushKind;
+
+mod ferrite_db;
+mod lmdb;
+#[cfg(feature = "pmdk")]
+mod pmdk;
+mod sqlite;
+
+/// Table number within a subject (the position in the workload's table list).
+pub type TableId = usize;
+
+/// Whether a transaction may write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxnKind {
+    /// Reads only (a snapshot where the engine offers one).
+    ReadOnly,
+    /// Reads and writes.
+    ReadWrite,
+}
+
+/// Why an operation or a transaction failed.
+#[derive(Debug, thiserror::Error)]
+pub enum OpError {
+    /// A conflict or a busy engine: running the whole transaction again may succeed.
+    #[error("retryable: {0}")]
+    Retryable(String),
+    /// The engine ran out of space.
+    #[error("{0}")]
+    Full(String),
+    /// Any other failure of the engine (or a misuse, such as a write in a read-only
+    /// transaction).
+    #[error("{0}")]
+    Engine(String),
+}
+
+impl From<ferrite_baselines::Error> for OpError {
+    fn from(e: ferrite_baselines::Error) -> Self {
+        if e.is_retryable() {
+            OpError::Retryable(e.to_string())
+        } else if matches!(e, ferrite_baselines::Error::Full { .. }) {
+            OpError::Full(e.to_string())
+        } else {
+            OpError::Engine(e.to_string())
+        }
+    }
+}
+
+/// The operations inside one transaction.
+pub trait Ops {
+    /// Copies the value of `key` into `out`; `false` if there is none.
+    fn get(&mut self, table: TableId, key: u64, out: &mut Vec<u8>) -> Result<bool, OpError>;
+    /// Inserts; `false` (and no effect) if the key exists.
+    fn insert(&mut self, table: TableId, key: u64, value: &[u8]) -> Result<bool, OpError>;
+    /// Replaces the value; `false` (and no effect) if the key does not exist.
+    fn update(&mut self, table: TableId, key: u64, value: &[u8]) -> Result<bool, OpError>;
+    /// Deletes; `false` if the key does not exist.
+    fn delete(&mut self, table: TableId, key: u64) -> Result<bool, OpError>;
+    /// Visits up to `limit` records with key `>= start` in key order; returns how many.
+    fn scan(
+        &mut self,
+        table: TableId,
+        start: u64,
+        limit: usize,
+        visit: &mut dyn FnMut(u64, &[u8]),
+    ) -> Result<usize, OpError>;
+    /// Number of records (for consistency checks, never on a timed path).
+    fn count(&mut self, table: TableId) -> Result<u64, OpError>;
+}
+
+/// The body of a transaction.
+pub type Body<'b> = dyn FnMut(&mut dyn Ops) -> Result<(), OpError> + 'b;
+
+/// One thread's connection to a subject.
+pub trait Session {
+    /// Runs `body` in one transaction of `kind`: commits (durably, as the engine defines it)
+    /// if it returns `Ok`, rolls back otherwise.
+    fn run(&mut self, kind: TxnKind, body: &mut Body<'_>) -> Result<(), OpError>;
+}
+
+/// Which side of a comparison an engine is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Family {
+    /// A Ferrite engine (pmem counters apply, latency injection applies).
+    Ferrite,
+    /// A baseline of `ferrite-baselines` (no pmem counters, no injected latency).
+    Baseline,
+}
+
+/// What a subject is and how it is configured, as printed in every result.
+#[derive(Clone, Debug)]
+pub struct SubjectInfo {
+    /// Registry name (`reference`, `sqlite-wal-full`, ...).
+    pub engine: String,
+    /// Human label (`SQLite WAL+FULL`).
+    pub label: String,
+    /// Ferrite or baseline.
+    pub family: Family,
+    /// Whether committed data survives the process.
+    pub persistent: bool,
+    /// Short durability label for tables ("non-persistent (in-memory)", "fsync per commit").
+    pub durability_short: String,
+    /// What a commit survives, in one sentence.
+    pub durability: String,
+    /// Effective configuration (engine settings, library versions, options).
+    pub config: BTreeMap<String, String>,
+}
+
+/// An opened engine with the workload's tables.
+pub trait Subject: Send + Sync {
+    /// What it is.
+    fn info(&self) -> &SubjectInfo;
+    /// A new session for the calling thread.
+    fn session(&self) -> Result<Box<dyn Session + '_>, OpError>;
+    /// Called after loading, before warm-up and timing (e.g. SQLite checkpoints its WAL).
+    fn before_timing(&self) -> Result<(), OpError> {
+        Ok(())
+    }
+}
+
+/// How injected latency is applied to Ferrite's pools.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LatencyModel {
+    /// Extra latency per persist barrier (fence): `ferrite_pmem::Options::barrier_latency_ns`.
+    Barrier,
+    /// Extra latency per flushed line: `ferrite_pmem::Options::line_latency_ns`.
+    Line,
+}
+
+impl LatencyModel {
+    /// Stable name.
+    pub fn name(self) -> &'static str {
+        match self {
+            LatencyModel::Barrier => "barrier",
+            LatencyModel::Line => "line",
+        }
+    }
+}
+
+impl std::str::FromStr for LatencyModel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "barrier" => Ok(LatencyModel::Barrier),
+            "line" => Ok(LatencyModel::Line),
+            other => Err(format!("unknown latency model {other:?} (expected barrier or line)")),
+        }
+    }
+}
+
+/// What a subject is opened with.
+#[derive(Clone, Debug)]
+pub struct SubjectSetup {
+    /// The workload's tables, in [`TableId`] order.
+    pub tables: Vec<&'static str>,
+    /// Bytes of data the run is expected to hold at most (sizes caches, maps and pools).
+    pub data_bytes: u64,
+    /// Injected latency for Ferrite's pools, ns (baselines ignore it and run at 0).
+    pub latency_ns: u64,
+    /// How the latency is injected.
+    pub latency_model: LatencyModel,
+    /// Flush instruction for Ferrite's pools (`None`: the best the CPU has).
+    pub flush: Option<FlushKind>,
+}
+
+/// Every engine the harness knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EngineId {
+    /// A Ferrite engine.
+    Ferrite(EngineKind),
+    /// SQLite, WAL journal, `synchronous=FULL`.
+    SqliteWalFull,
+    /// SQLite, WAL journal, `synchronous=NORMAL`.
+    SqliteWalNormal,
+    /// SQLite, rollback journal (`DELETE`), `synchronous=FULL`.
+    SqliteJournalFull,
+    /// LMDB, durable on commit.
+    Lmdb,
+    /// PMDK libpmemobj B+-tree (needs the `pmdk` feature).
+    Pmdk,
+}
+
+impl EngineId {
+    /// Every engine, available or not, in table order (Ferrite's first).
+    pub fn all() -> Vec<EngineId> {
+        let mut v: Vec<EngineId> = EngineKind::ALL.iter().map(|&k| EngineId::Ferrite(k)).collect();
+        v.extend([
+            EngineId::SqliteWalFull,
+            EngineId::SqliteWalNormal,
+            EngineId::SqliteJournalFull,
+            EngineId::Lmdb,
+            EngineId::Pmdk,
+        ]);
+        v
+    }
+
+    /// Every engine this build can run.
+    pub fn available() -> Vec<EngineId> {
+        EngineId::all().into_iter().filter(|e| e.is_available()).collect()
+    }
+
+    /// The baselines this build can run.
+    pub fn baselines() -> Vec<EngineId> {
+        EngineId::available().into_iter().filter(|e| e.family() == Family::Baseline).collect()
+    }
+
+    /// Whether this build can run it.
+    pub fn is_available(self) -> bool {
+        match self {
+            EngineId::Pmdk => ferrite_baselines::PMDK_AVAILABLE,
+            _ => true,
+        }
+    }
+
+    /// Registry name.
+    pub fn name(self) -> String {
+        match self {
+            EngineId::Ferrite(k) => k.name().to_owned(),
+            EngineId::SqliteWalFull => "sqlite-wal-full".into(),
+            EngineId::SqliteWalNormal => "sqlite-wal-normal".into(),
+            EngineId::SqliteJournalFull => "sqlite-journal-full".into(),
+            EngineId::Lmdb => "lmdb".into(),
+            EngineId::Pmdk => "pmdk".into(),
+        }
+    }
+
+    /// Ferrite or baseline.
+    pub fn family(self) -> Family {
+        match self {
+            EngineId::Ferrite(_) => Family::Ferrite,
+            _ => Family::Baseline,
+        }
+    }
+
+    /// One line for `--list`.
+    pub fn describe(self) -> String {
+        match self {
+            EngineId::Ferrite(k) if k.is_persistent() => format!("Ferrite {k} engine"),
+            EngineId::Ferrite(k) => format!("Ferrite {k} engine: non-persistent (in-memory)"),
+            EngineId::SqliteWalFull => "SQLite, WAL, synchronous=FULL (fsync per commit)".into(),
+            EngineId::SqliteWalNormal => {
+                "SQLite, WAL, synchronous=NORMAL (fsync at checkpoints)".into()
+            }
+            EngineId::SqliteJournalFull => {
+                "SQLite, rollback journal, synchronous=FULL (fsync per commit)".into()
+            }
+            EngineId::Lmdb => "LMDB, durable on commit (fsync per commit)".into(),
+            EngineId::Pmdk if self.is_available() => {
+                "PMDK libpmemobj B+-tree, one pmemobj transaction per commit".into()
+            }
+            EngineId::Pmdk => {
+                "PMDK libpmemobj (not in this build: build with `--features pmdk`)".into()
+            }
+        }
+    }
+
+    /// Parses a registry name (case-insensitive).
+    pub fn parse(s: &str) -> Result<EngineId, String> {
+        EngineId::all().into_iter().find(|e| e.name().eq_ignore_ascii_case(s)).ok_or_else(|| {
+            let names: Vec<String> = EngineId::all().into_iter().map(EngineId::name).collect();
+            format!(
+                "unknown engine {s:?} (expected one of {}, or all, sqlite, baselines)",
+                names.join(", ")
+            )
+        })
+    }
+
+    /// Parses a comma-separated list with the aliases `all`, `baselines`, `sqlite`, `ferrite`.
+    pub fn parse_list(items: &[String]) -> Result<Vec<EngineId>, String> {
+        let mut out: Vec<EngineId> = Vec::new();
+        let push = |e: EngineId, out: &mut Vec<EngineId>| {
+            if !out.contains(&e) {
+                out.push(e);
+            }
+        };
+        for item in items.iter().flat_map(|s| s.split(',')).map(str::trim).filter(|s| !s.is_empty())
+        {
+            match item.to_ascii_lowercase().as_str() {
+                "all" => EngineId::available().into_iter().for_each(|e| push(e, &mut out)),
+                "baselines" => EngineId::baselines().into_iter().for_each(|e| push(e, &mut out)),
+                "ferrite" => EngineId::available()
+                    .into_iter()
+                    .filter(|e| e.family() == Family::Ferrite)
+                    .for_each(|e| push(e, &mut out)),
+                "sqlite" => [
+                    EngineId::SqliteWalFull,
+                    EngineId::SqliteWalNormal,
+                    EngineId::SqliteJournalFull,
+                ]
+                .into_iter()
+                .for_each(|e| push(e, &mut out)),
+                _ => {
+                    let e = EngineId::parse(item)?;
+                    if !e.is_available() {
+                        return Err(format!(
+                            "engine {item} is not in this build: {}",
+                            e.describe()
+                        ));
+                    }
+                    push(e, &mut out);
+                }
+            }
+        }
+        if out.is_empty() {
+            return Err("no engine given".into());
+        }
+        Ok(out)
+    }
+
+    /// Opens a fresh instance in the directory `dir` (created; must be empty or absent).
+    pub fn open(self, dir: &Path, setup: &SubjectSetup) -> Result<Box<dyn Subject>, OpError> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| OpError::Engine(format!("create {}: {e}", dir.display())))?;
+        match self {
+            EngineId::Ferrite(kind) => ferrite_db::open(kind, dir, setup),
+            EngineId::SqliteWalFull | EngineId::SqliteWalNormal | EngineId::SqliteJournalFull => {
+                sqlite::open(self, dir, setup)
+            }
+            EngineId::Lmdb => lmdb::open(dir, setup),
+            EngineId::Pmdk => open_pmdk(dir, setup),
+        }
+    }
+}
+
+#[cfg(feature = "pmdk")]
+fn open_pmdk(dir: &Path, setup: &SubjectSetup) -> Result<Box<dyn Subject>, OpError> {
+    pmdk::open(dir, setup)
+}
+
+#[cfg(not(feature = "pmdk"))]
+fn open_pmdk(_dir: &Path, _setup: &SubjectSetup) -> Result<Box<dyn Subject>, OpError> {
+    Err(OpError::Engine(EngineId::Pmdk.describe()))
+}
+
+impl fmt::Display for EngineId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+/// Settings pairs into a configuration map, each key prefixed.
+pub(crate) fn settings_map(prefix: &str, pairs: &[(String, String)]) -> BTreeMap<String, String> {
+    pairs.iter().map(|(k, v)| (format!("{prefix}{k}"), v.clone())).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_aliases() {
+        for e in EngineId::all() {
+            assert_eq!(EngineId::parse(&e.name()), Ok(e));
+        }
+        assert!(EngineId::parse("nope").is_err());
+        let l =
+            EngineId::parse_list(&["sqlite,reference".into(), "sqlite-wal-full".into()]).unwrap();
+        assert_eq!(l.len(), 4);
+        assert_eq!(l[3], EngineId::Ferrite(EngineKind::Reference));
+        assert_eq!(EngineId::parse_list(&["all".into()]).unwrap(), EngineId::available());
+        assert!(EngineId::parse_list(&[]).is_err());
+        assert_eq!(
+            EngineId::parse_list(&["pmdk".into()]).is_ok(),
+            ferrite_baselines::PMDK_AVAILABLE
+        );
+    }
+}

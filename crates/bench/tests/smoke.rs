@@ -1,0 +1,114 @@
+//! Smoke pass of the harness (run by `scripts/test.sh`, hence by CI): every workload on every
+//! engine of this build, 1 and 2 threads, 0 and 1000 ns of injected latency for Ferrite
+//! engines, a couple of hundred transactions per point. It checks the output's shape (every
+//! series has every point, baselines print `n/a` counters and appear only at 0 ns, the
+//! non-persistent engine is labelled, JSON/CSV/SVG files are written and read back) and each
+//! workload's consistency checks. It never checks speed.
+
+use std::time::Duration;
+
+use ferrite::pmem::internals::testing::TestDir;
+use ferrite_bench::machine::{machine, utc_now};
+use ferrite_bench::plot::plots_from_csv;
+use ferrite_bench::report::{Report, settings_of, shape_problems, summary, table};
+use ferrite_bench::runner::{self, NoProgress, RunSpec, Stop, Warmup};
+use ferrite_bench::subject::{EngineId, Family, LatencyModel};
+use ferrite_bench::workload::{Distribution, WorkloadId};
+
+fn spec(dir: &TestDir, workloads: Vec<WorkloadId>, threads: Vec<usize>) -> RunSpec {
+    RunSpec {
+        workloads,
+        engines: EngineId::available(),
+        threads,
+        latencies: vec![0, 1000],
+        latency_model: LatencyModel::Barrier,
+        flush: None,
+        stop: Stop::Txns(150),
+        warmup: Warmup::Txns(15),
+        scale: 1500,
+        value_size: 100,
+        distribution: Distribution::Zipfian,
+        theta: 0.99,
+        seed: 7,
+        dir: dir.path().to_path_buf(),
+    }
+}
+
+fn report(spec: &RunSpec) -> Report {
+    let mut r = Report {
+        date: utc_now(),
+        machine: machine(),
+        command: "smoke test".into(),
+        build: "test".into(),
+        settings: settings_of(spec, "test directory"),
+        ratio_to: Some(EngineId::SqliteWalFull.name()),
+        results: runner::run(spec, &NoProgress),
+    };
+    r.compute_ratios();
+    r
+}
+
+#[test]
+fn every_workload_on_every_engine() {
+    let dir = TestDir::new("bench-smoke");
+    let spec = spec(&dir, WorkloadId::all(), vec![1, 2]);
+    let report = report(&spec);
+    let out = dir.join("out");
+    let (json, csv) = report.write_files(&out).expect("write results");
+    let problems = shape_problems(&spec, &report, Some((&json, &csv)));
+    assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.join("\n"));
+
+    // One thread plot and one latency plot per workload, drawn from the CSV.
+    let plots = plots_from_csv(&csv, &out).expect("plots");
+    assert_eq!(plots.len(), 2 * WorkloadId::all().len(), "{plots:?}");
+    for p in &plots {
+        let svg = std::fs::read_to_string(p).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("transactions/s"), "{}", p.display());
+    }
+
+    // The table: ratios against SQLite WAL+FULL, n/a counters for baselines, labelled
+    // non-persistent reference engine, baselines labelled in the latency sweep.
+    let t = table(&report);
+    assert!(t.contains("x sqlite-wal-full") && t.contains("1 (ref)"), "{t}");
+    assert!(t.contains("non-persistent (in-memory)"), "{t}");
+    assert!(t.contains("n/a") && t.contains("0 (baseline)"), "{t}");
+    let s = summary(&report);
+    assert!(s.contains("passed their workload consistency checks"), "{s}");
+    for r in &report.results {
+        let ratio = r.ratio.expect("every row has a reference row");
+        assert!(ratio.is_finite() && ratio > 0.0);
+        if r.engine == "sqlite-wal-full" {
+            assert!((ratio - 1.0).abs() < 1e-9);
+        }
+        if r.family == "ferrite" {
+            assert!(r.config.contains_key("pmem.flush"), "{:?}", r.config);
+        }
+        assert!(r.config.keys().any(|k| k.contains("version")), "{}: {:?}", r.engine, r.config);
+    }
+    let sqlite = report.results.iter().find(|r| r.engine == "sqlite-wal-full").unwrap();
+    for key in ["sqlite_version", "journal_mode", "synchronous", "compile_options"] {
+        assert!(sqlite.config.contains_key(key), "{key}");
+    }
+    assert_eq!(sqlite.config["journal_mode"], "WAL");
+    assert_eq!(sqlite.config["synchronous"], "FULL");
+}
+
+#[test]
+fn duration_runs_and_exhausted_deletes_are_reported() {
+    let dir = TestDir::new("bench-smoke-duration");
+    let mut spec = spec(&dir, vec![WorkloadId::parse("delete8").unwrap()], vec![2]);
+    spec.engines.retain(|e| e.family() == Family::Ferrite || *e == EngineId::Lmdb);
+    spec.latencies = vec![0];
+    spec.scale = 2000;
+    spec.stop = Stop::Duration(Duration::from_secs(2));
+    spec.warmup = Warmup::Txns(4);
+    let report = report(&spec);
+    for r in &report.results {
+        assert!(r.ok(), "{r:?}");
+        // 2000 records, 8 per transaction: the workers stop early, and say so.
+        assert!(r.ops > 0 && r.ops <= 2000 - 4 * 8, "{}", r.ops);
+        assert!(r.notes.iter().any(|n| n.contains("ran out of records")), "{:?}", r.notes);
+    }
+    let problems = shape_problems(&spec, &report, None);
+    assert!(problems.is_empty(), "{problems:?}");
+}
