@@ -83,11 +83,14 @@ pub struct Config {
     pub drop_sites: Vec<String>,
     /// How long one recovery plus check may take.
     pub watchdog: Duration,
-    /// Where failures (and the current image) are saved.
+    /// Where failures are saved.
     pub out_dir: PathBuf,
-    /// Write every image to `<out_dir>/<target>-current` before recovering it, so that a
-    /// process-killing crash in recovery leaves the image behind.
+    /// Write every image to `<current_dir>/<target>-current` before recovering it, so that a
+    /// process-killing crash in recovery leaves the image behind. Default: a per-process
+    /// directory in `/dev/shm` (RAM: saving every image to a disk would dominate the run).
     pub save_each: bool,
+    /// Where the current image is written (see `save_each`).
+    pub current_dir: PathBuf,
     /// Stop at the first failure.
     pub stop_at_first_failure: bool,
     /// Called after every tested image.
@@ -133,6 +136,11 @@ impl Default for Config {
             watchdog: Duration::from_secs(30),
             out_dir: std::env::temp_dir().join("ferrite-crashtest"),
             save_each: true,
+            current_dir: {
+                let shm = Path::new("/dev/shm");
+                let root = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
+                root.join(format!("ferrite-crashtest-{}", std::process::id()))
+            },
             stop_at_first_failure: true,
             progress: None,
         }
@@ -454,9 +462,13 @@ fn subsets(k: usize, cfg: &Config, rng: &mut SplitMix64) -> Vec<Pick> {
         return (0..1u64 << k).map(Pick::Mask).collect();
     }
     let mut v = vec![Pick::None, Pick::All];
-    for i in 0..k {
-        v.push(Pick::Indices(vec![i]));
-        v.push(Pick::Indices((0..k).filter(|&j| j != i).collect()));
+    // Singletons and all-but-one only while that stays affordable (a bulk persist of
+    // thousands of lines gets the samples alone).
+    if k <= 64 {
+        for i in 0..k {
+            v.push(Pick::Indices(vec![i]));
+            v.push(Pick::Indices((0..k).filter(|&j| j != i).collect()));
+        }
     }
     for _ in 0..cfg.samples_beyond {
         v.push(Pick::Indices((0..k).filter(|_| rng.next_u64() & 1 == 1).collect()));
@@ -611,17 +623,19 @@ impl<T: Target> Explorer<T> {
                 }
             }
             if !self.target.axioms().m2 && (dirty || pending > 0) && self.cfg.tear_samples > 0 {
-                // Each 8-byte word of the pending lines persisting on its own (systematic for
-                // small stashes), then seeded random tears.
-                if pending > 0 && pending <= 2 {
+                // Each 8-byte word of the pending lines persisting on its own, and each word
+                // alone missing (systematic for small stashes), then seeded random tears.
+                if pending > 0 && pending <= 4 {
                     for w in 0..8 {
-                        specs.push(ImageSpec {
-                            thread: Some(thread),
-                            pending: Pick::All,
-                            tear: true,
-                            tear_words: Some(1 << w),
-                            ..ImageSpec::default()
-                        });
+                        for words in [1u8 << w, !(1u8 << w)] {
+                            specs.push(ImageSpec {
+                                thread: Some(thread),
+                                pending: Pick::All,
+                                tear: true,
+                                tear_words: Some(words),
+                                ..ImageSpec::default()
+                            });
+                        }
                     }
                 }
                 for _ in 0..self.cfg.tear_samples {
@@ -740,7 +754,7 @@ impl<T: Target> Explorer<T> {
             self.cfg.seed
         );
         if self.cfg.save_each {
-            let dir = self.out("current");
+            let dir = self.cfg.current_dir.join(format!("{}-current", self.target.name()));
             let _ = std::fs::remove_dir_all(&dir);
             let _ = save_case(&dir, &image, model);
         }
@@ -927,6 +941,11 @@ pub fn explore<T: Target>(target: Arc<T>, cfg: &Config) -> Report {
         explorer.crash_point(&domain, ferrite_pmem::sim::thread_index(), "end-of-workload", 0);
     }
     domain.set_hook(None);
+    if cfg.save_each {
+        // Only a process that died in a recovery needs the current image.
+        let _ = std::fs::remove_dir_all(cfg.current_dir.join(format!("{}-current", target.name())));
+        let _ = std::fs::remove_dir(&cfg.current_dir);
+    }
     let mut st = lock(&explorer.state);
     st.report.workload_error = match outcome {
         Ok(Ok(())) => None,

@@ -28,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 mod explore;
+pub mod fptree;
 mod target;
 pub mod toys;
 
@@ -39,7 +40,9 @@ pub use target::{Axioms, Ctx, Expect, Mode, ModelOp, ModelView, OpToken, Target}
 
 /// Every registered crash target, by name.
 pub fn registry() -> Vec<Box<dyn DynTarget>> {
-    toys::toys()
+    let mut v = toys::toys();
+    v.push(Box::new(std::sync::Arc::new(fptree::FptreeFixed)));
+    v
 }
 
 /// The registered target called `name`.

@@ -78,7 +78,10 @@ fn every_correct_target_passes_a_bounded_smoke_run_with_every_mode() {
 #[test]
 fn mutation_checks_detect_every_dropped_persist_of_the_twins() {
     let dir = TestDir::new("crashtest-mutate");
-    for t in registry().into_iter().filter(|t| t.expect() == Expect::Pass) {
+    for t in registry()
+        .into_iter()
+        .filter(|t| t.name().starts_with("toy-") && t.expect() == Expect::Pass)
+    {
         let m = t.mutate(&Config { out_dir: dir.path().to_path_buf(), ..cfg(&dir) });
         assert!(m.passed(), "{m}");
         assert!(m.sites.len() >= 3, "{m}");
@@ -111,7 +114,10 @@ fn every_seeded_defect_is_found_and_replays() {
 #[test]
 fn every_twin_passes_exhaustively() {
     let dir = TestDir::new("crashtest-twins");
-    for t in registry().into_iter().filter(|t| t.name().ends_with("-fixed")) {
+    for t in registry()
+        .into_iter()
+        .filter(|t| t.name().starts_with("toy-") && t.name().ends_with("-fixed"))
+    {
         let r = t.explore(&Config { exhaustive: true, ..cfg(&dir) });
         assert!(r.passed(), "{}", r);
         assert!(!r.stopped_early, "{}: budget too small for an exhaustive run", t.name());
@@ -352,4 +358,14 @@ fn corrupt_images_must_give_typed_errors_not_panics() {
     let f = &r.failures[0];
     assert!(f.message.contains("panicked") && f.spec.contains("bit flips"), "{f:?}");
     assert!(r.corrupt_images > 0);
+}
+
+#[test]
+fn fptree_target_passes_and_every_persist_site_is_needed() {
+    let dir = TestDir::new("crashtest-fptree");
+    let t = find("fptree-fixed").expect("registered");
+    let m = t.mutate(&Config { out_dir: dir.path().to_path_buf(), ..cfg(&dir) });
+    assert!(m.base.smoke_problem(t.min_images()).is_none(), "{}", m.base);
+    assert!(m.passed(), "{m}");
+    assert!(m.sites.len() >= 20, "{m}");
 }

@@ -66,6 +66,7 @@ mod db;
 mod encoding;
 mod engine;
 mod error;
+pub mod fptree;
 mod options;
 mod query;
 mod schema;

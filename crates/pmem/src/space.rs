@@ -104,6 +104,20 @@ impl Space {
         }
     }
 
+    /// A space over `[off, off + len)` of this one, sharing its persistence configuration,
+    /// emulation and simulated domain. Offsets in the view are relative to `off`, so a
+    /// structure that stores 8-byte offsets (`POff`) can live in one segment of a pool set
+    /// with offsets that stay valid across opens.
+    pub fn view(&self, off: u64, len: u64) -> Result<Space> {
+        Ok(Space {
+            region: self.region.sub(off, len)?,
+            cfg: self.cfg,
+            emu: self.emu.clone(),
+            sim: self.sim.clone(),
+            name: self.name.clone(),
+        })
+    }
+
     /// The simulated persistence domain, when this space belongs to a sim pool.
     pub fn sim(&self) -> Option<&Arc<SimDomain>> {
         self.sim.as_ref()
