@@ -152,6 +152,27 @@ pub fn fingerprint(key: u64) -> u8 {
     (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8
 }
 
+/// Every valid pair of the tree rooted at `root`, read by walking its leaf list (unsorted
+/// within each leaf), without recovering or building an index: what a DRAM-only design would
+/// have to read back at restart (the rebuild baseline of the benchmarks), and a tool for
+/// inspecting an image. Typed errors on a damaged list, never a loop.
+pub fn read_all_pairs(space: &Space, root: u64) -> Result<Vec<(u64, u64)>> {
+    let mut out = Vec::new();
+    let mut at = space.load_u64(root + R_HEAD, Ordering::Acquire)?;
+    let limit = space.len() / LEAF_SIZE + 1;
+    let mut seen = 0;
+    while at != 0 {
+        seen += 1;
+        if seen > limit {
+            return Err(corrupt("the leaf list has a cycle", at));
+        }
+        let l: LeafImage = space.read_struct(at)?;
+        out.extend(l.valid().map(|s| (l.kv[s][0], l.kv[s][1])));
+        at = l.next;
+    }
+    Ok(out)
+}
+
 /// What [`FPTree::check`] found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CheckReport {
