@@ -6,3 +6,15 @@ cd "$(dirname "$0")/.."
 export PROPTEST_CASES="${PROPTEST_CASES:-64}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
 cargo test --workspace --profile ci --locked "$@"
+
+# The PMDK baseline (cargo feature `pmdk`) needs Debian's libpmemobj-dev: test the benchmark
+# crates with it when it is installed (CI installs it and sets FERRITE_REQUIRE_PMDK=1).
+if pkg-config --exists libpmemobj 2>/dev/null; then
+  cargo test --profile ci --locked -p ferrite-baselines -p ferrite-bench \
+    --features ferrite-baselines/pmdk,ferrite-bench/pmdk "$@"
+elif [ "${FERRITE_REQUIRE_PMDK:-0}" = 1 ]; then
+  echo "FERRITE_REQUIRE_PMDK=1 but libpmemobj is missing: apt-get install libpmemobj-dev pkg-config" >&2
+  exit 1
+else
+  echo "note: libpmemobj-dev not installed: the PMDK baseline (feature pmdk) was not tested"
+fi

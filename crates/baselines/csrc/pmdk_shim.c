@@ -9,12 +9,13 @@
  * (writers exclusive), so the tree is never read while it is being modified.
  *
  * The tree: nodes of FB_ORDER entries. Interior node: sorted keys[0..n), children ptrs[0..n],
- * child i holds keys in [keys[i-1], keys[i]). Leaf: entries ent[0..n) *unsorted* (as in FPTree
- * and NV-Tree), `next` the right sibling; every key of a leaf is below every key of the next.
- * An insert appends at ent[n]: that slot is unreachable until n grows, so it is added to the
+ * child i holds keys in [keys[i-1], keys[i]). Leaf: keys[0..n) and their values ptrs[0..n),
+ * *unsorted* (as in FPTree and NV-Tree; the keys stay contiguous, so a lookup scans 4 cache
+ * lines), `next` the right sibling; every key of a leaf is below every key of the next.
+ * An insert appends at slot n: that slot is unreachable until n grows, so it is added to the
  * transaction without a snapshot (POBJ_XADD_NO_SNAPSHOT: flushed at commit) and only n (8
  * bytes) is undo-logged; with the transactional allocation of the value, an insert is exactly
- * "alloc + slot update". A delete moves the last entry into the hole (undo-logs that entry and
+ * "alloc + slot update". A delete moves the last entry into the hole (undo-logs that slot and
  * n). Full nodes are split on the way down (a leaf split sorts the leaf), so a parent always
  * has room. Leaves are never merged (they may become empty; lookups and scans skip them). A
  * value object is {len, bytes}; an update of the same length overwrites it in place after
@@ -26,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <libpmem.h>
 #include <libpmemobj.h>
@@ -45,13 +47,8 @@ struct fb_node {
 	uint64_t leaf;
 	uint64_t n;
 	PMEMoid next;
-	union {
-		struct {
-			uint64_t keys[FB_ORDER];
-			PMEMoid ptrs[FB_ORDER + 1];
-		} in;
-		struct fb_entry ent[FB_ORDER];
-	} u;
+	uint64_t keys[FB_ORDER];
+	PMEMoid ptrs[FB_ORDER + 1];
 };
 
 struct fb_value {
@@ -91,9 +88,8 @@ static inline struct fb_node *N(PMEMoid oid) { return (struct fb_node *)pmemobj_
 
 static inline struct fb_root *R(const fb_pool *p) { return (struct fb_root *)pmemobj_direct(p->root); }
 
-#define ENT_OFF(i) (offsetof(struct fb_node, u.ent) + (uint64_t)(i) * sizeof(struct fb_entry))
-#define KEY_OFF(i) (offsetof(struct fb_node, u.in.keys) + (uint64_t)(i) * sizeof(uint64_t))
-#define PTR_OFF(i) (offsetof(struct fb_node, u.in.ptrs) + (uint64_t)(i) * sizeof(PMEMoid))
+#define KEY_OFF(i) (offsetof(struct fb_node, keys) + (uint64_t)(i) * sizeof(uint64_t))
+#define PTR_OFF(i) (offsetof(struct fb_node, ptrs) + (uint64_t)(i) * sizeof(PMEMoid))
 
 /* Interior node: number of keys <= key (the child to descend into). */
 static uint64_t child_index(const struct fb_node *x, uint64_t key)
@@ -101,7 +97,7 @@ static uint64_t child_index(const struct fb_node *x, uint64_t key)
 	uint64_t lo = 0, hi = x->n;
 	while (lo < hi) {
 		uint64_t mid = (lo + hi) / 2;
-		if (x->u.in.keys[mid] <= key)
+		if (x->keys[mid] <= key)
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -113,7 +109,7 @@ static uint64_t child_index(const struct fb_node *x, uint64_t key)
 static int64_t leaf_find(const struct fb_node *x, uint64_t key)
 {
 	for (uint64_t i = 0; i < x->n; i++)
-		if (x->u.ent[i].key == key)
+		if (x->keys[i] == key)
 			return (int64_t)i;
 	return -1;
 }
@@ -122,7 +118,7 @@ static PMEMoid find_leaf(PMEMoid node, uint64_t key)
 {
 	struct fb_node *x = N(node);
 	while (!x->leaf) {
-		node = x->u.in.ptrs[child_index(x, key)];
+		node = x->ptrs[child_index(x, key)];
 		x = N(node);
 	}
 	return node;
@@ -170,7 +166,7 @@ static void add_n(PMEMoid oid)
 static void split_child(PMEMoid parent, uint64_t i)
 {
 	struct fb_node *p = N(parent);
-	PMEMoid child = p->u.in.ptrs[i];
+	PMEMoid child = p->ptrs[i];
 	struct fb_node *c = N(child);
 	PMEMoid sib = new_node((int)c->leaf);
 	struct fb_node *s = N(sib);
@@ -180,28 +176,40 @@ static void split_child(PMEMoid parent, uint64_t i)
 	pmemobj_tx_add_range(child, 0, sizeof(struct fb_node));
 	if (c->leaf) {
 		uint64_t moved = FB_ORDER - mid;
-		sort_entries(c->u.ent, c->n);
-		memcpy(s->u.ent, &c->u.ent[mid], moved * sizeof(struct fb_entry));
+		struct fb_entry e[FB_ORDER];
+		for (uint64_t j = 0; j < c->n; j++) {
+			e[j].key = c->keys[j];
+			e[j].val = c->ptrs[j];
+		}
+		sort_entries(e, c->n);
+		for (uint64_t j = 0; j < mid; j++) {
+			c->keys[j] = e[j].key;
+			c->ptrs[j] = e[j].val;
+		}
+		for (uint64_t j = 0; j < moved; j++) {
+			s->keys[j] = e[mid + j].key;
+			s->ptrs[j] = e[mid + j].val;
+		}
 		s->n = moved;
 		s->next = c->next;
 		c->next = sib;
 		c->n = mid;
-		sep = s->u.ent[0].key;
+		sep = s->keys[0];
 	} else {
 		uint64_t moved = FB_ORDER - mid - 1;
-		sep = c->u.in.keys[mid];
-		memcpy(s->u.in.keys, &c->u.in.keys[mid + 1], moved * sizeof(uint64_t));
-		memcpy(s->u.in.ptrs, &c->u.in.ptrs[mid + 1], (moved + 1) * sizeof(PMEMoid));
+		sep = c->keys[mid];
+		memcpy(s->keys, &c->keys[mid + 1], moved * sizeof(uint64_t));
+		memcpy(s->ptrs, &c->ptrs[mid + 1], (moved + 1) * sizeof(PMEMoid));
 		s->n = moved;
 		c->n = mid;
 	}
 	add_n(parent);
 	pmemobj_tx_add_range(parent, KEY_OFF(i), (p->n - i + 1) * sizeof(uint64_t));
 	pmemobj_tx_add_range(parent, PTR_OFF(i + 1), (p->n - i + 1) * sizeof(PMEMoid));
-	memmove(&p->u.in.keys[i + 1], &p->u.in.keys[i], (p->n - i) * sizeof(uint64_t));
-	memmove(&p->u.in.ptrs[i + 2], &p->u.in.ptrs[i + 1], (p->n - i) * sizeof(PMEMoid));
-	p->u.in.keys[i] = sep;
-	p->u.in.ptrs[i + 1] = sib;
+	memmove(&p->keys[i + 1], &p->keys[i], (p->n - i) * sizeof(uint64_t));
+	memmove(&p->ptrs[i + 2], &p->ptrs[i + 1], (p->n - i) * sizeof(PMEMoid));
+	p->keys[i] = sep;
+	p->ptrs[i + 1] = sib;
 	p->n += 1;
 }
 
@@ -216,7 +224,7 @@ static int tx_insert(fb_pool *pool, uint32_t t, uint64_t key, const unsigned cha
 		return EEXIST;
 	if (x->n == FB_ORDER) {
 		PMEMoid root = new_node(0);
-		N(root)->u.in.ptrs[0] = node;
+		N(root)->ptrs[0] = node;
 		split_child(root, 0);
 		pmemobj_tx_add_range(pool->root,
 				     offsetof(struct fb_root, trees) + t * sizeof(PMEMoid),
@@ -227,24 +235,25 @@ static int tx_insert(fb_pool *pool, uint32_t t, uint64_t key, const unsigned cha
 	}
 	while (!x->leaf) {
 		uint64_t i = child_index(x, key);
-		if (N(x->u.in.ptrs[i])->n == FB_ORDER) {
-			struct fb_node *c = N(x->u.in.ptrs[i]);
+		if (N(x->ptrs[i])->n == FB_ORDER) {
+			struct fb_node *c = N(x->ptrs[i]);
 			if (c->leaf && leaf_find(c, key) >= 0)
 				return EEXIST;
 			split_child(node, i);
-			if (key >= x->u.in.keys[i])
+			if (key >= x->keys[i])
 				i++;
 		}
-		node = x->u.in.ptrs[i];
+		node = x->ptrs[i];
 		x = N(node);
 	}
 	if (leaf_find(x, key) >= 0)
 		return EEXIST;
 	PMEMoid v = new_value(val, len);
-	/* ent[n] is beyond the leaf's count: unreachable until n grows, so no undo log. */
-	pmemobj_tx_xadd_range(node, ENT_OFF(x->n), sizeof(struct fb_entry), POBJ_XADD_NO_SNAPSHOT);
-	x->u.ent[x->n].key = key;
-	x->u.ent[x->n].val = v;
+	/* Slot n is beyond the leaf's count: unreachable until n grows, so no undo log. */
+	pmemobj_tx_xadd_range(node, KEY_OFF(x->n), sizeof(uint64_t), POBJ_XADD_NO_SNAPSHOT);
+	pmemobj_tx_xadd_range(node, PTR_OFF(x->n), sizeof(PMEMoid), POBJ_XADD_NO_SNAPSHOT);
+	x->keys[x->n] = key;
+	x->ptrs[x->n] = v;
 	add_n(node);
 	x->n += 1;
 	return 0;
@@ -258,15 +267,15 @@ static int tx_update(fb_pool *pool, uint32_t t, uint64_t key, const unsigned cha
 	int64_t i = leaf_find(x, key);
 	if (i < 0)
 		return ENOENT;
-	PMEMoid old = x->u.ent[i].val;
+	PMEMoid old = x->ptrs[i];
 	struct fb_value *v = (struct fb_value *)pmemobj_direct(old);
 	if (v->len == len) {
 		pmemobj_tx_add_range(old, offsetof(struct fb_value, data), len);
 		memcpy(v->data, val, len);
 	} else {
 		PMEMoid nv = new_value(val, len);
-		pmemobj_tx_add_range(leaf, ENT_OFF(i) + offsetof(struct fb_entry, val), sizeof(PMEMoid));
-		x->u.ent[i].val = nv;
+		pmemobj_tx_add_range(leaf, PTR_OFF(i), sizeof(PMEMoid));
+		x->ptrs[i] = nv;
 		pmemobj_tx_free(old);
 	}
 	return 0;
@@ -279,11 +288,13 @@ static int tx_delete(fb_pool *pool, uint32_t t, uint64_t key)
 	int64_t i = leaf_find(x, key);
 	if (i < 0)
 		return ENOENT;
-	PMEMoid old = x->u.ent[i].val;
+	PMEMoid old = x->ptrs[i];
 	uint64_t last = x->n - 1;
 	if ((uint64_t)i != last) {
-		pmemobj_tx_add_range(leaf, ENT_OFF(i), sizeof(struct fb_entry));
-		x->u.ent[i] = x->u.ent[last];
+		pmemobj_tx_add_range(leaf, KEY_OFF(i), sizeof(uint64_t));
+		pmemobj_tx_add_range(leaf, PTR_OFF(i), sizeof(PMEMoid));
+		x->keys[i] = x->keys[last];
+		x->ptrs[i] = x->ptrs[last];
 	}
 	add_n(leaf);
 	x->n -= 1;
@@ -391,7 +402,7 @@ int fb_pmdk_get(const fb_pool *p, uint32_t t, uint64_t key, unsigned char *buf, 
 	int64_t i = leaf_find(x, key);
 	if (i < 0)
 		return 0;
-	const struct fb_value *v = (const struct fb_value *)pmemobj_direct(x->u.ent[i].val);
+	const struct fb_value *v = (const struct fb_value *)pmemobj_direct(x->ptrs[i]);
 	*len = v->len;
 	if (v->len <= cap && v->len)
 		memcpy(buf, v->data, v->len);
@@ -416,8 +427,11 @@ int64_t fb_pmdk_scan(const fb_pool *p, uint32_t t, uint64_t start, uint64_t limi
 	while (x != NULL && n < limit) {
 		uint64_t m = 0;
 		for (uint64_t i = 0; i < x->n; i++)
-			if (x->u.ent[i].key >= start)
-				sorted[m++] = x->u.ent[i];
+			if (x->keys[i] >= start) {
+				sorted[m].key = x->keys[i];
+				sorted[m].val = x->ptrs[i];
+				m++;
+			}
 		sort_entries(sorted, m);
 		for (uint64_t i = 0; i < m && n < limit; i++) {
 			const struct fb_value *v = (const struct fb_value *)pmemobj_direct(sorted[i].val);
@@ -444,7 +458,7 @@ uint64_t fb_pmdk_count(const fb_pool *p, uint32_t t)
 		return UINT64_MAX;
 	struct fb_node *x = N(R(p)->trees[t]);
 	while (!x->leaf)
-		x = N(x->u.in.ptrs[0]);
+		x = N(x->ptrs[0]);
 	uint64_t n = 0;
 	for (;;) {
 		n += x->n;
@@ -499,4 +513,38 @@ int fb_pmdk_apply(fb_pool *p, const fb_op *ops, size_t n, char *err, size_t errl
 		}
 	} TX_END
 	return status;
+}
+
+/*
+ * Calibration only: the transaction of the project's PMDK anchor, with no index. Allocates an
+ * array of n slots (outside the timed part), then runs n transactions that each allocate a
+ * value of `len` bytes and point slot i at it (the slot is undo-logged). Returns the
+ * nanoseconds the n transactions took (CLOCK_MONOTONIC), or -errno.
+ */
+int64_t fb_pmdk_raw_alloc_slot(fb_pool *p, uint64_t n, uint64_t len)
+{
+	PMEMoid slots;
+	if (pmemobj_zalloc(p->pop, &slots, n * sizeof(PMEMoid), FB_TYPE_NODE + 10) != 0)
+		return -(errno ? errno : ENOMEM);
+	PMEMoid *sl = (PMEMoid *)pmemobj_direct(slots);
+	unsigned char val[4096];
+	memset(val, 0x5a, sizeof val);
+	if (len > sizeof val)
+		len = sizeof val;
+	struct timespec t0, t1;
+	volatile int status = 0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (uint64_t i = 0; i < n && status == 0; i++) {
+		TX_BEGIN(p->pop) {
+			PMEMoid v = new_value(val, len);
+			pmemobj_tx_add_range(slots, i * sizeof(PMEMoid), sizeof(PMEMoid));
+			sl[i] = v;
+		} TX_ONABORT {
+			status = errno ? errno : EIO;
+		} TX_END
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	if (status != 0)
+		return -(int64_t)status;
+	return (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
 }

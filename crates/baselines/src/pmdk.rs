@@ -83,6 +83,7 @@ mod ffi {
         ) -> i64;
         pub fn fb_pmdk_count(p: *const FbPool, table: u32) -> u64;
         pub fn fb_pmdk_contains(p: *const FbPool, table: u32, key: u64) -> c_int;
+        pub fn fb_pmdk_raw_alloc_slot(p: *mut FbPool, n: u64, len: u64) -> i64;
         pub fn fb_pmdk_apply(
             p: *mut FbPool,
             ops: *const FbOp,
@@ -253,6 +254,22 @@ impl Pmdk {
     /// Configuration as it runs.
     pub fn settings(&self) -> &[(String, String)] {
         &self.settings
+    }
+
+    /// Calibration only: runs `n` transactions of the project's PMDK anchor (allocate a value
+    /// of `len` bytes, at most 4 KiB, and point an undo-logged slot of an array at it; no
+    /// index) and returns how long they took. The array is allocated before timing.
+    pub fn raw_alloc_slot(&self, n: u64, len: usize) -> Result<std::time::Duration> {
+        let _w = self.lock.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // SAFETY: valid pool handle under the write lock.
+        let ns = unsafe { ffi::fb_pmdk_raw_alloc_slot(self.pool.as_ptr(), n, len as u64) };
+        match u64::try_from(ns) {
+            Ok(ns) => Ok(std::time::Duration::from_nanos(ns)),
+            Err(_) if -ns == i64::from(libc::ENOMEM) => {
+                Err(Error::Full { engine: "PMDK", detail: format!("{n} slots do not fit") })
+            }
+            Err(_) => Err(Error::Pmdk { op: "raw_alloc_slot", message: format!("errno {}", -ns) }),
+        }
     }
 
     /// Runs `f` as a read-write transaction: its writes are buffered (and visible to its own
@@ -615,6 +632,17 @@ mod tests {
         });
         assert!(r.is_err());
         db.read(|t| t.get(0, 3, &mut out)).map(|found| assert!(found)).unwrap();
+    }
+
+    #[test]
+    fn raw_alloc_slot_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let db =
+            Pmdk::create(&dir.path().join("pool"), &PmdkConfig { pool_size: 32 << 20 }, &["t"])
+                .unwrap();
+        let d = db.raw_alloc_slot(1000, 100).unwrap();
+        assert!(d.as_nanos() > 0);
+        assert!(matches!(db.raw_alloc_slot(1 << 30, 100), Err(Error::Full { .. })));
     }
 
     /// Random batches of inserts, updates (same and other lengths) and deletes, some aborted,

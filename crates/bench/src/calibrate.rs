@@ -115,6 +115,29 @@ pub fn primitive_rows(dir: &std::path::Path, iters: u64) -> Result<Vec<Calibrati
     Ok(vec![row(&PRIMITIVE_ANCHORS[0], single), row(&PRIMITIVE_ANCHORS[1], double)])
 }
 
+/// The PMDK anchor's own transaction (allocate a 100-byte value, point an undo-logged array
+/// slot at it; no index) run `n` times through the shim on a fresh pool in `dir`: what the
+/// anchor measures, next to the `insert1` row (which adds a B+-tree insert of a random key).
+#[cfg(feature = "pmdk")]
+pub fn pmdk_raw_row(dir: &std::path::Path, n: u64) -> Result<Option<CalibrationRow>, String> {
+    use ferrite_baselines::pmdk::{Pmdk, PmdkConfig};
+    let path = dir.join("calibrate-pmdk.pool");
+    let db = Pmdk::create(&path, &PmdkConfig { pool_size: n * 200 + (64 << 20) }, &["t"])
+        .map_err(|e| e.to_string())?;
+    let took = db.raw_alloc_slot(n, 100).map_err(|e| e.to_string())?;
+    drop(db);
+    let _ = std::fs::remove_file(&path);
+    let anchor =
+        Anchor { what: "pmdk raw txn: alloc + slot update, no index", ..BASELINE_ANCHORS[4] };
+    Ok(Some(row(&anchor, n as f64 / took.as_secs_f64())))
+}
+
+/// Without the `pmdk` feature there is no PMDK row.
+#[cfg(not(feature = "pmdk"))]
+pub fn pmdk_raw_row(_dir: &std::path::Path, _n: u64) -> Result<Option<CalibrationRow>, String> {
+    Ok(None)
+}
+
 /// The calibration table.
 pub fn table(rows: &[CalibrationRow]) -> String {
     let mut t = vec![vec![

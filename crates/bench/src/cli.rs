@@ -95,6 +95,10 @@ pub struct BenchArgs {
     /// Seed of every random choice.
     #[arg(long, value_name = "N", default_value_t = 42)]
     pub seed: u64,
+    /// Run every point N times (fresh database each time) and report the run with the median
+    /// throughput, with the spread. Default: 1 (calibration: 3).
+    #[arg(long, value_name = "N")]
+    pub repeat: Option<usize>,
     /// Compare the baselines' single-insert throughput (and two persistence primitives) with
     /// the calibration anchors of the project's conventions.
     #[arg(long, conflicts_with_all = ["smoke", "plot", "list"])]
@@ -166,7 +170,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     let spec = RunSpec { dir: run_dir.clone(), ..spec_base };
 
     let medium = describe_medium(&run_dir, args.flush);
-    let progress = Bar::new(spec.points().len() as u64, args.no_progress);
+    let progress = Bar::new((spec.points().len() * spec.repeat) as u64, args.no_progress);
     let results = runner::run(&spec, &progress);
     progress.finish();
 
@@ -203,6 +207,10 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     match mode {
         Mode::Calibrate => {
             let mut rows = calibrate::baseline_rows(&report.results);
+            match calibrate::pmdk_raw_row(&run_dir, 500_000) {
+                Ok(r) => rows.extend(r),
+                Err(e) => eprintln!("warning: PMDK raw transaction not measured: {e}"),
+            }
             match calibrate::primitive_rows(&run_dir, 200_000) {
                 Ok(p) => rows.extend(p),
                 Err(e) => eprintln!("warning: primitives not measured: {e}"),
@@ -371,6 +379,10 @@ fn build_spec(args: &BenchArgs, mode: Mode) -> anyhow::Result<(RunSpec, String)>
     if scale > 1 << 32 {
         bail!("--scale {scale}: at most 4294967296 records");
     }
+    let repeat = args.repeat.unwrap_or(if mode == Mode::Calibrate { 3 } else { 1 });
+    if !(1..=100).contains(&repeat) {
+        bail!("--repeat {repeat}: expected 1 to 100");
+    }
     let ratio_to = match &args.ratio_to {
         Some(r) => {
             let e = EngineId::parse(r).map_err(anyhow::Error::msg)?;
@@ -396,6 +408,7 @@ fn build_spec(args: &BenchArgs, mode: Mode) -> anyhow::Result<(RunSpec, String)>
         distribution: args.distribution,
         theta: args.theta,
         seed: args.seed,
+        repeat,
         dir: PathBuf::new(),
     };
     Ok((spec, ratio_to))
@@ -542,6 +555,7 @@ mod tests {
             &["--latency-ns", "x"],
             &["--value-size", "99999999"],
             &["--distribution", "pareto"],
+            &["--repeat", "0"],
         ] {
             assert!(spec(bad).is_err(), "{bad:?} accepted");
         }

@@ -46,6 +46,9 @@ pub struct PointResult {
     pub tx_per_s: f64,
     /// Operations per second.
     pub ops_per_s: f64,
+    /// Throughput of every run of the point (`--repeat`); the reported run is the median.
+    #[serde(default)]
+    pub tx_per_s_runs: Vec<f64>,
     /// Throughput relative to the reference row of the same workload and thread count.
     pub ratio: Option<f64>,
     /// Latency percentiles and extremes, µs.
@@ -101,6 +104,7 @@ impl PointResult {
             seconds: 0.0,
             tx_per_s: 0.0,
             ops_per_s: 0.0,
+            tx_per_s_runs: Vec::new(),
             ratio: None,
             p50_us: 0.0,
             p99_us: 0.0,
@@ -319,6 +323,18 @@ pub fn si(v: f64) -> String {
     }
 }
 
+/// Throughput cell: the figure, and with several runs the half-range around it
+/// (`332.4K ±4%`).
+fn throughput(r: &PointResult) -> String {
+    let runs = &r.tx_per_s_runs;
+    if runs.len() > 1 && r.tx_per_s > 0.0 {
+        let (lo, hi) = runs.iter().fold((f64::MAX, f64::MIN), |(a, b), &v| (a.min(v), b.max(v)));
+        format!("{} ±{:.0}%", si(r.tx_per_s), (hi - lo) / 2.0 / r.tx_per_s * 100.0)
+    } else {
+        si(r.tx_per_s)
+    }
+}
+
 fn us(v: f64) -> String {
     if v >= 100.0 {
         format!("{v:.0}")
@@ -425,7 +441,7 @@ pub fn table(report: &Report) -> String {
             r.durability.clone(),
             r.threads.to_string(),
             inj,
-            si(r.tx_per_s),
+            throughput(r),
             ratio,
             us(r.p50_us),
             us(r.p99_us),
@@ -624,10 +640,17 @@ pub fn shape_problems(
 
 /// Run-wide settings as printed and stored.
 pub fn settings_of(spec: &RunSpec, medium: &str) -> BTreeMap<String, String> {
-    let stop = match spec.stop {
+    let mut stop = match spec.stop {
         Stop::Duration(d) => format!("{:.1} s per point", d.as_secs_f64()),
         Stop::Txns(n) => format!("{n} transactions per point"),
     };
+    if spec.repeat > 1 {
+        stop.push_str(&format!(
+            ", {} runs per point (fresh database each; the median run is shown, ± is half the \
+             range of the runs)",
+            spec.repeat
+        ));
+    }
     let warm = match spec.warmup {
         Warmup::Duration(d) => format!("{:.1} s", d.as_secs_f64()),
         Warmup::Txns(n) => format!("{n} transactions"),

@@ -30,6 +30,7 @@ fn spec(dir: &TestDir, workloads: Vec<WorkloadId>, threads: Vec<usize>) -> RunSp
         distribution: Distribution::Zipfian,
         theta: 0.99,
         seed: 7,
+        repeat: 1,
         dir: dir.path().to_path_buf(),
     }
 }
@@ -100,6 +101,7 @@ fn duration_runs_and_exhausted_deletes_are_reported() {
     spec.engines.retain(|e| e.family() == Family::Ferrite || *e == EngineId::Lmdb);
     spec.latencies = vec![0];
     spec.scale = 2000;
+    spec.repeat = 2;
     spec.stop = Stop::Duration(Duration::from_secs(2));
     spec.warmup = Warmup::Txns(4);
     let report = report(&spec);
@@ -108,6 +110,8 @@ fn duration_runs_and_exhausted_deletes_are_reported() {
         // 2000 records, 8 per transaction: the workers stop early, and say so.
         assert!(r.ops > 0 && r.ops <= 2000 - 4 * 8, "{}", r.ops);
         assert!(r.notes.iter().any(|n| n.contains("ran out of records")), "{:?}", r.notes);
+        assert_eq!(r.tx_per_s_runs.len(), 2);
+        assert!(r.tx_per_s_runs.contains(&r.tx_per_s));
     }
     let problems = shape_problems(&spec, &report, None);
     assert!(problems.is_empty(), "{problems:?}");

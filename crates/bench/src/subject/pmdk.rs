@@ -11,8 +11,9 @@ use super::{
 
 pub(super) fn open(dir: &Path, setup: &SubjectSetup) -> Result<Box<dyn Subject>, OpError> {
     // The pool is allocated (and prefaulted) whole at creation: size it from the data the run
-    // may write, with room for the allocator's headers and the tree, and at least 64 MiB.
-    let pool_size = (setup.data_bytes.saturating_mul(5) / 2).max(64 << 20);
+    // may write, with room for the allocator's headers (values land in 128-byte classes for
+    // 100-byte values) and the tree's leaves (about 35 bytes per entry), plus 64 MiB.
+    let pool_size = setup.data_bytes.saturating_mul(5) / 2 + (64 << 20);
     let db = Pmdk::create(&dir.join("pmdk.pool"), &PmdkConfig { pool_size }, &setup.tables)?;
     let mut config = settings_map("", db.settings());
     config.insert("library".into(), format!("libpmemobj {} (Debian, C shim)", pmdk::VERSION));

@@ -116,9 +116,13 @@ impl Workload for Micro {
         self.loaded * (self.value_size as u64 + 8)
     }
 
-    fn bytes_per_txn(&self) -> u64 {
+    fn ops_per_txn(&self) -> u64 {
+        u64::from(self.n)
+    }
+
+    fn bytes_per_op(&self) -> u64 {
         match self.kind {
-            MicroKind::Insert => u64::from(self.n) * (self.value_size as u64 + 8),
+            MicroKind::Insert => self.value_size as u64 + 8,
             MicroKind::Update | MicroKind::Delete => 0,
         }
     }

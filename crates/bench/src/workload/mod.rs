@@ -122,8 +122,10 @@ pub trait Workload: Send + Sync {
     fn params(&self) -> BTreeMap<String, String>;
     /// Upper estimate of the bytes of data loaded (sizes caches and pools).
     fn loaded_bytes(&self) -> u64;
-    /// Bytes one committed transaction may add at most (sizes pools for timed runs).
-    fn bytes_per_txn(&self) -> u64;
+    /// Operations per transaction (for YCSB, 1).
+    fn ops_per_txn(&self) -> u64;
+    /// Bytes of data one operation adds at most, on average (sizes pools for timed runs).
+    fn bytes_per_op(&self) -> u64;
     /// Loads the tables (before timing, through its own session).
     fn load(&self, subject: &dyn Subject) -> Result<(), OpError>;
     /// The worker of thread `index` (of the point's `threads`).

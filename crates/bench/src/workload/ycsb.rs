@@ -197,9 +197,13 @@ impl Workload for Ycsb {
         self.records * (self.value_size as u64 + 8)
     }
 
-    fn bytes_per_txn(&self) -> u64 {
-        // Inserts are at most 5 % of operations, but size generously.
-        if self.kind.mix()[2] > 0.0 { self.value_size as u64 + 8 } else { 0 }
+    fn ops_per_txn(&self) -> u64 {
+        1
+    }
+
+    fn bytes_per_op(&self) -> u64 {
+        // Inserts are 5 % of the operations of D and E: size for 1 in 16.
+        if self.kind.mix()[2] > 0.0 { (self.value_size as u64 + 8) / 16 + 1 } else { 0 }
     }
 
     fn load(&self, subject: &dyn Subject) -> Result<(), OpError> {
