@@ -62,6 +62,7 @@
 
 pub use ferrite_pmem as pmem;
 
+pub mod alloc;
 mod db;
 mod encoding;
 mod engine;

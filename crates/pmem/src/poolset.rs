@@ -882,6 +882,11 @@ impl PoolSet {
             .collect()
     }
 
+    /// Size of the segments [`PoolSet::grow`] adds.
+    pub fn segment_size(&self) -> u64 {
+        self.segment_size
+    }
+
     /// Number of live segments.
     pub fn segment_count(&self) -> usize {
         self.by_addr.read().unwrap_or_else(|p| p.into_inner()).len()

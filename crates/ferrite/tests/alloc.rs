@@ -1,0 +1,265 @@
+//! PAllocator I against a model of live blocks: random allocate/free sequences with block
+//! contents, reopen (recovery), `check()` after every step group, exact persist counts, typed
+//! errors that leave the pool unchanged, and threads.
+//!
+//! Random tests print their seed; set `FERRITE_TEST_SEED` to replay one.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+
+use ferrite::Error;
+use ferrite::alloc::{MAX_SMALL, PAllocator};
+use ferrite::pmem::internals::testing::TestDir;
+use ferrite::pmem::{Counters, Options, PPtr, PoolSet, SplitMix64};
+
+const SEG: u64 = 1 << 20;
+const TABLE: u64 = 4096; // 256 pointer slots
+
+fn opts() -> Options {
+    Options::default().layout("alloc-test").segment_size(SEG)
+}
+
+fn seed() -> u64 {
+    let s = std::env::var("FERRITE_TEST_SEED")
+        .ok()
+        .and_then(|v| match v.strip_prefix("0x") {
+            Some(h) => u64::from_str_radix(h, 16).ok(),
+            None => v.parse().ok(),
+        })
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+                as u64
+        });
+    eprintln!("FERRITE_TEST_SEED={s:#x}");
+    s
+}
+
+/// A fresh allocator with a pointer table allocated into the root.
+fn fresh(dir: &TestDir, slots: u32) -> (PAllocator, PPtr) {
+    let set = PoolSet::create(dir.join("set"), &opts()).unwrap();
+    let a = PAllocator::create(set, slots).unwrap();
+    let table = a.allocate(TABLE, a.root_location()).unwrap();
+    let g = a.pool().resolve_range(table, TABLE).unwrap();
+    for i in 0..TABLE / 8 {
+        // Null pointers: segment word u64::MAX, offset 0.
+        a.pool()
+            .store_u64(g + i * 8, if i % 2 == 0 { u64::MAX } else { 0 }, Ordering::Relaxed)
+            .unwrap();
+    }
+    a.pool().persist(g, TABLE).unwrap();
+    (a, table)
+}
+
+fn slot(table: PPtr, i: u64) -> PPtr {
+    PPtr::new(table.segment, table.offset + i * 16)
+}
+
+/// Writes `tag` into the block's first word and its low byte into the block's last requested
+/// byte (at least byte 8: every block is at least 64 bytes).
+fn stamp(a: &PAllocator, p: PPtr, size: u64, tag: u64) {
+    let len = size.max(9);
+    let g = a.pool().resolve_range(p, len).unwrap();
+    a.pool().fill(g, len, 0xEE).unwrap();
+    a.pool().store_u64(g, tag, Ordering::Relaxed).unwrap();
+    a.pool().write_bytes(g + len - 1, &[tag as u8]).unwrap();
+    a.pool().persist(g, len).unwrap();
+}
+
+fn verify(a: &PAllocator, table: PPtr, model: &BTreeMap<u64, (u64, u64)>) {
+    let set = a.pool();
+    for i in 0..TABLE / 16 {
+        let loc = set.resolve(slot(table, i)).unwrap();
+        let p = set.load_pptr(loc).unwrap();
+        match model.get(&i) {
+            None => assert!(p.is_null(), "slot {i} should be null, holds {p:?}"),
+            Some(&(size, tag)) => {
+                assert!(!p.is_null(), "slot {i} lost its block");
+                let len = size.max(9);
+                let g = set.resolve_range(p, len).unwrap();
+                assert_eq!(set.load_u64(g, Ordering::Acquire).unwrap(), tag, "slot {i}: contents");
+                let mut last = [0u8; 1];
+                set.read_into(g + len - 1, &mut last).unwrap();
+                assert_eq!(last[0], tag as u8, "slot {i}: last byte");
+            }
+        }
+    }
+    let r = a.check().unwrap();
+    // Every allocated block is the table or a model block: no leak, no stray block.
+    assert_eq!(r.allocated_blocks, model.len() as u64 + 1, "{r:?}");
+}
+
+#[test]
+fn random_allocate_free_with_reopen_matches_the_model() {
+    let seed = seed();
+    let mut rng = SplitMix64::new(seed);
+    let dir = TestDir::new("alloc-model");
+    let (mut a, table) = fresh(&dir, 3);
+    let mut model: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    for step in 0..3_000u64 {
+        let i = rng.next_u64() % (TABLE / 16);
+        if let std::collections::btree_map::Entry::Vacant(e) = model.entry(i) {
+            // Mostly small, some up to 8 KiB, rarely the largest class.
+            let size = match rng.next_u64() % 20 {
+                0 => 8193 + rng.next_u64() % (MAX_SMALL - 8193),
+                1..=5 => 1 + rng.next_u64() % 8192,
+                _ => 1 + rng.next_u64() % 512,
+            };
+            let p = a.allocate(size, slot(table, i)).unwrap();
+            stamp(&a, p, size, step + 1);
+            e.insert((size, step + 1));
+        } else {
+            a.deallocate(slot(table, i)).unwrap();
+            model.remove(&i);
+        }
+        if step % 500 == 499 {
+            verify(&a, table, &model);
+            let set = a.into_pool();
+            set.close().unwrap();
+            a = PAllocator::open(PoolSet::open(dir.join("set"), &opts()).unwrap()).unwrap();
+            verify(&a, table, &model);
+        }
+    }
+    // Free everything: every segment returns to the free list, and is reused.
+    for &i in model.keys() {
+        a.deallocate(slot(table, i)).unwrap();
+    }
+    model.clear();
+    verify(&a, table, &model);
+    let r = a.check().unwrap();
+    assert_eq!(r.segments.0 + r.segments.1, 1, "only the table's segment stays owned: {r:?}");
+    let segs = a.pool().segment_count();
+    let p = a.allocate(100, slot(table, 0)).unwrap();
+    assert!(!p.is_null());
+    assert_eq!(a.pool().segment_count(), segs, "a cached free segment is reused, no new one");
+}
+
+#[test]
+fn exact_persist_counts() {
+    let dir = TestDir::new("alloc-counts");
+    let (a, table) = fresh(&dir, 1);
+    a.allocate(64, slot(table, 0)).unwrap(); // warms a 64-byte page
+    let c = Counters::snapshot();
+    a.allocate(64, slot(table, 1)).unwrap();
+    let d = Counters::snapshot() - c;
+    // Log of 3 writes (48 B: 1 line) + fence; arm + fence; page state and the pointer
+    // (2 lines) + fence; disarm + fence.
+    assert_eq!((d.lines_flushed(), d.fences), (5, 4), "allocate: {d:?}");
+    let c = Counters::snapshot();
+    a.deallocate(slot(table, 1)).unwrap();
+    let d = Counters::snapshot() - c;
+    // Log of 3 writes (entry word, state, pointer) + arm + 3 lines (entry, state, pointer) + disarm.
+    assert_eq!((d.lines_flushed(), d.fences), (6, 4), "deallocate: {d:?}");
+}
+
+#[test]
+fn bad_requests_are_typed_and_change_nothing() {
+    let dir = TestDir::new("alloc-errors");
+    let (a, table) = fresh(&dir, 2);
+    let p = a.allocate(100, slot(table, 0)).unwrap();
+    let before = a.check().unwrap();
+    let inv = |r: Result<PPtr, Error>| matches!(r, Err(Error::InvalidArgument(_)));
+    assert!(inv(a.allocate(0, slot(table, 1))), "zero size");
+    assert!(inv(a.allocate(MAX_SMALL + 1, slot(table, 1))), "oversized");
+    assert!(inv(a.allocate(64, slot(table, 0))), "into holds a pointer");
+    assert!(inv(a.allocate(64, PPtr::new(table.segment, table.offset + 8))), "misaligned into");
+    assert!(inv(a.allocate(64, PPtr::new(99, 0))), "into outside the pool");
+    assert!(inv(a.allocate(64, PPtr::NULL)), "null into");
+    let dinv = |r: Result<(), Error>| matches!(r, Err(Error::InvalidArgument(_)));
+    assert!(dinv(a.deallocate(slot(table, 1))), "from holds null");
+    // A foreign pointer (into segment 0, the anchor) and a pointer into the middle of a block.
+    let set = a.pool();
+    let loc = set.resolve(slot(table, 2)).unwrap();
+    set.persist_pptr(loc, PPtr::new(0, 64)).unwrap();
+    assert!(dinv(a.deallocate(slot(table, 2))), "foreign");
+    set.persist_pptr_null(loc).unwrap();
+    set.persist_pptr(loc, PPtr::new(p.segment, p.offset + 64)).unwrap();
+    assert!(dinv(a.deallocate(slot(table, 2))), "not a block start");
+    set.persist_pptr_null(loc).unwrap();
+    // A double free through a second copy of the pointer.
+    set.persist_pptr(loc, p).unwrap();
+    a.deallocate(slot(table, 0)).unwrap();
+    assert!(dinv(a.deallocate(slot(table, 2))), "double free");
+    set.persist_pptr_null(loc).unwrap();
+    let p = a.allocate(100, slot(table, 0)).unwrap();
+    let after = a.check().unwrap();
+    assert_eq!(before.allocated_blocks, after.allocated_blocks);
+    assert!(!p.is_null());
+}
+
+#[test]
+fn an_exhausted_pool_is_pool_full_and_unchanged() {
+    let dir = TestDir::new("alloc-full");
+    let set = PoolSet::create(dir.join("set"), &opts().max_pool_size(3 * SEG)).unwrap();
+    let a = PAllocator::create(set, 1).unwrap();
+    let table = a.allocate(TABLE, a.root_location()).unwrap();
+    let g = a.pool().resolve_range(table, TABLE).unwrap();
+    for i in 0..TABLE / 16 {
+        a.pool().store_u64(g + i * 16, u64::MAX, Ordering::Relaxed).unwrap();
+    }
+    a.pool().persist(g, TABLE).unwrap();
+    let mut n = 0;
+    let err = loop {
+        match a.allocate(MAX_SMALL, slot(table, n)) {
+            Ok(_) => n += 1,
+            Err(e) => break e,
+        }
+        assert!(n < TABLE / 16, "never full");
+    };
+    assert!(matches!(err, Error::PoolFull { .. }), "{err:?}");
+    let r = a.check().unwrap();
+    assert_eq!(r.allocated_blocks, n + 1);
+    a.deallocate(slot(table, 0)).unwrap();
+    a.allocate(MAX_SMALL, slot(table, 0)).unwrap();
+    a.check().unwrap();
+}
+
+#[test]
+fn threads_allocate_and_free_concurrently() {
+    let dir = TestDir::new("alloc-threads");
+    let (a, table) = fresh(&dir, 4);
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let a = &a;
+            s.spawn(move || {
+                for round in 0..200u64 {
+                    let i = t * 64 + round % 64;
+                    let loc = slot(table, i);
+                    let held =
+                        !a.pool().load_pptr(a.pool().resolve(loc).unwrap()).unwrap().is_null();
+                    if held {
+                        a.deallocate(loc).unwrap();
+                    } else {
+                        let p = a.allocate(64 + (round % 7) * 300, loc).unwrap();
+                        stamp(a, p, 64, t);
+                    }
+                }
+            });
+        }
+    });
+    let r = a.check().unwrap();
+    assert!(r.allocated_blocks >= 1);
+    // Reopen keeps the slot count and recovers cleanly.
+    let set = a.into_pool();
+    set.close().unwrap();
+    let a = PAllocator::open(PoolSet::open(dir.join("set"), &opts()).unwrap()).unwrap();
+    assert_eq!(a.slots(), 4);
+    assert_eq!(a.check().unwrap().allocated_blocks, r.allocated_blocks);
+}
+
+#[test]
+fn bad_anchors_are_typed() {
+    let dir = TestDir::new("alloc-anchor");
+    let set = PoolSet::create(dir.join("set"), &opts()).unwrap();
+    assert!(matches!(PAllocator::open(set), Err(Error::Corrupted { .. })), "no allocator yet");
+    let set = PoolSet::open(dir.join("set"), &opts()).unwrap();
+    assert!(matches!(PAllocator::create(set, 0), Err(Error::InvalidArgument(_))));
+    let set = PoolSet::open(dir.join("set"), &opts()).unwrap();
+    let a = PAllocator::create(set, 2).unwrap();
+    let set = a.into_pool();
+    let g = set.resolve(PPtr::new(0, 8)).unwrap();
+    set.store_u64(g, 99, Ordering::Relaxed).unwrap(); // version
+    assert!(matches!(
+        PAllocator::open(set),
+        Err(Error::Incompatible { .. } | Error::Corrupted { .. })
+    ));
+}
