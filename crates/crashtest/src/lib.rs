@@ -27,6 +27,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod alloc;
 mod explore;
 pub mod fptree;
 mod target;
@@ -42,6 +43,7 @@ pub use target::{Axioms, Ctx, Expect, Mode, ModelOp, ModelView, OpToken, Target}
 pub fn registry() -> Vec<Box<dyn DynTarget>> {
     let mut v = toys::toys();
     v.push(Box::new(std::sync::Arc::new(fptree::FptreeFixed)));
+    v.push(Box::new(std::sync::Arc::new(alloc::AllocSmall)));
     v
 }
 

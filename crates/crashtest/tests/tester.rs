@@ -369,3 +369,16 @@ fn fptree_target_passes_and_every_persist_site_is_needed() {
     assert!(m.passed(), "{m}");
     assert!(m.sites.len() >= 20, "{m}");
 }
+
+#[test]
+fn alloc_target_passes_and_every_persist_site_is_needed() {
+    let dir = TestDir::new("crashtest-alloc");
+    let t = find("alloc-small").expect("registered");
+    let m = t.mutate(&Config { out_dir: dir.path().to_path_buf(), ..cfg(&dir) });
+    assert!(m.base.smoke_problem(t.min_images()).is_none(), "{}", m.base);
+    assert!(m.passed(), "{m}");
+    // Every P-ALLOC rule the target declares has a site whose drop was detected.
+    for rule in ["P-ALLOC-1", "P-ALLOC-2", "P-ALLOC-3", "P-ALLOC-4", "P-ALLOC-5", "P-ALLOC-6"] {
+        assert!(m.to_string().contains(rule), "{rule} not exercised:\n{m}");
+    }
+}

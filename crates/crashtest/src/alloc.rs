@@ -1,0 +1,300 @@
+//! Crash target `alloc-small`: PAllocator's small allocator on a simulated pool set ([C1]).
+//!
+//! Segments are tiny (five 64 KiB pages, four usable) so that pages fill and empty, segments
+//! move between the active, full and free lists and new segments are created (file operations
+//! included) many times in one short workload. The workload allocates a 4 KiB table of
+//! persistent pointers into the root, then allocates seeded sizes (64 B–8 KiB, some up to the
+//! largest class) into table slots — stamping each block — and frees them again.
+//!
+//! The check after every crash: the allocator opens (recovery replays armed items and adopts
+//! orphan segments), its full `check()` passes, the allocated blocks are exactly the table and
+//! the blocks the table points to (no leak, nothing freed twice), every slot holds a block iff
+//! the committed operations (plus, maybe, the in-flight one) say so, and every committed block
+//! still holds its stamp.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+
+use ferrite::Error;
+use ferrite::alloc::PAllocator;
+use ferrite_pmem::{CrashImage, Options, PPtr, PoolSet};
+
+use crate::target::{Ctx, ModelOp, ModelView, Target};
+
+const SEG: u64 = 5 * 64 * 1024 + 4096;
+const TABLE: u64 = 4096;
+const SLOTS: u64 = TABLE / 16;
+const OPS: u64 = 500;
+/// Word 0 of the table: written (after the null slots are durable) to say the table is ready.
+const READY: u64 = 0x5245_4144_595f_5442;
+
+fn opts() -> Options {
+    Options::default().layout("crashtest-alloc").segment_size(SEG)
+}
+
+/// One operation of the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocOp {
+    /// Creating the allocator.
+    Create,
+    /// Allocating the pointer table into the root.
+    Table,
+    /// Allocating `size` bytes into table slot `slot` and stamping it with `tag`.
+    Alloc { slot: u64, size: u64, tag: u64 },
+    /// Freeing the block of table slot `slot`.
+    Free { slot: u64 },
+}
+
+impl ModelOp for AllocOp {
+    fn encode(&self) -> String {
+        match self {
+            AllocOp::Create => "create".into(),
+            AllocOp::Table => "table".into(),
+            AllocOp::Alloc { slot, size, tag } => format!("alloc {slot} {size} {tag}"),
+            AllocOp::Free { slot } => format!("free {slot}"),
+        }
+    }
+    fn decode(s: &str) -> Option<Self> {
+        let f: Vec<&str> = s.split(' ').collect();
+        Some(match f.as_slice() {
+            ["create"] => AllocOp::Create,
+            ["table"] => AllocOp::Table,
+            ["alloc", a, b, c] => AllocOp::Alloc {
+                slot: a.parse().ok()?,
+                size: b.parse().ok()?,
+                tag: c.parse().ok()?,
+            },
+            ["free", a] => AllocOp::Free { slot: a.parse().ok()? },
+            _ => return None,
+        })
+    }
+}
+
+/// The model's state after some operations: whether the table exists, slot → (size, tag).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct State {
+    created: bool,
+    table: bool,
+    slots: BTreeMap<u64, (u64, u64)>,
+}
+
+impl State {
+    fn apply(&mut self, op: &AllocOp) {
+        match *op {
+            AllocOp::Create => self.created = true,
+            AllocOp::Table => self.table = true,
+            AllocOp::Alloc { slot, size, tag } => {
+                self.slots.insert(slot, (size, tag));
+            }
+            AllocOp::Free { slot } => {
+                self.slots.remove(&slot);
+            }
+        }
+    }
+}
+
+/// What recovery found.
+#[derive(Debug)]
+pub enum Recovered {
+    /// No allocator (the pool or the allocator's creation did not finish).
+    None(String),
+    /// The allocator opened and checked: the table pointer, each slot's block (and its stamp
+    /// word), and whether the allocated blocks are exactly the reachable ones.
+    Alloc {
+        /// The root points at a table marked ready (a table allocated but not yet initialized
+        /// counts as reachable for the leak check, but not as a table).
+        table: bool,
+        /// Slot → stamp word of its block.
+        slots: BTreeMap<u64, u64>,
+        /// A leak or a stray block, if any.
+        leak: Option<String>,
+    },
+}
+
+/// The target.
+#[derive(Debug, Default)]
+pub struct AllocSmall;
+
+fn slot_loc(table: PPtr, i: u64) -> PPtr {
+    PPtr::new(table.segment, table.offset + i * 16)
+}
+
+impl Target for AllocSmall {
+    type Op = AllocOp;
+    type Recovered = Recovered;
+
+    fn name(&self) -> &'static str {
+        "alloc-small"
+    }
+    fn summary(&self) -> &'static str {
+        "PAllocator small allocator on a sim pool set: allocations into a pointer table, frees, page and segment moves"
+    }
+    fn rules(&self) -> &'static [&'static str] {
+        &["P-ALLOC-1", "P-ALLOC-2", "P-ALLOC-3", "P-ALLOC-4", "P-ALLOC-5", "P-ALLOC-6", "P-PM-8"]
+    }
+    fn min_images(&self) -> u64 {
+        200
+    }
+
+    fn workload(&self, ctx: &mut Ctx<AllocOp>) -> Result<(), String> {
+        let e = |e: Error| e.to_string();
+        let pe = |e: ferrite_pmem::Error| e.to_string();
+        let set = ctx.create_pool_set(&opts())?;
+        let t = ctx.begin(AllocOp::Create);
+        let a = PAllocator::create(set, 2).map_err(e)?;
+        ctx.done(t);
+        let t = ctx.begin(AllocOp::Table);
+        let table = a.allocate(TABLE, a.root_location()).map_err(e)?;
+        let set = a.pool();
+        let g = set.resolve_range(table, TABLE).map_err(pe)?;
+        // The application's own protocol: a fresh block holds whatever its last owner left,
+        // so the slots (16-byte persistent pointers, slot 0 reserved) are made null and
+        // durable first, and only then does word 0 say the table is ready.
+        for i in 1..SLOTS {
+            set.store_u64(g + i * 16, u64::MAX, Ordering::Relaxed).map_err(pe)?;
+        }
+        set.persist(g, TABLE).map_err(pe)?;
+        set.store_u64(g, READY, Ordering::Release).map_err(pe)?;
+        set.persist(g, 8).map_err(pe)?;
+        ctx.done(t);
+        let mut held = vec![false; SLOTS as usize];
+        for step in 0..OPS {
+            let i = 1 + ctx.rng().next_u64() % 48;
+            let op = if held[i as usize] {
+                AllocOp::Free { slot: i }
+            } else {
+                let r = ctx.rng().next_u64();
+                let size = match r % 16 {
+                    0 => 8192 + r % 7000,
+                    1..=4 => 1 + r % 8192,
+                    _ => 1 + r % 700,
+                };
+                AllocOp::Alloc { slot: i, size, tag: step + 1 }
+            };
+            let tok = ctx.begin(op);
+            match op {
+                AllocOp::Alloc { slot, size, tag } => {
+                    let p = a.allocate(size, slot_loc(table, slot)).map_err(e)?;
+                    let b = set.resolve_range(p, size.max(8)).map_err(pe)?;
+                    set.store_u64(b, tag, Ordering::Relaxed).map_err(pe)?;
+                    set.persist(b, 8).map_err(pe)?;
+                }
+                AllocOp::Free { slot } => a.deallocate(slot_loc(table, slot)).map_err(e)?,
+                _ => {}
+            }
+            ctx.done(tok);
+            held[i as usize] = matches!(op, AllocOp::Alloc { .. });
+        }
+        a.check().map_err(e)?;
+        Ok(())
+    }
+
+    fn recover(&self, image: &CrashImage) -> Result<Recovered, String> {
+        let set = match PoolSet::open_sim(image, &opts()) {
+            Ok(s) => s,
+            Err(ferrite_pmem::Error::Incomplete { .. }) => {
+                return Ok(Recovered::None("no pool".into()));
+            }
+            Err(x) => return Err(format!("the pool set does not open: {x}")),
+        };
+        let a = match PAllocator::open(set) {
+            Ok(a) => a,
+            Err(Error::Corrupted { what, .. }) if what.contains("creation did not finish") => {
+                return Ok(Recovered::None(what));
+            }
+            Err(x) => return Err(format!("the allocator does not open: {x}")),
+        };
+        let report = a.check().map_err(|x| format!("allocator check after recovery: {x}"))?;
+        let s = a.pool();
+        let root = s.resolve(a.root_location()).map_err(|x| x.to_string())?;
+        let table = s.load_pptr(root).map_err(|x| x.to_string())?;
+        let mut slots = BTreeMap::new();
+        let mut reachable = Vec::new();
+        let mut ready = false;
+        if !table.is_null() {
+            reachable.push(table);
+            let g = s
+                .resolve_range(table, TABLE)
+                .map_err(|x| format!("the root points outside the pool: {x}"))?;
+            ready = s.load_u64(g, Ordering::Acquire).map_err(|x| x.to_string())? == READY;
+        }
+        if ready {
+            let g = s.resolve_range(table, TABLE).map_err(|x| x.to_string())?;
+            for i in 1..SLOTS {
+                let p = s.load_pptr(g + i * 16).map_err(|x| x.to_string())?;
+                if !p.is_null() {
+                    let b = s
+                        .resolve_range(p, 8)
+                        .map_err(|x| format!("slot {i} points outside the pool: {x}"))?;
+                    slots.insert(i, s.load_u64(b, Ordering::Acquire).map_err(|x| x.to_string())?);
+                    reachable.push(p);
+                }
+            }
+        }
+        let mut allocated = report.allocated.clone();
+        allocated.sort_by_key(|p| (p.segment, p.offset));
+        reachable.sort_by_key(|p| (p.segment, p.offset));
+        let leak = (allocated != reachable).then(|| {
+            let stray: Vec<_> = allocated.iter().filter(|p| !reachable.contains(p)).take(3).collect();
+            let lost: Vec<_> = reachable.iter().filter(|p| !allocated.contains(p)).take(3).collect();
+            format!(
+                "{} blocks allocated, {} reachable; allocated but unreachable (leaked) {stray:?}; reachable but free {lost:?}",
+                allocated.len(),
+                reachable.len()
+            )
+        });
+        Ok(Recovered::Alloc { table: ready, slots, leak })
+    }
+
+    fn check(&self, r: &Recovered, m: &ModelView<AllocOp>) -> Result<(), String> {
+        let mut without = State::default();
+        for op in &m.committed {
+            without.apply(op);
+        }
+        let mut with = without.clone();
+        for op in &m.in_flight {
+            with.apply(op);
+        }
+        let (table, slots, leak) = match r {
+            Recovered::None(why) if !without.created => {
+                let _ = why;
+                return Ok(());
+            }
+            Recovered::None(why) => {
+                return Err(format!(
+                    "the allocator's creation committed, but recovery found: {why}"
+                ));
+            }
+            Recovered::Alloc { table, slots, leak } => (*table, slots, leak),
+        };
+        if let Some(l) = leak {
+            return Err(format!("leak check: {l}"));
+        }
+        let matches = |st: &State| -> Result<(), String> {
+            if table != st.table {
+                return Err(format!("root pointer set: {table}, expected {}", st.table));
+            }
+            let got: Vec<u64> = slots.keys().copied().collect();
+            let want: Vec<u64> = st.slots.keys().copied().collect();
+            if got != want {
+                return Err(format!("slots holding blocks {got:?}, expected {want:?}"));
+            }
+            Ok(())
+        };
+        matches(&without).or_else(|e1| {
+            matches(&with).map_err(|e2| format!("{e1}; with the in-flight {:?}: {e2}", m.in_flight))
+        })?;
+        // Committed blocks keep their stamps (an in-flight allocation may not be stamped yet).
+        for (slot, &(_, tag)) in &without.slots {
+            if let Some(&got) = slots.get(slot) {
+                let in_flight_here = m.in_flight.iter().any(|op| matches!(op, AllocOp::Alloc { slot: s, .. } | AllocOp::Free { slot: s } if s == slot));
+                if got != tag && !in_flight_here {
+                    return Err(format!(
+                        "slot {slot}'s block holds {got:#x}, its stamp was {tag:#x}"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
