@@ -11,6 +11,7 @@ use ferrite::Error;
 use ferrite::alloc::{MAX_SMALL, PAllocator};
 use ferrite::pmem::internals::testing::TestDir;
 use ferrite::pmem::{Counters, Options, PPtr, PoolSet, SplitMix64};
+use proptest::prelude::*;
 
 const SEG: u64 = 1 << 20;
 const TABLE: u64 = 4096; // 256 pointer slots
@@ -131,6 +132,39 @@ fn random_allocate_free_with_reopen_matches_the_model() {
     let p = a.allocate(100, slot(table, 0)).unwrap();
     assert!(!p.is_null());
     assert_eq!(a.pool().segment_count(), segs, "a cached free segment is reused, no new one");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// Shrinkable sequences over 64 slots: allocate (sizes across all classes) into an empty
+    /// slot or free a full one, with reopens (recovery) in between; contents and the set of
+    /// live blocks match the model after every reopen and at the end.
+    #[test]
+    fn sequences_match_the_model(ops in proptest::collection::vec(
+        (0u8..8, 0u64..64, prop_oneof![4 => 1u64..=512, 2 => 1u64..=8192, 1 => 8193..=MAX_SMALL]),
+        1..300,
+    )) {
+        let dir = TestDir::new("alloc-prop");
+        let (mut a, table) = fresh(&dir, 2);
+        let mut model: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+        for (step, (kind, i, size)) in ops.into_iter().enumerate() {
+            let tag = step as u64 + 1;
+            if kind == 0 {
+                a.into_pool().close().unwrap();
+                a = PAllocator::open(PoolSet::open(dir.join("set"), &opts()).unwrap()).unwrap();
+                verify(&a, table, &model);
+            } else if let std::collections::btree_map::Entry::Vacant(e) = model.entry(i) {
+                let p = a.allocate(size, slot(table, i)).unwrap();
+                stamp(&a, p, size, tag);
+                e.insert((size, tag));
+            } else {
+                a.deallocate(slot(table, i)).unwrap();
+                model.remove(&i);
+            }
+        }
+        verify(&a, table, &model);
+    }
 }
 
 #[test]
@@ -262,4 +296,36 @@ fn bad_anchors_are_typed() {
         PAllocator::open(set),
         Err(Error::Incompatible { .. } | Error::Corrupted { .. })
     ));
+}
+
+/// Regression: the page count per segment came from the options the pool set was opened with,
+/// so reopening with another segment size misread every segment. The anchor now records the
+/// segment size and `open` restores it, whatever the options say.
+#[test]
+fn reopening_with_another_segment_size_uses_the_anchors() {
+    let dir = TestDir::new("alloc-segsize");
+    let (a, table) = fresh(&dir, 1);
+    let mut model = BTreeMap::new();
+    for i in 0..40u64 {
+        let size = 4096 + i * 100;
+        let p = a.allocate(size, slot(table, i)).unwrap();
+        stamp(&a, p, size, i + 1);
+        model.insert(i, (size, i + 1));
+    }
+    let before = a.check().unwrap();
+    assert!(before.segments.0 + before.segments.1 >= 1);
+    a.into_pool().close().unwrap();
+    let other = Options::default().layout("alloc-test").segment_size(4 * SEG);
+    let a = PAllocator::open(PoolSet::open(dir.join("set"), &other).unwrap()).unwrap();
+    assert_eq!(a.pool().segment_size(), SEG);
+    verify(&a, table, &model);
+    // New segments are grown at the recorded size.
+    for i in 40..120u64 {
+        let p = a.allocate(8192, slot(table, i)).unwrap();
+        stamp(&a, p, 8192, i + 1);
+        model.insert(i, (8192, i + 1));
+    }
+    verify(&a, table, &model);
+    assert!(a.pool().segments().iter().all(|s| s.data_len <= SEG), "{:?}", a.pool().segments());
+    a.check().unwrap();
 }

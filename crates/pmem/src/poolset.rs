@@ -887,6 +887,13 @@ impl PoolSet {
         self.segment_size
     }
 
+    /// Sets the size of the segments [`PoolSet::grow`] adds from now on (validated there, as
+    /// by [`PoolSet::add_segment`]). The pool set does not persist it: a layer that needs
+    /// uniform segments records its own size and restores it at open (the allocator does).
+    pub fn set_segment_size(&mut self, bytes: u64) {
+        self.segment_size = bytes;
+    }
+
     /// Number of live segments.
     pub fn segment_count(&self) -> usize {
         self.by_addr.read().unwrap_or_else(|p| p.into_inner()).len()

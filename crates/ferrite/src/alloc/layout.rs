@@ -47,7 +47,9 @@ pub const A_VERSION_SLOTS: u64 = 8; // version u32 | slots u32
 pub const A_GEOMETRY: u64 = 16; // page size u32 | classes u32
 pub const A_COMPAT: u64 = 24;
 pub const A_INCOMPAT: u64 = 32;
-pub const A_CRC: u64 = 40; // crc32c of bytes 8..40 (u32) | 0
+/// Bytes per small segment (the pool set's segment size at creation; restored at open).
+pub const A_SEGMENT: u64 = 40;
+pub const A_CRC: u64 = 48; // crc32c of bytes 8..48 (u32) | 0
 /// Entry point: the application's root `PPtr`.
 pub const A_ROOT: u64 = 64;
 /// Head of the shared free-segment list.

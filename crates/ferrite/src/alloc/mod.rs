@@ -159,6 +159,7 @@ impl PAllocator {
         s.store_u64(a + A_COMPAT, 0, Ordering::Relaxed)?; // no compatible features yet
         s.store_u64(a + A_INCOMPAT, 0, Ordering::Relaxed)?;
         s.store_u64(a + A_GEOMETRY, PAGE | (CLASSES.len() as u64) << 32, Ordering::Relaxed)?;
+        s.store_u64(a + A_SEGMENT, set.segment_size(), Ordering::Relaxed)?;
         s.store_u64(a + A_CRC, u64::from(Self::anchor_crc(s, a)?), Ordering::Relaxed)?;
         s.persist_rule("P-ALLOC-6", a, end)?; // ORDER(P-ALLOC-6): the whole anchor before its magic
         s.store_u64(a + A_MAGIC, ANCHOR_MAGIC, Ordering::Release)?;
@@ -178,7 +179,7 @@ impl PAllocator {
     /// rebuilds the segment-owner map by walking the segment lists, and moves orphan segments
     /// (created by an interrupted segment creation) to the free-segment list. Reads no block
     /// and no page: the cost grows with the number of segments and slots, not with live blocks.
-    pub fn open(set: PoolSet) -> Result<PAllocator> {
+    pub fn open(mut set: PoolSet) -> Result<PAllocator> {
         let a = Self::anchor_base(&set)?;
         let s = &*set;
         let magic = s.load_u64(a + A_MAGIC, Ordering::Acquire)?;
@@ -212,7 +213,13 @@ impl PAllocator {
                 PPtr::new(0, A_GEOMETRY),
             ));
         }
-        let pages = Self::pages_of(&set)?;
+        // The anchor's segment size wins over the options the pool set was opened with: every
+        // small segment has the same page count.
+        let segment = s.load_u64(a + A_SEGMENT, Ordering::Acquire)?;
+        set.set_segment_size(segment);
+        let pages = Self::pages_of(&set).map_err(|_| {
+            corrupt(format!("anchor segment size {segment}"), PPtr::new(0, A_SEGMENT))
+        })?;
         let alloc = PAllocator {
             set,
             slots,
@@ -234,7 +241,7 @@ impl PAllocator {
     }
 
     fn anchor_crc(s: &ferrite_pmem::Space, a: u64) -> Result<u32> {
-        let mut b = [0u8; 32];
+        let mut b = [0u8; (A_CRC - 8) as usize];
         s.read_into(a + 8, &mut b)?;
         Ok(crc32c::crc32c(&b))
     }
