@@ -5,6 +5,7 @@
 //! `docs/configuration.md`.
 #![forbid(unsafe_code)]
 
+mod alloc_stats;
 mod crashtest;
 mod info;
 
@@ -28,6 +29,9 @@ enum Command {
     /// Crash-test a registered target: crash it at its persist points, recover every crash
     /// image and check it against the target's model (exit 0 passed, 1 failure found).
     Crashtest(crashtest::CrashtestArgs),
+    /// Open a PAllocator pool set (recovering it, as any open does), run its full check and
+    /// print segments, pages per class and blocks (exit 0 passed, 1 inconsistent).
+    AllocStats(alloc_stats::AllocStatsArgs),
 }
 
 fn main() -> ExitCode {
@@ -41,6 +45,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Info(args) => info::run(&args),
         Command::Crashtest(args) => crashtest::run(&args),
+        Command::AllocStats(args) => alloc_stats::run(&args),
     };
     match result {
         Ok(code) => code,

@@ -273,6 +273,11 @@ impl PAllocator {
         self.slots
     }
 
+    /// Pages of a small segment that hold blocks (its first page is the segment header).
+    pub fn usable_pages_per_segment(&self) -> u64 {
+        self.pages_per_segment - 1
+    }
+
     /// The location of the application's root pointer (a `PPtr` in the anchor), to allocate
     /// into or store into.
     pub fn root_location(&self) -> PPtr {
