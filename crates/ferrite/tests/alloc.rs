@@ -329,3 +329,42 @@ fn reopening_with_another_segment_size_uses_the_anchors() {
     assert!(a.pool().segments().iter().all(|s| s.data_len <= SEG), "{:?}", a.pool().segments());
     a.check().unwrap();
 }
+
+/// Regression: returning an empty segment to the free-segment list released the global lock
+/// before its transaction committed, so a concurrent segment take could pop the old head the
+/// pending transaction then linked behind the returned segment: one segment in two lists.
+/// Tiny segments (two usable pages) make every thread return and take segments constantly.
+#[test]
+fn threads_returning_and_taking_segments_keep_the_lists_apart() {
+    let dir = TestDir::new("alloc-seg-race");
+    let o = Options::default().layout("alloc-test").segment_size(3 * 64 * 1024 + 4096);
+    let set = PoolSet::create(dir.join("set"), &o).unwrap();
+    let a = PAllocator::create(set, 4).unwrap();
+    let table = a.allocate(TABLE, a.root_location()).unwrap();
+    let g = a.pool().resolve_range(table, TABLE).unwrap();
+    for i in 0..TABLE / 8 {
+        a.pool()
+            .store_u64(g + i * 8, if i % 2 == 0 { u64::MAX } else { 0 }, Ordering::Relaxed)
+            .unwrap();
+    }
+    a.pool().persist(g, TABLE).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let a = &a;
+            s.spawn(move || {
+                for _ in 0..150 {
+                    // Fill more than one page of 8 KiB blocks (7 per page), then free them all:
+                    // the thread's segment empties and goes back to the shared list.
+                    for k in 0..10 {
+                        a.allocate(8192, slot(table, t * 16 + k)).unwrap();
+                    }
+                    for k in 0..10 {
+                        a.deallocate(slot(table, t * 16 + k)).unwrap();
+                    }
+                }
+            });
+        }
+    });
+    let r = a.check().unwrap();
+    assert_eq!(r.allocated_blocks, 1, "{r:?}");
+}

@@ -727,6 +727,13 @@ impl PAllocator {
         };
         self.guard(|| {
             let _l = lock(&self.slot_locks[slot as usize]);
+            // A concurrent free of the same location got here first: `p` may already be free
+            // or even reallocated to someone else.
+            if self.read_pptr(&Txn::new(), from.segment, from.offset)? != p {
+                return Err(Error::InvalidArgument(format!(
+                    "deallocate from {from:?}: freed concurrently"
+                )));
+            }
             let (page, c, k, st) = self.locate(p)?;
             let mut txn = Txn::new();
             // Push: entry k = old head; head = block; one more free.
@@ -749,10 +756,16 @@ impl PAllocator {
                 self.write_pptr(&mut txn, page.segment, page.offset + P_NEXT, head)?;
                 self.write_pptr(&mut txn, 0, plm, page)?;
             }
+            // Held until the commit when the free-segment list is part of the transaction.
+            let mut global = None;
             if state.num_free == state.num_blocks {
-                self.return_page(&mut txn, slot, c, page)?;
+                self.return_page(&mut txn, slot, c, page, &mut global)?;
             }
-            self.commit(slot, txn)
+            self.commit(slot, txn)?;
+            if global.is_some() {
+                self.owner.write().unwrap_or_else(|p| p.into_inner()).insert(page.segment, 0);
+            }
+            Ok(())
         })
     }
 
@@ -800,7 +813,19 @@ impl PAllocator {
 
     /// A completely free page leaves its class list and goes back to its segment; a segment
     /// that was full becomes active; an empty segment goes to the free-segment list.
-    fn return_page(&self, txn: &mut Txn, slot: u32, c: usize, page: PPtr) -> Result<()> {
+    ///
+    /// When the segment goes to the free-segment list, the global lock is taken and left in
+    /// `global`: the caller holds it until the transaction commits (a concurrent segment take
+    /// must not read the list head this transaction is about to replace), then records the
+    /// new owner.
+    fn return_page<'a>(
+        &'a self,
+        txn: &mut Txn,
+        slot: u32,
+        c: usize,
+        page: PPtr,
+        global: &mut Option<MutexGuard<'a, ()>>,
+    ) -> Result<()> {
         self.unlink_page(txn, slot, c, page)?;
         let id = page.segment;
         let pg = page.offset / PAGE;
@@ -815,13 +840,12 @@ impl PAllocator {
             self.move_segment(txn, slot, id, S_FSL, S_ASL)?;
         }
         if used == 1 {
-            let _g = lock(&self.global);
+            *global = Some(lock(&self.global));
             self.unlink_segment(txn, 0, self.slot_base(slot) + S_ASL, id)?;
             let head = self.read_pptr(txn, 0, A_FREE_SEGS)?;
             self.write_pptr(txn, id, G_NEXT, head)?;
             self.write(txn, id, G_OWNER, 0)?;
             self.write_pptr(txn, 0, A_FREE_SEGS, PPtr::new(id, 0))?;
-            self.owner.write().unwrap_or_else(|p| p.into_inner()).insert(id, 0);
         }
         Ok(())
     }
