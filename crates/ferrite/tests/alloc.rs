@@ -37,7 +37,11 @@ fn seed() -> u64 {
 
 /// A fresh allocator with a pointer table allocated into the root.
 fn fresh(dir: &TestDir, slots: u32) -> (PAllocator, PPtr) {
-    let set = PoolSet::create(dir.join("set"), &opts()).unwrap();
+    fresh_with(dir, slots, &opts())
+}
+
+fn fresh_with(dir: &TestDir, slots: u32, o: &Options) -> (PAllocator, PPtr) {
+    let set = PoolSet::create(dir.join("set"), o).unwrap();
     let a = PAllocator::create(set, slots).unwrap();
     let table = a.allocate(TABLE, a.root_location()).unwrap();
     let g = a.pool().resolve_range(table, TABLE).unwrap();
@@ -338,16 +342,7 @@ fn reopening_with_another_segment_size_uses_the_anchors() {
 fn threads_returning_and_taking_segments_keep_the_lists_apart() {
     let dir = TestDir::new("alloc-seg-race");
     let o = Options::default().layout("alloc-test").segment_size(3 * 64 * 1024 + 4096);
-    let set = PoolSet::create(dir.join("set"), &o).unwrap();
-    let a = PAllocator::create(set, 4).unwrap();
-    let table = a.allocate(TABLE, a.root_location()).unwrap();
-    let g = a.pool().resolve_range(table, TABLE).unwrap();
-    for i in 0..TABLE / 8 {
-        a.pool()
-            .store_u64(g + i * 8, if i % 2 == 0 { u64::MAX } else { 0 }, Ordering::Relaxed)
-            .unwrap();
-    }
-    a.pool().persist(g, TABLE).unwrap();
+    let (a, table) = fresh_with(&dir, 4, &o);
     std::thread::scope(|s| {
         for t in 0..4u64 {
             let a = &a;
