@@ -169,6 +169,16 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         args.out.clone().unwrap_or_else(|| std::env::temp_dir().join("ferrite-bench").join(&stamp));
     let spec = RunSpec { dir: run_dir.clone(), ..spec_base };
 
+    eprintln!(
+        "ferrite bench: data in {} ({}), results to {}",
+        run_dir.display(),
+        if args.keep {
+            "kept: --keep"
+        } else {
+            "removed at the end; an interrupted run leaves it behind"
+        },
+        out_dir.display()
+    );
     let medium = describe_medium(&run_dir, args.flush);
     let progress = Bar::new((spec.points().len() * spec.repeat) as u64, args.no_progress);
     let results = runner::run(&spec, &progress);

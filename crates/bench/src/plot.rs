@@ -116,10 +116,14 @@ fn draw(path: &Path, title: &str, x_desc: &str, series: &Series) -> Result<(), S
         .y_label_area_size(90)
         .build_cartesian_2d((x0 - pad)..(x1 + pad), 0.0..(ymax * 1.15).max(1.0))
         .map_err(|x| e(&x))?;
-    // Thread counts are integers; latencies are whole nanoseconds.
-    let xfmt = |v: &f64| format!("{v:.0}");
+    // Thread counts and latencies are whole numbers: label only integral ticks, and ask for no
+    // more ticks than there are integers in range (at most 12).
+    let xfmt =
+        |v: &f64| if (v - v.round()).abs() < 1e-9 { format!("{v:.0}") } else { String::new() };
+    let x_labels = ((x1 - x0).round() as usize + 1).clamp(2, 12);
     chart
         .configure_mesh()
+        .x_labels(x_labels)
         .x_desc(x_desc)
         .y_desc("transactions/s")
         .x_label_formatter(&xfmt)
@@ -155,4 +159,70 @@ fn draw(path: &Path, title: &str, x_desc: &str, series: &Series) -> Result<(), S
         .map_err(|x| e(&x))?;
     root.present().map_err(|x| e(&x))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(label: &str, family: &str, threads: usize, latency_ns: u64, tx: f64) -> CsvRow {
+        CsvRow {
+            workload: "w".into(),
+            engine: label.into(),
+            label: label.into(),
+            family: family.into(),
+            persistent: true,
+            durability: "d".into(),
+            threads,
+            latency_ns,
+            latency_model: "barrier".into(),
+            txns: 1,
+            ops: 1,
+            seconds: 1.0,
+            tx_per_s: tx,
+            ops_per_s: tx,
+            ratio: "n/a".into(),
+            p50_us: 1.0,
+            p99_us: 1.0,
+            p999_us: 1.0,
+            max_us: 1.0,
+            aborts: 0,
+            flushes_per_tx: "n/a".into(),
+            fences_per_tx: "n/a".into(),
+            bytes_per_tx: "n/a".into(),
+            checks: "ok".into(),
+            params: String::new(),
+        }
+    }
+
+    fn texts(path: &Path) -> Vec<String> {
+        let s = std::fs::read_to_string(path).unwrap();
+        s.split("<text")
+            .skip(1)
+            .filter_map(|t| t.split_once('>'))
+            .map(|(_, rest)| rest.split("</text>").next().unwrap_or("").trim().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn sweeps_are_plotted_with_clean_axes_and_labelled_baselines() {
+        let dir = std::env::temp_dir().join(format!("ferrite-plot-test-{}", std::process::id()));
+        let mut rows = Vec::new();
+        for t in [1usize, 2, 4] {
+            for l in [0u64, 300, 1000] {
+                rows.push(row("Ferrite x", "ferrite", t, l, 1000.0 * t as f64 - l as f64 / 10.0));
+            }
+            rows.push(row("LMDB", "baseline", t, 0, 500.0 * t as f64));
+        }
+        let files = plots_from_rows(&rows, &dir).unwrap();
+        assert_eq!(files.len(), 2);
+        let th = texts(&files[0]);
+        for n in ["1", "2", "4"] {
+            assert_eq!(th.iter().filter(|t| *t == n).count(), 1, "tick {n} in {th:?}");
+        }
+        let lat = texts(&files[1]);
+        assert!(lat.iter().any(|t| t == "LMDB t1 (baseline, 0 ns)"), "{lat:?}");
+        assert!(lat.iter().any(|t| t == "Ferrite x t4"), "{lat:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -44,7 +44,14 @@ pub(super) fn open(
     let c = kind.concurrency();
     config
         .insert("concurrency".into(), format!("writers {:?}, readers {:?}", c.writers, c.readers));
-    config.insert("commit".into(), "Transaction::commit (durable on return)".into());
+    config.insert(
+        "commit".into(),
+        if kind.is_persistent() {
+            "Transaction::commit (durable on return)".into()
+        } else {
+            "Transaction::commit (committed in memory on return; nothing is durable)".into()
+        },
+    );
     config.insert("pmem.flush".into(), flush);
     config.insert(
         format!("pmem.{}_latency_ns", setup.latency_model.name()),
