@@ -179,9 +179,9 @@ fn exact_persist_counts() {
     let c = Counters::snapshot();
     a.allocate(64, slot(table, 1)).unwrap();
     let d = Counters::snapshot() - c;
-    // Log of 3 writes (48 B: 1 line) + fence; arm + fence; page state and the pointer
-    // (2 lines) + fence; disarm + fence.
-    assert_eq!((d.lines_flushed(), d.fences), (5, 4), "allocate: {d:?}");
+    // Log of 4 writes (64 B: 1 line) + fence; arm + fence; page state, the block's entry
+    // (marked allocated) and the pointer (3 lines) + fence; disarm + fence.
+    assert_eq!((d.lines_flushed(), d.fences), (6, 4), "allocate: {d:?}");
     let c = Counters::snapshot();
     a.deallocate(slot(table, 1)).unwrap();
     let d = Counters::snapshot() - c;

@@ -65,10 +65,12 @@ pub const SLOT_BYTES: u64 = 1152;
 pub const MAX_SLOTS: u32 = ((PAGE - A_SLOTS) / SLOT_BYTES) as u32;
 /// Redo-log header word: count (low 32 bits) | [`REDO_VALID`] (high 32 bits) when armed.
 pub const S_LOG: u64 = 0;
-/// First redo entry (16 bytes each: packed address, value).
-pub const S_ENTRIES: u64 = 16;
-/// Most word writes one operation may log.
-pub const MAX_REDO: u64 = 27;
+/// First redo entry (16 bytes each: packed address, value), line-aligned so that a log of up
+/// to four writes (an allocation) is one line.
+pub const S_ENTRIES: u64 = 64;
+/// Most word writes one operation may log (the largest, a free that empties a page of a full
+/// segment and returns the segment, logs 20).
+pub const MAX_REDO: u64 = 24;
 /// Active-segments list head.
 pub const S_ASL: u64 = 448;
 /// Full-segments list head.
@@ -94,6 +96,8 @@ pub const SEG_MAGIC: u64 = u64::from_le_bytes(*b"FERRSMSG");
 pub const P_NEXT: u64 = 0; // PPtr
 pub const P_STATE: u64 = 16; // next_free u16 | num_free u16 | class u8 | 0 u8 | num_blocks u16
 pub const P_ENTRIES: u64 = 64; // u16 per block
+/// BlockEntry of an allocated block (not a 64-byte aligned offset, so never a free-list link).
+pub const ALLOCATED: u16 = 0xFFFF;
 
 /// The page state word.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

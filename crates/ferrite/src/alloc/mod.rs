@@ -683,6 +683,11 @@ impl PAllocator {
             }
             let k = (b - start) / CLASSES[c];
             let next = self.entry(&txn, page, k)?;
+            if next == ALLOCATED {
+                return Err(corrupt("a free list reaches an allocated block", page));
+            }
+            // Pop: head = entry k; entry k = ALLOCATED (O(1) double-free detection); one less free.
+            self.set_entry(&mut txn, page, k, ALLOCATED)?;
             let state = PageState { next_free: next, num_free: st.num_free - 1, ..st };
             self.write(&mut txn, page.segment, page.offset + P_STATE, state.pack())?;
             let block = PPtr::new(page.segment, page.offset + b);
@@ -700,6 +705,14 @@ impl PAllocator {
     fn entry(&self, txn: &Txn, page: PPtr, k: u64) -> Result<u16> {
         let w = self.read(txn, page.segment, page.offset + P_ENTRIES + k / 4 * 8)?;
         Ok((w >> (16 * (k % 4))) as u16)
+    }
+
+    /// Sets BlockEntry `k` of `page` within `txn` (a logged write of its 8-byte word).
+    fn set_entry(&self, txn: &mut Txn, page: PPtr, k: u64, v: u16) -> Result<()> {
+        let off = page.offset + P_ENTRIES + k / 4 * 8;
+        let w = self.read(txn, page.segment, off)?;
+        let shift = 16 * (k % 4);
+        self.write(txn, page.segment, off, (w & !(0xffff << shift)) | u64::from(v) << shift)
     }
 
     /// Frees the block whose pointer is stored at `from` and durably nulls `from`.
@@ -737,11 +750,7 @@ impl PAllocator {
             let (page, c, k, st) = self.locate(p)?;
             let mut txn = Txn::new();
             // Push: entry k = old head; head = block; one more free.
-            let word_off = page.offset + P_ENTRIES + k / 4 * 8;
-            let w = self.read(&txn, page.segment, word_off)?;
-            let shift = 16 * (k % 4);
-            let w = (w & !(0xffff << shift)) | u64::from(st.next_free) << shift;
-            self.write(&mut txn, page.segment, word_off, w)?;
+            self.set_entry(&mut txn, page, k, st.next_free)?;
             let state = PageState {
                 next_free: (p.offset - page.offset) as u16,
                 num_free: st.num_free + 1,
@@ -796,19 +805,12 @@ impl PAllocator {
         {
             return Err(bad("not the start of a block"));
         }
-        // A free block (double free) is on the page's free list.
-        let mut at = st.next_free;
-        for _ in 0..=n {
-            if at == 0 {
-                break;
-            }
-            if u64::from(at) == rel {
-                return Err(bad("the block is already free (a double free)"));
-            }
-            let k = (u64::from(at) - start) / CLASSES[c];
-            at = self.entry(&t, page, k)?;
+        // A free block (double free) has a free-list link, not ALLOCATED, in its entry.
+        let k = (rel - start) / CLASSES[c];
+        if self.entry(&t, page, k)? != ALLOCATED {
+            return Err(bad("the block is already free (a double free)"));
         }
-        Ok((page, c, (rel - start) / CLASSES[c], st))
+        Ok((page, c, k, st))
     }
 
     /// A completely free page leaves its class list and goes back to its segment; a segment
@@ -989,6 +991,12 @@ impl PAllocator {
                 *r.pages.entry(CLASSES[c]).or_default() += 1;
                 r.free_blocks += count;
                 for (k, f) in free.iter().enumerate() {
+                    if !f && self.entry(&t, page, k as u64)? != ALLOCATED {
+                        return Err(corrupt(
+                            format!("block {k} is neither on the free list nor marked allocated"),
+                            page,
+                        ));
+                    }
                     if !f {
                         r.allocated
                             .push(PPtr::new(id, page.offset + start + k as u64 * CLASSES[c]));
