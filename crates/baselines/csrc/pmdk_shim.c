@@ -65,6 +65,9 @@ typedef struct fb_pool {
 	PMEMobjpool *pop;
 	PMEMoid root;
 	uint32_t ntables;
+	/* Allocator benchmark: a persistent array of PMEMoid slots (fb_pmdk_bench_slots). */
+	PMEMoid bench;
+	uint64_t bench_n;
 } fb_pool;
 
 /* One operation of a write batch. */
@@ -363,6 +366,8 @@ int fb_pmdk_create(const char *path, uint64_t size, uint32_t ntables, fb_pool **
 	p->pop = pop;
 	p->root = root;
 	p->ntables = ntables;
+	p->bench = OID_NULL;
+	p->bench_n = 0;
 	*out = p;
 	return 0;
 }
@@ -547,4 +552,56 @@ int64_t fb_pmdk_raw_alloc_slot(fb_pool *p, uint64_t n, uint64_t len)
 	if (status != 0)
 		return -(int64_t)status;
 	return (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
+}
+
+/*
+ * Allocator benchmark (compared with Ferrite's PAllocator, seed 001 §3.5): PMDK's own
+ * leak-free interface. pmemobj_alloc(pop, &slot, size, ...) reserves a block, writes its oid
+ * into `slot` and persists both atomically; pmemobj_free(&slot) frees it and durably nulls the
+ * slot. The slots are an array in the pool, allocated (zeroed) here, outside any timing.
+ * Returns 0 or an errno.
+ */
+int fb_pmdk_bench_slots(fb_pool *p, uint64_t n)
+{
+	if (!OID_IS_NULL(p->bench))
+		pmemobj_free(&p->bench);
+	p->bench_n = 0;
+	if (pmemobj_zalloc(p->pop, &p->bench, n * sizeof(PMEMoid), FB_TYPE_VALUE + 20) != 0)
+		return errno ? errno : ENOMEM;
+	p->bench_n = n;
+	return 0;
+}
+
+/* With `sizes`: pmemobj_alloc of sizes[i] into null slot i; without: pmemobj_free of non-null
+ * slot i; for i < n. Returns the nanoseconds taken (CLOCK_MONOTONIC), or -errno. */
+static int64_t bench_phase(fb_pool *p, const uint64_t *sizes, uint64_t n)
+{
+	if (n > p->bench_n)
+		return -EINVAL;
+	PMEMoid *sl = (PMEMoid *)pmemobj_direct(p->bench);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (uint64_t i = 0; i < n; i++) {
+		if (sizes == NULL) {
+			if (OID_IS_NULL(sl[i]))
+				return -EINVAL;
+			pmemobj_free(&sl[i]);
+		} else if (pmemobj_alloc(p->pop, &sl[i], sizes[i], FB_TYPE_VALUE + 21, NULL, NULL) != 0) {
+			return -(int64_t)(errno ? errno : ENOMEM);
+		}
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	return (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
+}
+
+/* pmemobj_alloc of sizes[i] into slot i for i < n (every slot null). */
+int64_t fb_pmdk_bench_alloc(fb_pool *p, const uint64_t *sizes, uint64_t n)
+{
+	return bench_phase(p, sizes, n);
+}
+
+/* pmemobj_free of slots 0..n (each non-null). */
+int64_t fb_pmdk_bench_free(fb_pool *p, uint64_t n)
+{
+	return bench_phase(p, NULL, n);
 }

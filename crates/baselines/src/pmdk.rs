@@ -84,6 +84,9 @@ mod ffi {
         pub fn fb_pmdk_count(p: *const FbPool, table: u32) -> u64;
         pub fn fb_pmdk_contains(p: *const FbPool, table: u32, key: u64) -> c_int;
         pub fn fb_pmdk_raw_alloc_slot(p: *mut FbPool, n: u64, len: u64) -> i64;
+        pub fn fb_pmdk_bench_slots(p: *mut FbPool, n: u64) -> c_int;
+        pub fn fb_pmdk_bench_alloc(p: *mut FbPool, sizes: *const u64, n: u64) -> i64;
+        pub fn fb_pmdk_bench_free(p: *mut FbPool, n: u64) -> i64;
         pub fn fb_pmdk_apply(
             p: *mut FbPool,
             ops: *const FbOp,
@@ -645,6 +648,23 @@ mod tests {
         assert!(matches!(db.raw_alloc_slot(1 << 30, 100), Err(Error::Full { .. })));
     }
 
+    #[test]
+    fn alloc_bench_allocates_and_frees_every_slot() {
+        let dir = tempfile::tempdir().unwrap();
+        let sizes: Vec<u64> = (0..2000u64).map(|i| 64 + i * 37 % 8192).collect();
+        let b = AllocBench::create(&dir.path().join("pool"), &sizes).unwrap();
+        for _ in 0..3 {
+            assert!(b.alloc_all().unwrap().as_nanos() > 0);
+            assert!(b.free_all().unwrap().as_nanos() > 0);
+        }
+        // The slots are null after a free round: allocating needs them null, freeing non-null.
+        assert!(matches!(b.free_all(), Err(Error::Pmdk { op: "bench_free", .. })));
+        assert!(matches!(
+            AllocBench::create(&dir.path().join("p2"), &[64, 0]),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+
     /// Random batches of inserts, updates (same and other lengths) and deletes, some aborted,
     /// checked against a `BTreeMap` with gets, counts and scans from random keys.
     #[test]
@@ -707,6 +727,77 @@ mod tests {
                 Ok::<_, Error>(())
             })
             .unwrap();
+        }
+    }
+}
+
+/// The allocator benchmark's PMDK side: `pmemobj_alloc` of a fixed list of sizes into the
+/// slots of a persistent `PMEMoid` array, then `pmemobj_free` of every slot — PMDK's atomic,
+/// leak-free allocation interface, the counterpart of PAllocator's `allocate(size, into)` and
+/// `deallocate(from)`. The pool (prefaulted) and the slot array exist before any timing.
+#[derive(Debug)]
+pub struct AllocBench {
+    pmdk: Pmdk,
+    sizes: Vec<u64>,
+}
+
+impl AllocBench {
+    /// Creates a pool at `path` large enough to hold every block of `sizes` at once, and the
+    /// slot array.
+    pub fn create(path: &Path, sizes: &[u64]) -> Result<AllocBench> {
+        if sizes.is_empty() || sizes.contains(&0) {
+            return Err(Error::InvalidArgument("allocator benchmark: no size may be 0".into()));
+        }
+        // Blocks with PMDK's headers and class rounding, the slots, and headroom.
+        let blocks: u64 = sizes.iter().map(|s| s + s / 4 + 128).sum();
+        let pool_size = (blocks + sizes.len() as u64 * 16 + (64 << 20)).div_ceil(1 << 20) << 20;
+        let pmdk = Pmdk::create(path, &PmdkConfig { pool_size }, &["alloc_bench"])?;
+        let _w = pmdk.lock.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // SAFETY: valid pool handle under the write lock.
+        let rc = unsafe { ffi::fb_pmdk_bench_slots(pmdk.pool.as_ptr(), sizes.len() as u64) };
+        drop(_w);
+        if rc != 0 {
+            return Err(Error::Pmdk { op: "bench_slots", message: format!("errno {rc}") });
+        }
+        Ok(AllocBench { pmdk, sizes: sizes.to_vec() })
+    }
+
+    /// Allocates every size into its slot (all slots must be null); returns the time taken.
+    pub fn alloc_all(&self) -> Result<std::time::Duration> {
+        let _w = self.pmdk.lock.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // SAFETY: valid pool handle under the write lock; `sizes` has `len` readable elements,
+        // no more than the slot array (sized from the same list).
+        let ns = unsafe {
+            ffi::fb_pmdk_bench_alloc(
+                self.pmdk.pool.as_ptr(),
+                self.sizes.as_ptr(),
+                self.sizes.len() as u64,
+            )
+        };
+        Self::duration("bench_alloc", ns)
+    }
+
+    /// Frees every slot (all must hold a block); returns the time taken.
+    pub fn free_all(&self) -> Result<std::time::Duration> {
+        let _w = self.pmdk.lock.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // SAFETY: valid pool handle under the write lock.
+        let ns =
+            unsafe { ffi::fb_pmdk_bench_free(self.pmdk.pool.as_ptr(), self.sizes.len() as u64) };
+        Self::duration("bench_free", ns)
+    }
+
+    /// The pool's configuration as it runs.
+    pub fn settings(&self) -> &[(String, String)] {
+        self.pmdk.settings()
+    }
+
+    fn duration(op: &'static str, ns: i64) -> Result<std::time::Duration> {
+        match u64::try_from(ns) {
+            Ok(ns) => Ok(std::time::Duration::from_nanos(ns)),
+            Err(_) if -ns == i64::from(libc::ENOMEM) => {
+                Err(Error::Full { engine: "PMDK", detail: "allocator benchmark pool".into() })
+            }
+            Err(_) => Err(Error::Pmdk { op, message: format!("errno {}", -ns) }),
         }
     }
 }
