@@ -29,6 +29,8 @@ enum Command {
     /// Crash-test a registered target: crash it at its persist points, recover every crash
     /// image and check it against the target's model (exit 0 passed, 1 failure found).
     Crashtest(crashtest::CrashtestArgs),
+    // About and long help come from `BenchArgs`.
+    Bench(ferrite_bench::cli::BenchArgs),
     /// Open a PAllocator pool set (recovering it, as any open does), run its full check and
     /// print segments, pages per class and blocks (exit 0 passed, 1 inconsistent).
     AllocStats(alloc_stats::AllocStatsArgs),
@@ -46,6 +48,7 @@ fn main() -> ExitCode {
         Command::Info(args) => info::run(&args),
         Command::Crashtest(args) => crashtest::run(&args),
         Command::AllocStats(args) => alloc_stats::run(&args),
+        Command::Bench(args) => ferrite_bench::cli::run(&args),
     };
     match result {
         Ok(code) => code,
