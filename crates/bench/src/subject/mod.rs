@@ -266,7 +266,9 @@ impl EngineId {
                 "PMDK libpmemobj B+-tree, one pmemobj transaction per commit".into()
             }
             EngineId::Pmdk => {
-                "PMDK libpmemobj (not in this build: build with `--features pmdk`)".into()
+                "PMDK libpmemobj (not in this build: build with `--features ferrite-bench/pmdk`, \
+                 which needs `apt-get install libpmemobj-dev pkg-config`)"
+                    .into()
             }
         }
     }
