@@ -271,6 +271,20 @@ impl Drop for RemoveOnError<'_> {
     }
 }
 
+impl Drop for Pool {
+    /// On a simulated domain, the pool's working image gets a private copy before its memory
+    /// is released: the domain may outlive the pool and capture images later.
+    fn drop(&mut self) {
+        if let Some(sim) = &self.whole.sim {
+            let len = match &self.backing {
+                Backing::Mapped { len, .. } => *len,
+                Backing::Heap { layout, .. } => layout.size(),
+            };
+            sim.detach_range(self.backing.ptr().as_ptr() as usize, len);
+        }
+    }
+}
+
 impl Pool {
     /// Creates a pool file of `size` bytes (a multiple of 4 KiB, at least 8 KiB) at `path`,
     /// which must not exist. The data area is `size - 4096` bytes.

@@ -279,6 +279,16 @@ fn sim_site() -> crate::sim::Site {
     crate::sim::Site { location: std::panic::Location::caller(), rule: None }
 }
 
+impl Drop for PoolSet {
+    /// On a simulated domain, the segments' working images get private copies before the
+    /// reservation is unmapped: the domain may outlive the set and capture images later.
+    fn drop(&mut self) {
+        if let Some(sim) = &self.space.sim {
+            sim.detach_range(self._reservation.ptr.as_ptr() as usize, self._reservation.len);
+        }
+    }
+}
+
 impl PoolSet {
     /// Creates a pool set in `dir` (which must not exist, or be an empty directory) with one
     /// segment of `opts.segment_size_bytes()`.

@@ -28,6 +28,9 @@
 //!   durable a content equal to the line's working content.
 //! - D3: a captured image is a state some crash could produce: captures take the gate
 //!   exclusively, so no store, flush or fence is half-applied.
+//! - D4: the domain never reads memory its pools released: dropping a sim pool or pool set
+//!   first gives each of its files a private copy of its working image (dirty lines are still
+//!   "in the cache" after a close, so later captures need their content).
 //!
 //! # Concurrency
 //! Stores and flushes hold the gate shared; fences, captures and file operations hold it
@@ -246,6 +249,8 @@ pub(crate) struct SimFile {
     pub len: u64,
     /// Working image (where the engine's loads and stores go), when mapped.
     pub working: Option<Region>,
+    /// The memory of `working` once its pool was closed ([`SimDomain::detach_range`]).
+    pub owned: Option<crate::pool::HeapBlock>,
     /// Durable image, copy-on-write pages.
     pub durable: Vec<Arc<Page>>,
     /// Dirty-line bitmap (bit per line of the file).
@@ -260,6 +265,7 @@ impl SimFile {
             name: name.to_owned(),
             len,
             working: None,
+            owned: None,
             durable: vec![zero.clone(); pages],
             dirty: (0..lines.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
         }
@@ -599,6 +605,7 @@ impl SimDomain {
             name: name.to_owned(),
             len,
             working,
+            owned: None,
             durable,
             dirty: (0..lines.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
         };
@@ -606,6 +613,37 @@ impl SimDomain {
             g.by_addr.insert(r.base_addr(), name.to_owned());
         }
         g.files.insert(name.to_owned(), f);
+    }
+
+    /// The pool or pool set whose memory is `[start, start + len)` is being closed (unmapped
+    /// or freed): every file whose working image lives there gets a private copy of it, so
+    /// that images captured later (a crash after the close: dirty lines are still in the
+    /// cache) read that copy and never the released memory. The files no longer receive
+    /// stores (their addresses may be reused by the next mapping).
+    pub(crate) fn detach_range(&self, start: usize, len: usize) {
+        let mut g = self.write_gate();
+        let Files { by_addr, files } = &mut *g;
+        let names: Vec<(usize, String)> =
+            by_addr.range(start..start.saturating_add(len)).map(|(&a, n)| (a, n.clone())).collect();
+        for (addr, name) in names {
+            by_addr.remove(&addr);
+            let Some(f) = files.get_mut(&name) else { continue };
+            let Some(r) = f.working.take() else { continue };
+            let n = f.len as usize;
+            let copy = crate::pool::HeapBlock::new(n).and_then(|b| {
+                let nr = b.region(n)?;
+                let mut buf = vec![0u8; n];
+                r.read_into(0, &mut buf)?;
+                nr.write_bytes(0, &buf)?;
+                Ok((b, nr))
+            });
+            // Without memory for the copy the working content is gone: captures then treat
+            // the file's dirty lines as never written back (the durable content stands).
+            if let Ok((b, nr)) = copy {
+                f.working = Some(nr);
+                f.owned = Some(b);
+            }
+        }
     }
 
     /// Removes a file from both images.

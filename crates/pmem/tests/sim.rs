@@ -412,3 +412,37 @@ fn concurrent_stores_and_captures_give_whole_store_states() {
         }
     });
 }
+
+/// Regression: the domain kept pointers into a pool's memory after the pool was dropped, so an
+/// image captured afterwards (the crash tester's end-of-workload crash point, with a line still
+/// dirty because a persist was deliberately dropped) read unmapped memory and the process died
+/// with SIGSEGV. Closing now gives the domain private copies of the working images.
+#[test]
+fn images_captured_after_the_pool_is_dropped_read_a_copy() {
+    let p = sim_pool();
+    let sim = p.sim().unwrap().clone();
+    p.store_u64(0, 7, Relaxed).unwrap(); // dirty, never flushed
+    p.store_u64(64, 8, Relaxed).unwrap();
+    p.flush(64, 8).unwrap(); // pending, never fenced
+    drop(p);
+    assert_eq!(word(&sim.capture(&ImageSpec::durable()), 0), 0);
+    assert_eq!(word(&sim.capture(&spec(Pick::None, Pick::All)), 0), 7);
+    assert_eq!(word(&sim.capture(&spec(Pick::All, Pick::None)), 64), 8);
+
+    let opts = Options::default().segment_size(64 * 1024);
+    let set = PoolSet::create_sim(&opts).unwrap();
+    let sim = set.sim().unwrap().clone();
+    let g = set.resolve(PPtr::new(0, 0)).unwrap();
+    set.store_u64(g, 9, Relaxed).unwrap();
+    let id = set.grow().unwrap();
+    let g1 = set.resolve(PPtr::new(id, 0)).unwrap();
+    set.store_u64(g1, 10, Relaxed).unwrap();
+    drop(set);
+    let img = sim.capture(&spec(Pick::None, Pick::All));
+    let reopened = PoolSet::open_sim(&img, &opts).unwrap();
+    assert_eq!(reopened.load_u64(reopened.resolve(PPtr::new(0, 0)).unwrap(), Acquire).unwrap(), 9);
+    assert_eq!(
+        reopened.load_u64(reopened.resolve(PPtr::new(id, 0)).unwrap(), Acquire).unwrap(),
+        10
+    );
+}
