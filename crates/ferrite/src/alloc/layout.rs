@@ -63,7 +63,8 @@ pub const A_SLOTS: u64 = 1024;
 pub const SLOT_BYTES: u64 = 1152;
 /// Most slots an anchor page can hold.
 pub const MAX_SLOTS: u32 = ((PAGE - A_SLOTS) / SLOT_BYTES) as u32;
-/// Redo-log header word: count (low 32 bits) | [`REDO_VALID`] (high 32 bits) when armed.
+/// Redo-log header word: 0 when disarmed; when armed, count (bits 0..16) | [`REDO_TAG`]
+/// (bits 16..32) | crc32c of the count and the entries (bits 32..64): see [`redo_header`].
 pub const S_LOG: u64 = 0;
 /// First redo entry (16 bytes each: packed address, value), line-aligned so that a log of up
 /// to four writes (an allocation) is one line.
@@ -77,7 +78,21 @@ pub const S_ASL: u64 = 448;
 pub const S_FSL: u64 = 464;
 /// The class page lists: one `PPtr` per class (partially free pages).
 pub const S_PLM: u64 = 512;
-pub const REDO_VALID: u64 = 0x5245_444F; // "REDO"
+/// Tag of an armed header ("RL").
+pub const REDO_TAG: u64 = 0x524C;
+
+/// The armed header of a log holding `entries` (packed address, value): the checksum makes
+/// the header commit only the entries it was computed over (P-ALLOC-1).
+pub fn redo_header(entries: &[(u64, u64)]) -> u64 {
+    let n = entries.len() as u64;
+    let mut bytes = Vec::with_capacity(8 + 16 * entries.len());
+    bytes.extend_from_slice(&n.to_le_bytes());
+    for &(k, v) in entries {
+        bytes.extend_from_slice(&k.to_le_bytes());
+        bytes.extend_from_slice(&v.to_le_bytes());
+    }
+    n | REDO_TAG << 16 | u64::from(crc32c::crc32c(&bytes)) << 32
+}
 
 const _: () = assert!(S_ENTRIES + MAX_REDO * 16 <= S_ASL);
 const _: () = assert!(S_PLM + 40 * 16 == SLOT_BYTES);

@@ -24,15 +24,17 @@
 //! # Ordering (rules P-ALLOC-n)
 //! Every operation — allocate, deallocate, taking a page, taking or creating a segment — is a
 //! redo transaction in its slot's recovery item: the new values of every word it changes,
-//! the caller's persistent pointer included, are persisted in the item (P-ALLOC-1); one store
-//! of the item's header word arms it (P-ALLOC-2, the commit); the words are written and
-//! persisted (P-ALLOC-3); the header is cleared (P-ALLOC-4). Recovery re-applies an armed item
-//! (absolute values: idempotent) and ignores a disarmed one, so a crash at any point leaves
-//! the operation entirely done or entirely undone: nothing leaks, nothing is freed twice.
-//! Content that becomes reachable only through a transaction (a new page's header and
-//! free-block entries, a new segment's header) is persisted before the transaction
-//! (P-ALLOC-5). A new segment file is complete before it joins any list (P-PM-8); a segment
-//! in no list is an orphan of a crash and is moved to the free-segment list at open.
+//! the caller's persistent pointer included, and a header word carrying their count and a
+//! crc32c over them are persisted in one barrier, which commits the operation (P-ALLOC-1); the
+//! words are written and persisted (P-ALLOC-2); the header is cleared (P-ALLOC-3). Recovery
+//! re-applies an item whose header matches its entries (absolute values: idempotent), and
+//! discards a disarmed item or one whose entries did not all become durable (checksum
+//! mismatch: the operation never committed), so a crash at any point leaves the operation
+//! entirely done or entirely undone: nothing leaks, nothing is freed twice. Content that
+//! becomes reachable only through a transaction (a new page's header and free-block entries, a
+//! new segment's header) is persisted before the transaction (P-ALLOC-4). A new segment file is
+//! complete before it joins any list (P-PM-8); a segment in no list is an orphan of a crash and
+//! is moved to the free-segment list at open.
 //!
 //! # Concurrency
 //! `PAllocator: Send + Sync`. A thread uses slot `thread index % slots`; each slot has a lock;
@@ -135,7 +137,7 @@ impl PAllocator {
         let pages = Self::pages_of(&set)?;
         let a = Self::anchor_base(&set)?;
         let s = &*set;
-        // P-ALLOC-6: everything but the magic, persisted; the magic last.
+        // P-ALLOC-5: everything but the magic, persisted; the magic last.
         let end = A_SLOTS + u64::from(slots) * SLOT_BYTES;
         s.fill(a, end, 0)?;
         // Every PPtr of the anchor starts null (segment word u64::MAX).
@@ -161,9 +163,9 @@ impl PAllocator {
         s.store_u64(a + A_GEOMETRY, PAGE | (CLASSES.len() as u64) << 32, Ordering::Relaxed)?;
         s.store_u64(a + A_SEGMENT, set.segment_size(), Ordering::Relaxed)?;
         s.store_u64(a + A_CRC, u64::from(Self::anchor_crc(s, a)?), Ordering::Relaxed)?;
-        s.persist_rule("P-ALLOC-6", a, end)?; // ORDER(P-ALLOC-6): the whole anchor before its magic
+        s.persist_rule("P-ALLOC-5", a, end)?; // ORDER(P-ALLOC-5): the whole anchor before its magic
         s.store_u64(a + A_MAGIC, ANCHOR_MAGIC, Ordering::Release)?;
-        s.persist_rule("P-ALLOC-6", a + A_MAGIC, 8)?; // ORDER(P-ALLOC-6): the magic commits creation
+        s.persist_rule("P-ALLOC-5", a + A_MAGIC, 8)?; // ORDER(P-ALLOC-5): the magic commits creation
         Ok(PAllocator {
             set,
             slots,
@@ -320,7 +322,7 @@ impl PAllocator {
         A_SLOTS + u64::from(slot) * SLOT_BYTES
     }
 
-    // ----- the redo transaction (P-ALLOC-1..4) -----
+    // ----- the redo transaction (P-ALLOC-1..3) -----
 
     fn commit(&self, slot: u32, txn: Txn) -> Result<()> {
         if txn.writes.is_empty() {
@@ -338,12 +340,12 @@ impl PAllocator {
             s.store_u64(b + S_ENTRIES + i as u64 * 16, k, Ordering::Relaxed)?;
             s.store_u64(b + S_ENTRIES + i as u64 * 16 + 8, v, Ordering::Relaxed)?;
         }
-        s.persist_rule("P-ALLOC-1", b + S_ENTRIES, txn.writes.len() as u64 * 16)?; // ORDER(P-ALLOC-1): the new values before the commit
-        s.store_u64(b + S_LOG, txn.writes.len() as u64 | REDO_VALID << 32, Ordering::Release)?;
-        s.persist_rule("P-ALLOC-2", b + S_LOG, 8)?; // ORDER(P-ALLOC-2): arming the item commits the operation
+        s.store_u64(b + S_LOG, redo_header(&txn.writes), Ordering::Release)?;
+        let len = S_ENTRIES + txn.writes.len() as u64 * 16;
+        s.persist_rule("P-ALLOC-1", b, len)?; // ORDER(P-ALLOC-1): entries and checksummed header in one barrier: the commit
         self.apply(&txn.writes)?;
         s.store_u64(b + S_LOG, 0, Ordering::Release)?;
-        s.persist_rule("P-ALLOC-4", b + S_LOG, 8)?; // ORDER(P-ALLOC-4): disarm only after the writes are durable
+        s.persist_rule("P-ALLOC-3", b + S_LOG, 8)?; // ORDER(P-ALLOC-3): disarm only after the writes are durable
         Ok(())
     }
 
@@ -359,24 +361,27 @@ impl PAllocator {
         lines.sort_unstable();
         lines.dedup();
         for l in lines {
-            s.flush_rule("P-ALLOC-3", l, 64)?; // ORDER(P-ALLOC-3): the logged words
+            s.flush_rule("P-ALLOC-2", l, 64)?; // ORDER(P-ALLOC-2): the logged words
         }
-        s.fence_rule("P-ALLOC-3"); // ORDER(P-ALLOC-3): durable before the item is disarmed
+        s.fence_rule("P-ALLOC-2"); // ORDER(P-ALLOC-2): durable before the item is disarmed
         Ok(())
     }
 
-    /// Re-applies slot `slot`'s item if it is armed (recovery).
+    /// Re-applies slot `slot`'s item if it committed (recovery): its header is armed and its
+    /// checksum matches the entries. A header whose checksum does not match is a commit whose
+    /// barrier did not complete (some entry lines, or the header, never became durable): the
+    /// operation did not happen and wrote nothing outside the item, so the item is discarded.
     fn replay(&self, slot: u32) -> Result<()> {
         let s = &*self.set;
         let b = self.addr(PPtr::new(0, self.slot_base(slot)), SLOT_BYTES)?;
         let h = s.load_u64(b + S_LOG, Ordering::Acquire)?;
-        if h >> 32 != REDO_VALID {
+        if h == 0 {
             return Ok(());
         }
-        let n = h & 0xffff_ffff;
-        if n == 0 || n > MAX_REDO {
+        let n = h & 0xffff;
+        if (h >> 16) & 0xffff != REDO_TAG || n == 0 || n > MAX_REDO {
             return Err(corrupt(
-                format!("recovery item of slot {slot} holds {n} writes"),
+                format!("recovery item of slot {slot}: header {h:#x}"),
                 PPtr::new(0, self.slot_base(slot)),
             ));
         }
@@ -386,9 +391,14 @@ impl PAllocator {
             let v = s.load_u64(b + S_ENTRIES + i * 16 + 8, Ordering::Acquire)?;
             writes.push((k, v));
         }
-        self.apply(&writes)?;
+        if redo_header(&writes) == h {
+            self.apply(&writes)?;
+        }
+        // Disarmed either way. (After a discard the disarm need not be durable — a crash before
+        // the slot's next commit leaves the same mismatching item, discarded again — but one
+        // path for both cases costs one barrier per recovered slot.)
         s.store_u64(b + S_LOG, 0, Ordering::Release)?;
-        Ok(s.persist_rule("P-ALLOC-4", b + S_LOG, 8)?) // ORDER(P-ALLOC-4): disarm after the redo
+        Ok(s.persist_rule("P-ALLOC-3", b + S_LOG, 8)?) // ORDER(P-ALLOC-3): disarm after the redo
     }
 
     /// Walks every segment list to rebuild SegIDToAllocID; segments of the pool set that are
@@ -440,7 +450,7 @@ impl PAllocator {
 
     // ----- segments and pages -----
 
-    /// Writes and persists a fresh small-segment header (P-ALLOC-5): not reachable until a
+    /// Writes and persists a fresh small-segment header (P-ALLOC-4): not reachable until a
     /// transaction links the segment.
     fn init_segment_header(&self, id: SegmentId, owner: u32) -> Result<()> {
         let s = &*self.set;
@@ -450,7 +460,7 @@ impl PAllocator {
         s.store_u64(g + G_OWNER, u64::from(owner), Ordering::Relaxed)?;
         s.store_u64(g + G_COUNTS, (self.pages_per_segment - 1) << 32, Ordering::Relaxed)?;
         s.store_u64(g + G_MAGIC, SEG_MAGIC, Ordering::Relaxed)?;
-        Ok(s.persist_rule("P-ALLOC-5", g, G_BITMAP + MAX_PAGES / 8)?) // ORDER(P-ALLOC-5): header before any link
+        Ok(s.persist_rule("P-ALLOC-4", g, G_BITMAP + MAX_PAGES / 8)?) // ORDER(P-ALLOC-4): header before any link
     }
 
     /// Gives slot `slot` an active segment: from the free-segment list, or a new one.
@@ -514,7 +524,7 @@ impl PAllocator {
             let Some(p) = page else {
                 return Err(corrupt("an active segment has no free page", seg));
             };
-            // P-ALLOC-5: the page's header and free list, persisted while unreachable.
+            // P-ALLOC-4: the page's header and free list, persisted while unreachable.
             let (n, start) = page_geometry(c);
             let s = &*self.set;
             let g = self.addr(PPtr::new(id, p * PAGE), PAGE)?;
@@ -536,7 +546,7 @@ impl PAllocator {
                     .copy_from_slice(&(next as u16).to_le_bytes());
             }
             s.write_bytes(g + P_ENTRIES, &entries)?;
-            s.persist_rule("P-ALLOC-5", g, P_ENTRIES + 2 * n)?; // ORDER(P-ALLOC-5): the page before the link
+            s.persist_rule("P-ALLOC-4", g, P_ENTRIES + 2 * n)?; // ORDER(P-ALLOC-4): the page before the link
             // The link, atomically with the segment's bookkeeping.
             let mut txn = Txn::new();
             let word = G_BITMAP + p / 64 * 8;
@@ -862,7 +872,7 @@ impl PAllocator {
         let mut r = AllocReport::default();
         for i in 0..self.slots {
             let b = self.slot_base(i);
-            if self.read(&t, 0, b + S_LOG)? >> 32 == REDO_VALID {
+            if self.read(&t, 0, b + S_LOG)? != 0 {
                 return Err(corrupt(format!("slot {i}'s recovery item is armed"), PPtr::new(0, b)));
             }
         }
