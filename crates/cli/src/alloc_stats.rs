@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Args;
-use ferrite::Error;
 use ferrite::alloc::{PAGE, PAllocator, page_geometry};
+use ferrite::storage::StorageError as Error;
 use ferrite_pmem::{Options, PoolSet};
 
 #[derive(Debug, Args)]

@@ -21,8 +21,8 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
-use ferrite::Error;
 use ferrite::alloc::PAllocator;
+use ferrite::storage::StorageError as Error;
 use ferrite_pmem::{CrashImage, Options, PPtr, PoolSet};
 
 use crate::target::{Ctx, ModelOp, ModelView, Target};

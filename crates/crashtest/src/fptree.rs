@@ -11,8 +11,8 @@
 
 use std::collections::BTreeMap;
 
-use ferrite::Error;
 use ferrite::fptree::{FPTree, Slab};
+use ferrite::storage::StorageError as Error;
 use ferrite_pmem::{CrashImage, Options, Pool};
 
 use crate::target::{Ctx, ModelOp, ModelView, Target};

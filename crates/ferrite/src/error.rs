@@ -287,6 +287,24 @@ impl From<ferrite_pmem::Error> for Error {
     }
 }
 
+/// How building-block errors map: each variant to the `ferrite::Error` variant of the same
+/// name; `Pmem` through the persistence-layer mapping above.
+impl From<crate::storage::StorageError> for Error {
+    fn from(e: crate::storage::StorageError) -> Self {
+        use crate::storage::StorageError as S;
+        match e {
+            S::Corrupted { what, at } => Error::Corrupted { what, at },
+            S::Incompatible { what, at } => Error::Incompatible { what, at },
+            S::PoolFull { at, requested, available } => {
+                Error::PoolFull { at, requested, available }
+            }
+            S::InvalidArgument(m) => Error::InvalidArgument(m),
+            S::Poisoned => Error::Poisoned,
+            S::Pmem(p) => Error::from(p),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,6 +327,17 @@ mod tests {
         );
         let io = ferrite_pmem::Error::Io { op: "open", path: p(), source: io::Error::other("x") };
         assert!(matches!(Error::from(io), Error::Io { op: "open", .. }));
+    }
+
+    #[test]
+    fn storage_errors_map() {
+        use crate::storage::StorageError as S;
+        assert!(matches!(Error::from(S::corrupted("x", "y")), Error::Corrupted { .. }));
+        assert!(matches!(Error::from(S::Poisoned), Error::Poisoned));
+        let full = S::PoolFull { at: "a".into(), requested: 3, available: 0 };
+        assert!(matches!(Error::from(full), Error::PoolFull { requested: 3, .. }));
+        let locked = S::Pmem(ferrite_pmem::Error::Locked { path: "/x".into() });
+        assert!(matches!(Error::from(locked), Error::Locked { .. }));
     }
 
     #[test]

@@ -71,6 +71,7 @@ pub mod fptree;
 mod options;
 mod query;
 mod schema;
+pub mod storage;
 mod txn;
 mod value;
 

@@ -7,10 +7,10 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
-use ferrite::Error;
 use ferrite::alloc::{MAX_SMALL, PAllocator};
 use ferrite::pmem::internals::testing::TestDir;
 use ferrite::pmem::{Counters, Options, PPtr, PoolSet, SplitMix64};
+use ferrite::storage::StorageError as Error;
 use proptest::prelude::*;
 
 const SEG: u64 = 1 << 20;

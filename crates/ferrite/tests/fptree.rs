@@ -6,10 +6,10 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
-use ferrite::Error;
 use ferrite::fptree::{FPTree, LEAF_SIZE, ROOT_SIZE, Slab};
 use ferrite::pmem::internals::testing::TestDir;
 use ferrite::pmem::{Counters, Options, Pool, SplitMix64};
+use ferrite::storage::StorageError as Error;
 use proptest::prelude::*;
 
 const ROOT: u64 = 64;

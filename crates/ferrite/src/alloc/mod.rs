@@ -49,7 +49,7 @@ use std::sync::{Mutex, MutexGuard, RwLock};
 
 use ferrite_pmem::{PPtr, PoolSet, SegmentId};
 
-use crate::error::{Error, Result};
+use crate::storage::{StorageError, StorageResult};
 
 use layout::*;
 pub use layout::{CLASSES, MAX_SMALL, PAGE, class_of, page_geometry};
@@ -76,8 +76,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn corrupt(what: impl Into<String>, at: PPtr) -> Error {
-    Error::Corrupted { what: what.into(), at: format!("allocator {at:?}") }
+fn corrupt(what: impl Into<String>, at: PPtr) -> StorageError {
+    StorageError::Corrupted { what: what.into(), at: format!("allocator {at:?}") }
 }
 
 /// Counts returned by [`PAllocator::check`].
@@ -119,16 +119,16 @@ impl PAllocator {
     // ----- creation and recovery -----
 
     /// Formats a new allocator with `slots` slots (1..=47) on the (new) pool set `set`.
-    pub fn create(set: PoolSet, slots: u32) -> Result<PAllocator> {
+    pub fn create(set: PoolSet, slots: u32) -> StorageResult<PAllocator> {
         if slots == 0 || slots > MAX_SLOTS {
-            return Err(Error::InvalidArgument(format!(
+            return Err(StorageError::InvalidArgument(format!(
                 "{slots} slots: between 1 and {MAX_SLOTS}"
             )));
         }
         let seg0 =
             set.segments().first().copied().ok_or_else(|| corrupt("no segment 0", PPtr::NULL))?;
         if seg0.data_len < A_SLOTS + u64::from(slots) * SLOT_BYTES {
-            return Err(Error::InvalidArgument(format!(
+            return Err(StorageError::InvalidArgument(format!(
                 "segment 0 holds {} bytes, the anchor needs {}",
                 seg0.data_len,
                 A_SLOTS + u64::from(slots) * SLOT_BYTES
@@ -181,7 +181,7 @@ impl PAllocator {
     /// rebuilds the segment-owner map by walking the segment lists, and moves orphan segments
     /// (created by an interrupted segment creation) to the free-segment list. Reads no block
     /// and no page: the cost grows with the number of segments and slots, not with live blocks.
-    pub fn open(mut set: PoolSet) -> Result<PAllocator> {
+    pub fn open(mut set: PoolSet) -> StorageResult<PAllocator> {
         let a = Self::anchor_base(&set)?;
         let s = &*set;
         let magic = s.load_u64(a + A_MAGIC, Ordering::Acquire)?;
@@ -198,7 +198,7 @@ impl PAllocator {
         let vs = s.load_u64(a + A_VERSION_SLOTS, Ordering::Acquire)?;
         let incompat = s.load_u64(a + A_INCOMPAT, Ordering::Acquire)?;
         if vs as u32 != ANCHOR_VERSION || incompat != 0 {
-            return Err(Error::Incompatible {
+            return Err(StorageError::Incompatible {
                 what: format!("allocator anchor version {} incompat {incompat:#x}", vs as u32),
                 at: "allocator anchor".into(),
             });
@@ -238,22 +238,22 @@ impl PAllocator {
         Ok(alloc)
     }
 
-    fn anchor_base(set: &PoolSet) -> Result<u64> {
+    fn anchor_base(set: &PoolSet) -> StorageResult<u64> {
         Ok(set.resolve_range(PPtr::new(0, 0), A_SLOTS)?)
     }
 
-    fn anchor_crc(s: &ferrite_pmem::Space, a: u64) -> Result<u32> {
+    fn anchor_crc(s: &ferrite_pmem::Space, a: u64) -> StorageResult<u32> {
         let mut b = [0u8; (A_CRC - 8) as usize];
         s.read_into(a + 8, &mut b)?;
         Ok(crc32c::crc32c(&b))
     }
 
     /// Pages per small segment (page 0 is the header).
-    fn pages_of(set: &PoolSet) -> Result<u64> {
+    fn pages_of(set: &PoolSet) -> StorageResult<u64> {
         let seg = set.segment_size();
         let pages = ((seg.saturating_sub(4096)) / PAGE).min(MAX_PAGES);
         if pages < 2 {
-            return Err(Error::InvalidArgument(format!(
+            return Err(StorageError::InvalidArgument(format!(
                 "segments of {seg} bytes hold fewer than two {PAGE}-byte pages"
             )));
         }
@@ -288,11 +288,11 @@ impl PAllocator {
 
     // ----- words and pointers -----
 
-    fn addr(&self, p: PPtr, len: u64) -> Result<u64> {
+    fn addr(&self, p: PPtr, len: u64) -> StorageResult<u64> {
         Ok(self.set.resolve_range(p, len)?)
     }
 
-    fn read(&self, txn: &Txn, seg: u64, off: u64) -> Result<u64> {
+    fn read(&self, txn: &Txn, seg: u64, off: u64) -> StorageResult<u64> {
         if let Some(w) = pack_addr(seg, off).and_then(|k| txn.overlay.get(&k)) {
             return Ok(*w);
         }
@@ -300,7 +300,7 @@ impl PAllocator {
         Ok(self.set.load_u64(g, Ordering::Acquire)?)
     }
 
-    fn write(&self, txn: &mut Txn, seg: u64, off: u64, v: u64) -> Result<()> {
+    fn write(&self, txn: &mut Txn, seg: u64, off: u64, v: u64) -> StorageResult<()> {
         self.addr(PPtr::new(seg, off), 8)?;
         let k = pack_addr(seg, off)
             .ok_or_else(|| corrupt("address too large to log", PPtr::new(seg, off)))?;
@@ -309,11 +309,11 @@ impl PAllocator {
         Ok(())
     }
 
-    fn read_pptr(&self, txn: &Txn, seg: u64, off: u64) -> Result<PPtr> {
+    fn read_pptr(&self, txn: &Txn, seg: u64, off: u64) -> StorageResult<PPtr> {
         Ok(PPtr::new(self.read(txn, seg, off)?, self.read(txn, seg, off + 8)?))
     }
 
-    fn write_pptr(&self, txn: &mut Txn, seg: u64, off: u64, p: PPtr) -> Result<()> {
+    fn write_pptr(&self, txn: &mut Txn, seg: u64, off: u64, p: PPtr) -> StorageResult<()> {
         self.write(txn, seg, off + 8, p.offset)?;
         self.write(txn, seg, off, p.segment)
     }
@@ -324,12 +324,12 @@ impl PAllocator {
 
     // ----- the redo transaction (P-ALLOC-1..3) -----
 
-    fn commit(&self, slot: u32, txn: Txn) -> Result<()> {
+    fn commit(&self, slot: u32, txn: Txn) -> StorageResult<()> {
         if txn.writes.is_empty() {
             return Ok(());
         }
         if txn.writes.len() as u64 > MAX_REDO {
-            return Err(Error::InvalidArgument(format!(
+            return Err(StorageError::InvalidArgument(format!(
                 "operation of {} writes exceeds the log",
                 txn.writes.len()
             )));
@@ -349,7 +349,7 @@ impl PAllocator {
         Ok(())
     }
 
-    fn apply(&self, writes: &[Write]) -> Result<()> {
+    fn apply(&self, writes: &[Write]) -> StorageResult<()> {
         let s = &*self.set;
         let mut lines: Vec<u64> = Vec::with_capacity(writes.len());
         for &(k, v) in writes {
@@ -371,7 +371,7 @@ impl PAllocator {
     /// checksum matches the entries. A header whose checksum does not match is a commit whose
     /// barrier did not complete (some entry lines, or the header, never became durable): the
     /// operation did not happen and wrote nothing outside the item, so the item is discarded.
-    fn replay(&self, slot: u32) -> Result<()> {
+    fn replay(&self, slot: u32) -> StorageResult<()> {
         let s = &*self.set;
         let b = self.addr(PPtr::new(0, self.slot_base(slot)), SLOT_BYTES)?;
         let h = s.load_u64(b + S_LOG, Ordering::Acquire)?;
@@ -403,10 +403,10 @@ impl PAllocator {
 
     /// Walks every segment list to rebuild SegIDToAllocID; segments of the pool set that are
     /// in no list (an interrupted creation) are initialised and pushed onto the free list.
-    fn rebuild_owners(&self) -> Result<()> {
+    fn rebuild_owners(&self) -> StorageResult<()> {
         let mut owner = HashMap::new();
         let t = Txn::new();
-        let mut walk = |head: PPtr, tag: u32| -> Result<()> {
+        let mut walk = |head: PPtr, tag: u32| -> StorageResult<()> {
             let mut at = head;
             let mut n = 0;
             while !at.is_null() {
@@ -452,7 +452,7 @@ impl PAllocator {
 
     /// Writes and persists a fresh small-segment header (P-ALLOC-4): not reachable until a
     /// transaction links the segment.
-    fn init_segment_header(&self, id: SegmentId, owner: u32) -> Result<()> {
+    fn init_segment_header(&self, id: SegmentId, owner: u32) -> StorageResult<()> {
         let s = &*self.set;
         let g = self.addr(PPtr::new(id, 0), G_BITMAP + MAX_PAGES / 8)?;
         s.fill(g, G_BITMAP + MAX_PAGES / 8, 0)?;
@@ -464,18 +464,20 @@ impl PAllocator {
     }
 
     /// Gives slot `slot` an active segment: from the free-segment list, or a new one.
-    fn take_segment(&self, slot: u32) -> Result<()> {
+    fn take_segment(&self, slot: u32) -> StorageResult<()> {
         let _g = lock(&self.global);
         let mut txn = Txn::new();
         let b = self.slot_base(slot);
         let mut seg = self.read_pptr(&txn, 0, A_FREE_SEGS)?;
         if seg.is_null() {
             let id = self.set.grow().map_err(|e| match e {
-                ferrite_pmem::Error::PoolFull { requested, available, .. } => Error::PoolFull {
-                    at: "allocator (no segment left)".into(),
-                    requested,
-                    available,
-                },
+                ferrite_pmem::Error::PoolFull { requested, available, .. } => {
+                    StorageError::PoolFull {
+                        at: "allocator (no segment left)".into(),
+                        requested,
+                        available,
+                    }
+                }
                 other => other.into(),
             })?;
             // A crash from here until the commit leaves an orphan segment, moved to the free
@@ -496,7 +498,7 @@ impl PAllocator {
     }
 
     /// Gives class `c` of slot `slot` a page with free blocks at the head of its list.
-    fn take_page(&self, slot: u32, c: usize) -> Result<()> {
+    fn take_page(&self, slot: u32, c: usize) -> StorageResult<()> {
         let b = self.slot_base(slot);
         loop {
             let t = Txn::new();
@@ -573,7 +575,7 @@ impl PAllocator {
         id: SegmentId,
         from: u64,
         to: u64,
-    ) -> Result<()> {
+    ) -> StorageResult<()> {
         let b = self.slot_base(slot);
         self.unlink_segment(txn, 0, b + from, id)?;
         let head = self.read_pptr(txn, 0, b + to)?;
@@ -588,7 +590,7 @@ impl PAllocator {
         head_seg: u64,
         head_off: u64,
         id: SegmentId,
-    ) -> Result<()> {
+    ) -> StorageResult<()> {
         let next = self.read_pptr(txn, id, G_NEXT)?;
         let (mut at_seg, mut at_off) = (head_seg, head_off);
         for _ in 0..MAX_PAGES * 64 {
@@ -605,7 +607,7 @@ impl PAllocator {
     }
 
     /// Unlinks page `page` from class list `c` of slot `slot`.
-    fn unlink_page(&self, txn: &mut Txn, slot: u32, c: usize, page: PPtr) -> Result<()> {
+    fn unlink_page(&self, txn: &mut Txn, slot: u32, c: usize, page: PPtr) -> StorageResult<()> {
         let next = self.read_pptr(txn, page.segment, page.offset + P_NEXT)?;
         let (mut at_seg, mut at_off) = (0, self.slot_base(slot) + S_PLM + c as u64 * 16);
         for _ in 0..MAX_PAGES * 1024 {
@@ -633,13 +635,13 @@ impl PAllocator {
         hint % self.slots
     }
 
-    fn guard<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    fn guard<T>(&self, f: impl FnOnce() -> StorageResult<T>) -> StorageResult<T> {
         if self.poisoned.load(Ordering::Acquire) {
-            return Err(Error::Poisoned);
+            return Err(StorageError::Poisoned);
         }
         let r = f();
         if let Err(e) = &r
-            && !matches!(e, Error::PoolFull { .. } | Error::InvalidArgument(_))
+            && !matches!(e, StorageError::PoolFull { .. } | StorageError::InvalidArgument(_))
         {
             self.poisoned.store(true, Ordering::Release);
         }
@@ -654,24 +656,24 @@ impl PAllocator {
     /// Errors (the pool unchanged): `InvalidArgument` for a zero or oversized size, or an
     /// `into` that is not a null pointer inside the pool; `PoolFull` when no segment can be
     /// added.
-    pub fn allocate(&self, size: u64, into: PPtr) -> Result<PPtr> {
+    pub fn allocate(&self, size: u64, into: PPtr) -> StorageResult<PPtr> {
         if size == 0 || size > MAX_SMALL {
-            return Err(Error::InvalidArgument(format!(
+            return Err(StorageError::InvalidArgument(format!(
                 "allocation of {size} bytes: the small allocator serves 1..={MAX_SMALL} (big and huge allocations come later)"
             )));
         }
         if !into.offset.is_multiple_of(16) || self.addr(into, 16).is_err() {
-            return Err(Error::InvalidArgument(format!(
+            return Err(StorageError::InvalidArgument(format!(
                 "allocate into {into:?}: not a 16-aligned location in the pool"
             )));
         }
         if !self.read_pptr(&Txn::new(), into.segment, into.offset)?.is_null() {
-            return Err(Error::InvalidArgument(format!(
+            return Err(StorageError::InvalidArgument(format!(
                 "allocate into {into:?}: it does not hold the null pointer"
             )));
         }
         let c = class_of(size)
-            .ok_or_else(|| Error::InvalidArgument(format!("no class for {size} bytes")))?;
+            .ok_or_else(|| StorageError::InvalidArgument(format!("no class for {size} bytes")))?;
         self.guard(|| {
             let slot = self.my_slot();
             let _l = lock(&self.slot_locks[slot as usize]);
@@ -712,13 +714,13 @@ impl PAllocator {
     }
 
     /// BlockEntry `k` of `page`.
-    fn entry(&self, txn: &Txn, page: PPtr, k: u64) -> Result<u16> {
+    fn entry(&self, txn: &Txn, page: PPtr, k: u64) -> StorageResult<u16> {
         let w = self.read(txn, page.segment, page.offset + P_ENTRIES + k / 4 * 8)?;
         Ok((w >> (16 * (k % 4))) as u16)
     }
 
     /// Sets BlockEntry `k` of `page` within `txn` (a logged write of its 8-byte word).
-    fn set_entry(&self, txn: &mut Txn, page: PPtr, k: u64, v: u16) -> Result<()> {
+    fn set_entry(&self, txn: &mut Txn, page: PPtr, k: u64, v: u16) -> StorageResult<()> {
         let off = page.offset + P_ENTRIES + k / 4 * 8;
         let w = self.read(txn, page.segment, off)?;
         let shift = 16 * (k % 4);
@@ -730,21 +732,21 @@ impl PAllocator {
     /// Errors (the pool unchanged): `InvalidArgument` when `from` is not a location in the
     /// pool, holds null, or points at something that is not an allocated block of this
     /// allocator (a foreign or stale pointer, or a double free).
-    pub fn deallocate(&self, from: PPtr) -> Result<()> {
+    pub fn deallocate(&self, from: PPtr) -> StorageResult<()> {
         if !from.offset.is_multiple_of(16) || self.addr(from, 16).is_err() {
-            return Err(Error::InvalidArgument(format!(
+            return Err(StorageError::InvalidArgument(format!(
                 "deallocate from {from:?}: not a 16-aligned location in the pool"
             )));
         }
         let p = self.read_pptr(&Txn::new(), from.segment, from.offset)?;
         if p.is_null() {
-            return Err(Error::InvalidArgument(format!(
+            return Err(StorageError::InvalidArgument(format!(
                 "deallocate from {from:?}: it holds the null pointer"
             )));
         }
         let owner = self.owner.read().unwrap_or_else(|e| e.into_inner()).get(&p.segment).copied();
         let Some(slot) = owner.filter(|&o| o > 0).map(|o| o - 1) else {
-            return Err(Error::InvalidArgument(format!(
+            return Err(StorageError::InvalidArgument(format!(
                 "deallocate {p:?}: not a block of this allocator"
             )));
         };
@@ -753,7 +755,7 @@ impl PAllocator {
             // A concurrent free of the same location got here first: `p` may already be free
             // or even reallocated to someone else.
             if self.read_pptr(&Txn::new(), from.segment, from.offset)? != p {
-                return Err(Error::InvalidArgument(format!(
+                return Err(StorageError::InvalidArgument(format!(
                     "deallocate from {from:?}: freed concurrently"
                 )));
             }
@@ -790,8 +792,8 @@ impl PAllocator {
 
     /// The page, class, block index and page state of allocated block `p`; an error if `p` is
     /// not an allocated block.
-    fn locate(&self, p: PPtr) -> Result<(PPtr, usize, u64, PageState)> {
-        let bad = |why: &str| Error::InvalidArgument(format!("deallocate {p:?}: {why}"));
+    fn locate(&self, p: PPtr) -> StorageResult<(PPtr, usize, u64, PageState)> {
+        let bad = |why: &str| StorageError::InvalidArgument(format!("deallocate {p:?}: {why}"));
         let pg = p.offset / PAGE;
         if pg == 0 || pg >= self.pages_per_segment {
             return Err(bad("not in a block page"));
@@ -837,7 +839,7 @@ impl PAllocator {
         c: usize,
         page: PPtr,
         global: &mut Option<MutexGuard<'a, ()>>,
-    ) -> Result<()> {
+    ) -> StorageResult<()> {
         self.unlink_page(txn, slot, c, page)?;
         let id = page.segment;
         let pg = page.offset / PAGE;
@@ -867,7 +869,7 @@ impl PAllocator {
     /// Verifies A1–A4 by walking every list, segment and page (a full walk, for tests, tools
     /// and crash checks; recovery never does this) and returns the counts and every allocated
     /// block.
-    pub fn check(&self) -> Result<AllocReport> {
+    pub fn check(&self) -> StorageResult<AllocReport> {
         let t = Txn::new();
         let mut r = AllocReport::default();
         for i in 0..self.slots {
@@ -880,7 +882,7 @@ impl PAllocator {
         // (segment, owner, owned by a slot)
         let mut segs: Vec<(SegmentId, u32, bool)> = Vec::new();
         let (mut active, mut full_n, mut free_n) = (0u64, 0u64, 0u64);
-        let mut collect = |head: PPtr, owner: u32, full: Option<bool>| -> Result<()> {
+        let mut collect = |head: PPtr, owner: u32, full: Option<bool>| -> StorageResult<()> {
             let mut at = head;
             while !at.is_null() {
                 if !seen.insert(at.segment) {

@@ -48,7 +48,7 @@ use std::sync::atomic::Ordering;
 use ferrite_pmem::Space;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use crate::error::{Error, Result};
+use crate::storage::{StorageError, StorageResult};
 
 pub use slab::{LeafAllocator, Slab};
 
@@ -156,7 +156,7 @@ pub fn fingerprint(key: u64) -> u8 {
 /// within each leaf), without recovering or building an index: what a DRAM-only design would
 /// have to read back at restart (the rebuild baseline of the benchmarks), and a tool for
 /// inspecting an image. Typed errors on a damaged list, never a loop.
-pub fn read_all_pairs(space: &Space, root: u64) -> Result<Vec<(u64, u64)>> {
+pub fn read_all_pairs(space: &Space, root: u64) -> StorageResult<Vec<(u64, u64)>> {
     let mut out = Vec::new();
     let mut at = space.load_u64(root + R_HEAD, Ordering::Acquire)?;
     let limit = space.len() / LEAF_SIZE + 1;
@@ -197,18 +197,20 @@ pub struct FPTree<'s, A: LeafAllocator> {
     poisoned: bool,
 }
 
-fn corrupt(what: impl Into<String>, at: u64) -> Error {
-    Error::Corrupted { what: what.into(), at: format!("fptree offset {at}") }
+fn corrupt(what: impl Into<String>, at: u64) -> StorageError {
+    StorageError::Corrupted { what: what.into(), at: format!("fptree offset {at}") }
 }
 
 impl<'s, A: LeafAllocator> FPTree<'s, A> {
     /// Creates a tree whose root lies at `root` (64-byte aligned, [`ROOT_SIZE`] bytes) in
     /// `space`, taking leaves from `alloc`. Whatever the root bytes held is overwritten
     /// (creation does not rely on zeroed memory); errors if a valid tree already lives there.
-    pub fn create(space: &'s Space, root: u64, alloc: A) -> Result<Self> {
+    pub fn create(space: &'s Space, root: u64, alloc: A) -> StorageResult<Self> {
         let h: RootHeader = space.read_struct(root)?;
         if h.magic == ROOT_MAGIC && h.checksum == h.crc() {
-            return Err(Error::InvalidArgument(format!("a tree already exists at offset {root}")));
+            return Err(StorageError::InvalidArgument(format!(
+                "a tree already exists at offset {root}"
+            )));
         }
         Self::open_inner(space, root, alloc, true)
     }
@@ -217,18 +219,18 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
     /// list, frees leaked leaves. A root whose magic is zero is a tree whose creation did not
     /// finish; it is (re)initialised. Run the allocator's own recovery first (opening a
     /// [`Slab`] does).
-    pub fn open(space: &'s Space, root: u64, alloc: A) -> Result<Self> {
+    pub fn open(space: &'s Space, root: u64, alloc: A) -> StorageResult<Self> {
         Self::open_inner(space, root, alloc, false)
     }
 
-    fn open_inner(space: &'s Space, root: u64, alloc: A, create: bool) -> Result<Self> {
+    fn open_inner(space: &'s Space, root: u64, alloc: A, create: bool) -> StorageResult<Self> {
         if !root.is_multiple_of(64) {
-            return Err(Error::InvalidArgument(format!(
+            return Err(StorageError::InvalidArgument(format!(
                 "root offset {root} is not 64-byte aligned"
             )));
         }
         if alloc.block_size() < LEAF_SIZE {
-            return Err(Error::InvalidArgument(format!(
+            return Err(StorageError::InvalidArgument(format!(
                 "allocator blocks of {} bytes cannot hold a {LEAF_SIZE}-byte leaf",
                 alloc.block_size()
             )));
@@ -254,12 +256,12 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
         Ok(t)
     }
 
-    fn validate_root(&self, h: &RootHeader) -> Result<()> {
+    fn validate_root(&self, h: &RootHeader) -> StorageResult<()> {
         if h.magic != ROOT_MAGIC {
             return Err(corrupt(format!("bad root magic {:#x}", h.magic), self.root));
         }
         if h.version != ROOT_VERSION || h.incompat != 0 {
-            return Err(Error::Incompatible {
+            return Err(StorageError::Incompatible {
                 what: format!("fptree root version {} incompat {:#x}", h.version, h.incompat),
                 at: format!("fptree offset {}", self.root),
             });
@@ -268,7 +270,7 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
             return Err(corrupt("root checksum mismatch", self.root));
         }
         if h.slots as usize != M || u64::from(h.leaf_size) != LEAF_SIZE || h.value_size != 8 {
-            return Err(Error::Incompatible {
+            return Err(StorageError::Incompatible {
                 what: format!("fptree with {} slots of {} bytes", h.slots, h.leaf_size),
                 at: format!("fptree offset {}", self.root),
             });
@@ -281,7 +283,7 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
     /// the header an earlier, interrupted creation wrote is valid, its `head` (0, or a leaf it
     /// allocated) is kept; otherwise the root held garbage and `head` is cleared.
     /// `fresh` (a `create`): never trust what the root held.
-    fn init(&mut self, fresh: bool) -> Result<()> {
+    fn init(&mut self, fresh: bool) -> StorageResult<()> {
         let s = self.space;
         let r = self.root;
         let h: RootHeader = s.read_struct(r)?;
@@ -311,18 +313,18 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
         Ok(s.persist_rule("P-FPT-13", r, 8)?) // ORDER(P-FPT-13): the magic commits creation
     }
 
-    fn head(&self) -> Result<u64> {
+    fn head(&self) -> StorageResult<u64> {
         Ok(self.space.load_u64(self.root + R_HEAD, Ordering::Acquire)?)
     }
 
-    fn leaf(&self, at: u64) -> Result<LeafImage> {
+    fn leaf(&self, at: u64) -> StorageResult<LeafImage> {
         self.space.read_struct(at).map_err(|e| corrupt(format!("unreadable leaf: {e}"), at))
     }
 
     // ----- recovery -----
 
     /// Algorithm 4.4: finish or discard an interrupted split.
-    fn recover_split(&mut self) -> Result<()> {
+    fn recover_split(&mut self) -> StorageResult<()> {
         let s = self.space;
         let cur = s.load_u64(self.root + R_SPLIT_CUR, Ordering::Acquire)?;
         let new = s.load_u64(self.root + R_SPLIT_NEW, Ordering::Acquire)?;
@@ -351,7 +353,7 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
     /// predecessor (0: the leaf was the head) was persisted before `cur` armed the log
     /// (P-FPT-10), so the unlink can be redone (idempotent) and the leaf freed; the allocator's
     /// free disarms the log (P-FPT-12). A disarmed log's `prev` is stale and ignored.
-    fn recover_delete(&mut self) -> Result<()> {
+    fn recover_delete(&mut self) -> StorageResult<()> {
         let s = self.space;
         let cur = s.load_u64(self.root + R_DEL_CUR, Ordering::Acquire)?;
         if cur == 0 {
@@ -369,7 +371,7 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
 
     /// Rebuilds the DRAM index from the leaf list (Algorithm 4.13, fixed keys), resetting
     /// every lock word, checking order and cycles, then frees leaked leaves (T6).
-    fn rebuild(&mut self) -> Result<()> {
+    fn rebuild(&mut self) -> StorageResult<()> {
         self.index.clear();
         self.len = 0;
         let s = self.space;
@@ -442,7 +444,7 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
     // ----- lookups -----
 
     /// The leaf that holds (or would hold) `key`.
-    fn route(&self, key: u64) -> Result<(u64, u64)> {
+    fn route(&self, key: u64) -> StorageResult<(u64, u64)> {
         self.index
             .range(..=key)
             .next_back()
@@ -452,7 +454,7 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
 
     /// The slot of `key` in the leaf at `leaf`, probing full keys only where fingerprints
     /// match.
-    fn find_in_leaf(&self, leaf: u64, key: u64) -> Result<Option<usize>> {
+    fn find_in_leaf(&self, leaf: u64, key: u64) -> StorageResult<Option<usize>> {
         let mut line0 = [0u8; 40];
         self.space.read_into(leaf, &mut line0)?;
         let mut bm = [0u8; 8];
@@ -471,9 +473,9 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
     }
 
     /// The value stored under `key`.
-    pub fn get(&self, key: u64) -> Result<Option<u64>> {
+    pub fn get(&self, key: u64) -> StorageResult<Option<u64>> {
         if self.poisoned {
-            return Err(Error::Poisoned);
+            return Err(StorageError::Poisoned);
         }
         let (_, leaf) = self.route(key)?;
         match self.find_in_leaf(leaf, key)? {
@@ -505,9 +507,9 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
     }
 
     /// Up to `limit` pairs with `lo <= key <= hi`, in ascending key order.
-    pub fn range(&self, lo: u64, hi: u64, limit: usize) -> Result<Vec<(u64, u64)>> {
+    pub fn range(&self, lo: u64, hi: u64, limit: usize) -> StorageResult<Vec<(u64, u64)>> {
         if self.poisoned {
-            return Err(Error::Poisoned);
+            return Err(StorageError::Poisoned);
         }
         let mut out = Vec::new();
         if lo > hi || limit == 0 {
@@ -539,7 +541,7 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
 
     /// Writes `(key, value)` into free slot `slot` of `leaf` and persists it with its
     /// fingerprint, still invisible (P-FPT-1).
-    fn write_slot(&self, leaf: u64, slot: usize, key: u64, value: u64) -> Result<()> {
+    fn write_slot(&self, leaf: u64, slot: usize, key: u64, value: u64) -> StorageResult<()> {
         let s = self.space;
         let kv = leaf + L_KV + slot as u64 * 16;
         s.store_u64(kv, key, Ordering::Relaxed)?;
@@ -555,14 +557,14 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
     }
 
     /// The commit point of an insert, update or delete (P-FPT-2 / P-FPT-9).
-    fn publish_bitmap(&self, leaf: u64, bitmap: u64, rule: &'static str) -> Result<()> {
+    fn publish_bitmap(&self, leaf: u64, bitmap: u64, rule: &'static str) -> StorageResult<()> {
         self.space.store_u64(leaf + L_BITMAP, bitmap, Ordering::Release)?;
         Ok(self.space.persist_rule(rule, leaf + L_BITMAP, 8)?) // ORDER(P-FPT-2/9): the single commit store
     }
 
     /// The leaf a key goes to after a possible split of its full leaf: returns (target leaf,
     /// its bitmap).
-    fn make_room(&mut self, bound: u64, leaf: u64, key: u64) -> Result<(u64, u64)> {
+    fn make_room(&mut self, bound: u64, leaf: u64, key: u64) -> StorageResult<(u64, u64)> {
         let bitmap = self.space.load_u64(leaf + L_BITMAP, Ordering::Acquire)?;
         if bitmap & FULL != FULL {
             return Ok((leaf, bitmap));
@@ -577,13 +579,13 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
     /// Runs a modification; a failure other than a clean `PoolFull` poisons the handle
     /// (conventions §4: after a failed persist or a broken invariant mid-operation, every call
     /// returns `Poisoned` until the tree is reopened, which runs recovery).
-    fn guarded<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+    fn guarded<T>(&mut self, f: impl FnOnce(&mut Self) -> StorageResult<T>) -> StorageResult<T> {
         if self.poisoned {
-            return Err(Error::Poisoned);
+            return Err(StorageError::Poisoned);
         }
         let r = f(self);
         if let Err(e) = &r
-            && !matches!(e, Error::PoolFull { .. })
+            && !matches!(e, StorageError::PoolFull { .. })
         {
             self.poisoned = true;
         }
@@ -592,11 +594,11 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
 
     /// Inserts `key → value`; `Ok(false)` (and no change) if `key` is present. `PoolFull` when
     /// a split needs a leaf the allocator cannot give (the tree is unchanged).
-    pub fn insert(&mut self, key: u64, value: u64) -> Result<bool> {
+    pub fn insert(&mut self, key: u64, value: u64) -> StorageResult<bool> {
         self.guarded(|t| t.insert_inner(key, value))
     }
 
-    fn insert_inner(&mut self, key: u64, value: u64) -> Result<bool> {
+    fn insert_inner(&mut self, key: u64, value: u64) -> StorageResult<bool> {
         let (bound, leaf) = self.route(key)?;
         if self.find_in_leaf(leaf, key)?.is_some() {
             return Ok(false);
@@ -610,11 +612,11 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
     }
 
     /// Replaces the value of `key` out of place (Algorithm 4.8); `Ok(false)` if absent.
-    pub fn update(&mut self, key: u64, value: u64) -> Result<bool> {
+    pub fn update(&mut self, key: u64, value: u64) -> StorageResult<bool> {
         self.guarded(|t| t.update_inner(key, value))
     }
 
-    fn update_inner(&mut self, key: u64, value: u64) -> Result<bool> {
+    fn update_inner(&mut self, key: u64, value: u64) -> StorageResult<bool> {
         let (bound, leaf) = self.route(key)?;
         let Some(prev_slot) = self.find_in_leaf(leaf, key)? else { return Ok(false) };
         // A full copy keeps slot positions, so prev_slot is right in either leaf.
@@ -626,11 +628,11 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
     }
 
     /// Deletes `key`; `Ok(false)` if absent (checked first: DEFECT-10).
-    pub fn delete(&mut self, key: u64) -> Result<bool> {
+    pub fn delete(&mut self, key: u64) -> StorageResult<bool> {
         self.guarded(|t| t.delete_inner(key))
     }
 
-    fn delete_inner(&mut self, key: u64) -> Result<bool> {
+    fn delete_inner(&mut self, key: u64) -> StorageResult<bool> {
         let (bound, leaf) = self.route(key)?;
         let Some(slot) = self.find_in_leaf(leaf, key)? else { return Ok(false) };
         let bitmap = self.space.load_u64(leaf + L_BITMAP, Ordering::Acquire)?;
@@ -655,13 +657,13 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
 
     // ----- split (Algorithm 4.3) -----
 
-    fn split(&mut self, leaf: u64) -> Result<(u64, u64)> {
+    fn split(&mut self, leaf: u64) -> StorageResult<(u64, u64)> {
         let s = self.space;
         s.store_u64(self.root + R_SPLIT_CUR, leaf, Ordering::Release)?;
         s.persist_rule("P-FPT-3", self.root + R_SPLIT_CUR, 8)?; // ORDER(P-FPT-3): log the leaf being split
         let new = match self.alloc.allocate(s, self.root + R_SPLIT_NEW) {
             Ok(n) => n, // the allocator persisted R_SPLIT_NEW
-            Err(e @ Error::PoolFull { .. }) => {
+            Err(e @ StorageError::PoolFull { .. }) => {
                 // Nothing was split: retire the log so the tree stays usable.
                 self.reset_split_log()?;
                 return Err(e);
@@ -673,7 +675,7 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
     }
 
     /// Steps 5..10: copy `leaf` into `new`, then the bitmaps, link, reset.
-    fn split_from_copy(&mut self, leaf: u64, new: u64) -> Result<(u64, u64)> {
+    fn split_from_copy(&mut self, leaf: u64, new: u64) -> StorageResult<(u64, u64)> {
         let s = self.space;
         let l = self.leaf(leaf)?;
         s.write_struct(new, &l)?;
@@ -691,7 +693,7 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
 
     /// Steps 8..10: the old leaf keeps the complement, is linked to the new leaf, the log is
     /// retired.
-    fn split_from_bitmaps(&mut self, leaf: u64, new: u64, right: u64) -> Result<()> {
+    fn split_from_bitmaps(&mut self, leaf: u64, new: u64, right: u64) -> StorageResult<()> {
         let s = self.space;
         s.store_u64(leaf + L_BITMAP, !right & FULL, Ordering::Release)?;
         s.persist_rule("P-FPT-6", leaf + L_BITMAP, 8)?; // ORDER(P-FPT-6): the logical split point
@@ -702,7 +704,7 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
 
     /// Retires the split log: `new` armed it, so nulling `new` disarms it; `cur` stays stale and
     /// is ignored while `new` is 0 (the next split rewrites `cur` before `new` is armed).
-    fn reset_split_log(&self) -> Result<()> {
+    fn reset_split_log(&self) -> StorageResult<()> {
         let s = self.space;
         s.store_u64(self.root + R_SPLIT_NEW, 0, Ordering::Release)?;
         Ok(s.persist_rule("P-FPT-8", self.root + R_SPLIT_NEW, 8)?) // ORDER(P-FPT-8): disarm the split log
@@ -710,7 +712,7 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
 
     // ----- leaf deletion (Algorithm 4.6) -----
 
-    fn delete_leaf(&mut self, leaf: u64, prev: Option<u64>) -> Result<()> {
+    fn delete_leaf(&mut self, leaf: u64, prev: Option<u64>) -> StorageResult<()> {
         self.arm_delete_log(leaf, prev.unwrap_or(0))?;
         let next = self.leaf(leaf)?.next;
         match prev {
@@ -721,7 +723,7 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
     }
 
     /// P-FPT-10: the predecessor first, then the leaf, which arms the log.
-    fn arm_delete_log(&self, leaf: u64, prev: u64) -> Result<()> {
+    fn arm_delete_log(&self, leaf: u64, prev: u64) -> StorageResult<()> {
         let s = self.space;
         s.store_u64(self.root + R_DEL_PREV, prev, Ordering::Release)?;
         s.persist_rule("P-FPT-10", self.root + R_DEL_PREV, 8)?; // ORDER(P-FPT-10): predecessor before arming
@@ -729,19 +731,19 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
         Ok(s.persist_rule("P-FPT-10", self.root + R_DEL_CUR, 8)?) // ORDER(P-FPT-10): the leaf arms the log
     }
 
-    fn store_head(&self, next: u64) -> Result<()> {
+    fn store_head(&self, next: u64) -> StorageResult<()> {
         self.space.store_u64(self.root + R_HEAD, next, Ordering::Release)?;
         Ok(self.space.persist_rule("P-FPT-11", self.root + R_HEAD, 8)?) // ORDER(P-FPT-11): unlink the head (8-byte store)
     }
 
-    fn store_next(&self, prev: u64, next: u64) -> Result<()> {
+    fn store_next(&self, prev: u64, next: u64) -> StorageResult<()> {
         self.space.store_u64(prev + L_NEXT, next, Ordering::Release)?;
         Ok(self.space.persist_rule("P-FPT-11", prev + L_NEXT, 8)?) // ORDER(P-FPT-11): unlink (8-byte store)
     }
 
     /// Frees the leaf named by the delete log; the allocator nulls the log entry durably, which
     /// disarms the log (P-FPT-12).
-    fn free_logged_leaf(&mut self) -> Result<()> {
+    fn free_logged_leaf(&mut self) -> StorageResult<()> {
         self.alloc.deallocate(self.space, self.root + R_DEL_CUR)
     }
 
@@ -749,7 +751,7 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
 
     /// Checks every invariant (T1–T6) against persistent memory; `Err(Corrupted)` says which
     /// one failed and where.
-    pub fn check(&self) -> Result<CheckReport> {
+    pub fn check(&self) -> StorageResult<CheckReport> {
         let s = self.space;
         for (off, what) in [(R_SPLIT_NEW, "split"), (R_DEL_CUR, "delete")] {
             if s.load_u64(self.root + off, Ordering::Acquire)? != 0 {

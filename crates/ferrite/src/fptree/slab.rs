@@ -36,7 +36,7 @@ use std::sync::atomic::Ordering;
 use ferrite_pmem::Space;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use crate::error::{Error, Result};
+use crate::storage::{StorageError, StorageResult};
 
 /// Where leaves come from. `allocate` writes the new block's offset into the persistent
 /// location `into` (which must hold 0) and persists it before returning; `deallocate` nulls
@@ -46,9 +46,9 @@ pub trait LeafAllocator {
     /// Size of every block handed out.
     fn block_size(&self) -> u64;
     /// Allocates a block and durably stores its offset at `into` (which must hold 0).
-    fn allocate(&mut self, space: &Space, into: u64) -> Result<u64>;
+    fn allocate(&mut self, space: &Space, into: u64) -> StorageResult<u64>;
     /// Frees the block whose offset is stored at `from` and durably stores 0 there.
-    fn deallocate(&mut self, space: &Space, from: u64) -> Result<()>;
+    fn deallocate(&mut self, space: &Space, from: u64) -> StorageResult<()>;
     /// Every allocated block, when the allocator can enumerate them (for leak checks).
     fn allocated(&self) -> Option<Vec<u64>>;
 }
@@ -91,8 +91,8 @@ pub struct Slab {
     free: Vec<u64>,
 }
 
-fn corrupt(what: impl Into<String>, at: u64) -> Error {
-    Error::Corrupted { what: what.into(), at: format!("slab at offset {at}") }
+fn corrupt(what: impl Into<String>, at: u64) -> StorageError {
+    StorageError::Corrupted { what: what.into(), at: format!("slab at offset {at}") }
 }
 
 impl Slab {
@@ -106,13 +106,13 @@ impl Slab {
     /// Formats a slab of `len` bytes at `base` (64-aligned) with blocks of `block_size` bytes
     /// (a multiple of 64). Whatever the region held is overwritten; until the magic is
     /// persisted last, the slab reads as "not created" (magic 0) or as the old content.
-    pub fn create(space: &Space, base: u64, len: u64, block_size: u64) -> Result<Slab> {
+    pub fn create(space: &Space, base: u64, len: u64, block_size: u64) -> StorageResult<Slab> {
         if !base.is_multiple_of(64)
             || block_size == 0
             || !block_size.is_multiple_of(64)
             || block_size > u64::from(u32::MAX)
         {
-            return Err(Error::InvalidArgument(format!(
+            return Err(StorageError::InvalidArgument(format!(
                 "slab at {base} with block size {block_size}: both must be multiples of 64"
             )));
         }
@@ -122,7 +122,7 @@ impl Slab {
             blocks -= 1;
         }
         if blocks == 0 {
-            return Err(Error::InvalidArgument(format!(
+            return Err(StorageError::InvalidArgument(format!(
                 "slab of {len} bytes holds no {block_size}-byte block"
             )));
         }
@@ -150,13 +150,13 @@ impl Slab {
 
     /// Opens the slab at `base`, finishing or rolling back the operation in flight (recovery)
     /// and rebuilding the free list from the bitmap.
-    pub fn open(space: &Space, base: u64) -> Result<Slab> {
+    pub fn open(space: &Space, base: u64) -> StorageResult<Slab> {
         let h: SlabHeader = space.read_struct(base)?;
         if h.magic != SLAB_MAGIC {
             return Err(corrupt(format!("bad magic {:#x}", h.magic), base));
         }
         if h.version != SLAB_VERSION {
-            return Err(Error::Incompatible {
+            return Err(StorageError::Incompatible {
                 what: format!("slab version {} (this build reads {SLAB_VERSION})", h.version),
                 at: format!("slab at offset {base}"),
             });
@@ -198,12 +198,12 @@ impl Slab {
             .then_some(rel / self.block_size)
     }
 
-    fn bit(&self, space: &Space, i: u64) -> Result<bool> {
+    fn bit(&self, space: &Space, i: u64) -> StorageResult<bool> {
         let w = space.load_u64(self.base + Self::BITMAP + i / 64 * 8, Ordering::Acquire)?;
         Ok(w & (1 << (i % 64)) != 0)
     }
 
-    fn set_bit(&self, space: &Space, i: u64, on: bool) -> Result<()> {
+    fn set_bit(&self, space: &Space, i: u64, on: bool) -> StorageResult<()> {
         let word = self.base + Self::BITMAP + i / 64 * 8;
         if on {
             space.fetch_or_u64(word, 1 << (i % 64), Ordering::AcqRel)?;
@@ -213,7 +213,7 @@ impl Slab {
         Ok(space.persist_rule("P-SLAB-2", word, 8)?) // ORDER(P-SLAB-2): the bitmap word
     }
 
-    fn log(&self, space: &Space, op: u64, block: u64, dest: u64) -> Result<()> {
+    fn log(&self, space: &Space, op: u64, block: u64, dest: u64) -> StorageResult<()> {
         let rec = self.op_off();
         space.store_u64(rec + 8, block, Ordering::Relaxed)?;
         space.store_u64(rec + 16, dest, Ordering::Relaxed)?;
@@ -222,12 +222,12 @@ impl Slab {
         Ok(space.persist_rule("P-SLAB-1", rec, 8)?) // ORDER(P-SLAB-1): the op arms the item
     }
 
-    fn clear_log(&self, space: &Space) -> Result<()> {
+    fn clear_log(&self, space: &Space) -> StorageResult<()> {
         space.store_u64(self.op_off(), OP_NONE, Ordering::Release)?;
         Ok(space.persist_rule("P-SLAB-1", self.op_off(), 8)?) // ORDER(P-SLAB-1): retire the item last
     }
 
-    fn recover(&mut self, space: &Space) -> Result<()> {
+    fn recover(&mut self, space: &Space) -> StorageResult<()> {
         let rec = self.op_off();
         let op = space.load_u64(rec, Ordering::Acquire)?;
         if op == OP_NONE {
@@ -279,13 +279,13 @@ impl LeafAllocator for Slab {
         self.block_size
     }
 
-    fn allocate(&mut self, space: &Space, into: u64) -> Result<u64> {
+    fn allocate(&mut self, space: &Space, into: u64) -> StorageResult<u64> {
         if space.load_u64(into, Ordering::Acquire)? != 0 {
-            return Err(Error::InvalidArgument(format!(
+            return Err(StorageError::InvalidArgument(format!(
                 "allocate into {into}: it does not hold 0"
             )));
         }
-        let block = *self.free.last().ok_or(Error::PoolFull {
+        let block = *self.free.last().ok_or(StorageError::PoolFull {
             at: format!("slab at offset {}", self.base),
             requested: self.block_size,
             available: 0,
@@ -302,15 +302,15 @@ impl LeafAllocator for Slab {
         Ok(block)
     }
 
-    fn deallocate(&mut self, space: &Space, from: u64) -> Result<()> {
+    fn deallocate(&mut self, space: &Space, from: u64) -> StorageResult<()> {
         let block = space.load_u64(from, Ordering::Acquire)?;
         let i = self.index_of(block).ok_or_else(|| {
-            Error::InvalidArgument(format!(
+            StorageError::InvalidArgument(format!(
                 "deallocate from {from}: {block} is not a block of this slab"
             ))
         })?;
         if !self.bit(space, i)? {
-            return Err(Error::InvalidArgument(format!(
+            return Err(StorageError::InvalidArgument(format!(
                 "deallocate from {from}: block {block} is not allocated"
             )));
         }
