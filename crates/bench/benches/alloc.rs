@@ -17,6 +17,7 @@
 //! `FERRITE_BENCH_OPS` for another N (default 100 000).
 
 use std::hint::black_box;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -54,7 +55,7 @@ impl Heap {
         assert!(n <= PER_TABLE * PER_TABLE, "at most {} slots", PER_TABLE * PER_TABLE);
         let set = PoolSet::create(dir.join(name), &Options::default().layout("bench-alloc"))
             .expect("pool set");
-        let a = PAllocator::create(set, 1).expect("allocator");
+        let a = PAllocator::create(Arc::new(set), 1).expect("allocator");
         let directory = a.allocate(MAX_SMALL, a.root_location()).expect("directory");
         nulls(&a, directory, MAX_SMALL);
         let mut tables = Vec::new();
@@ -186,7 +187,7 @@ fn standalone(c: &mut Criterion) {
         #[cfg(feature = "pmdk")]
         pmdk::standalone(&mut g, &dir, size, n);
         g.finish();
-        h.a.into_pool().close().unwrap();
+        h.a.close().unwrap();
         let _ = std::fs::remove_dir_all(dir.join(&format!("standalone-{size}")));
     }
 }
@@ -251,7 +252,7 @@ fn recovery(c: &mut Criterion) {
             h.a.pool().segment_count(),
             r.segments.0
         );
-        h.a.into_pool().close().unwrap();
+        h.a.close().unwrap();
         let opts = Options::default().layout("bench-alloc");
         g.bench_function(format!("pallocator_open/{live}_live_blocks"), |b| {
             b.iter_custom(|iters| {
@@ -259,9 +260,9 @@ fn recovery(c: &mut Criterion) {
                 for _ in 0..iters {
                     let set = PoolSet::open(dir.join(&name), &opts).unwrap();
                     let start = Instant::now();
-                    let a = PAllocator::open(set).unwrap();
+                    let a = PAllocator::open(Arc::new(set)).unwrap();
                     total += start.elapsed();
-                    a.into_pool().close().unwrap();
+                    a.close().unwrap();
                 }
                 total
             })

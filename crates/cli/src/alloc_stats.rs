@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
@@ -26,7 +27,7 @@ pub fn run(args: &AllocStatsArgs) -> anyhow::Result<ExitCode> {
     let opts = Options::default().layout(args.layout.clone());
     let set = PoolSet::open(&args.pool, &opts)
         .with_context(|| format!("opening pool set {}", args.pool.display()))?;
-    let a = PAllocator::open(set).context("opening the allocator")?;
+    let a = PAllocator::open(Arc::new(set)).context("opening the allocator")?;
     let set = a.pool();
     println!("pool set      {}", args.pool.display());
     println!("mode          {:?} ({})", set.mode(), set.mode_reason());

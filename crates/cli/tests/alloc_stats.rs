@@ -3,6 +3,7 @@
 //! wrong layout is an error (exit 2).
 
 use std::process::Command;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use ferrite::alloc::{PAGE, PAllocator};
@@ -34,7 +35,8 @@ fn opts() -> Options {
 /// A pool set with a 4 KiB table in the root and `n` 100-byte blocks in its slots; returns
 /// the table.
 fn populate(dir: &TestDir, n: u64) -> PPtr {
-    let a = PAllocator::create(PoolSet::create(dir.join("set"), &opts()).unwrap(), 2).unwrap();
+    let a = PAllocator::create(Arc::new(PoolSet::create(dir.join("set"), &opts()).unwrap()), 2)
+        .unwrap();
     let table = a.allocate(4096, a.root_location()).unwrap();
     // Null pointers (segment word u64::MAX, offset 0) in every slot.
     let g = a.pool().resolve_range(table, 4096).unwrap();
@@ -46,7 +48,7 @@ fn populate(dir: &TestDir, n: u64) -> PPtr {
     for i in 0..n {
         a.allocate(100, PPtr::new(table.segment, table.offset + 16 * i)).unwrap();
     }
-    a.into_pool().close().unwrap();
+    a.close().unwrap();
     table
 }
 

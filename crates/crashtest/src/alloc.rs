@@ -19,6 +19,7 @@
 //! still holds its stamp.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use ferrite::alloc::PAllocator;
@@ -160,7 +161,7 @@ impl Target for AllocSmall {
         let pe = |e: ferrite_pmem::Error| e.to_string();
         let set = ctx.create_pool_set(&opts())?;
         let t = ctx.begin(AllocOp::Create);
-        let a = PAllocator::create(set, 2).map_err(e)?;
+        let a = PAllocator::create(Arc::new(set), 2).map_err(e)?;
         ctx.done(t);
         let t = ctx.begin(AllocOp::Table);
         let table = a.allocate(TABLE, a.root_location()).map_err(e)?;
@@ -231,7 +232,7 @@ impl Target for AllocSmall {
             }
             Err(x) => return Err(format!("the pool set does not open: {x}")),
         };
-        let a = match PAllocator::open(set) {
+        let a = match PAllocator::open(Arc::new(set)) {
             Ok(a) => a,
             Err(Error::Corrupted { what, .. }) if what.contains("creation did not finish") => {
                 return Ok(Recovered::None(what));

@@ -5,6 +5,7 @@
 //! Random tests print their seed; set `FERRITE_TEST_SEED` to replay one.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use ferrite::alloc::{MAX_SMALL, PAllocator};
@@ -42,7 +43,7 @@ fn fresh(dir: &TestDir, slots: u32) -> (PAllocator, PPtr) {
 
 fn fresh_with(dir: &TestDir, slots: u32, o: &Options) -> (PAllocator, PPtr) {
     let set = PoolSet::create(dir.join("set"), o).unwrap();
-    let a = PAllocator::create(set, slots).unwrap();
+    let a = PAllocator::create(Arc::new(set), slots).unwrap();
     let table = a.allocate(TABLE, a.root_location()).unwrap();
     let g = a.pool().resolve_range(table, TABLE).unwrap();
     for i in 0..TABLE / 8 {
@@ -118,9 +119,9 @@ fn random_allocate_free_with_reopen_matches_the_model() {
         }
         if step % 500 == 499 {
             verify(&a, table, &model);
-            let set = a.into_pool();
-            set.close().unwrap();
-            a = PAllocator::open(PoolSet::open(dir.join("set"), &opts()).unwrap()).unwrap();
+            a.close().unwrap();
+            a = PAllocator::open(Arc::new(PoolSet::open(dir.join("set"), &opts()).unwrap()))
+                .unwrap();
             verify(&a, table, &model);
         }
     }
@@ -155,8 +156,8 @@ proptest! {
         for (step, (kind, i, size)) in ops.into_iter().enumerate() {
             let tag = step as u64 + 1;
             if kind == 0 {
-                a.into_pool().close().unwrap();
-                a = PAllocator::open(PoolSet::open(dir.join("set"), &opts()).unwrap()).unwrap();
+                a.close().unwrap();
+                a = PAllocator::open(Arc::new(PoolSet::open(dir.join("set"), &opts()).unwrap())).unwrap();
                 verify(&a, table, &model);
             } else if let std::collections::btree_map::Entry::Vacant(e) = model.entry(i) {
                 let p = a.allocate(size, slot(table, i)).unwrap();
@@ -229,7 +230,7 @@ fn bad_requests_are_typed_and_change_nothing() {
 fn an_exhausted_pool_is_pool_full_and_unchanged() {
     let dir = TestDir::new("alloc-full");
     let set = PoolSet::create(dir.join("set"), &opts().max_pool_size(3 * SEG)).unwrap();
-    let a = PAllocator::create(set, 1).unwrap();
+    let a = PAllocator::create(Arc::new(set), 1).unwrap();
     let table = a.allocate(TABLE, a.root_location()).unwrap();
     let g = a.pool().resolve_range(table, TABLE).unwrap();
     for i in 0..TABLE / 16 {
@@ -278,9 +279,8 @@ fn threads_allocate_and_free_concurrently() {
     let r = a.check().unwrap();
     assert!(r.allocated_blocks >= 1);
     // Reopen keeps the slot count and recovers cleanly.
-    let set = a.into_pool();
-    set.close().unwrap();
-    let a = PAllocator::open(PoolSet::open(dir.join("set"), &opts()).unwrap()).unwrap();
+    a.close().unwrap();
+    let a = PAllocator::open(Arc::new(PoolSet::open(dir.join("set"), &opts()).unwrap())).unwrap();
     assert_eq!(a.slots(), 4);
     assert_eq!(a.check().unwrap().allocated_blocks, r.allocated_blocks);
 }
@@ -289,11 +289,14 @@ fn threads_allocate_and_free_concurrently() {
 fn bad_anchors_are_typed() {
     let dir = TestDir::new("alloc-anchor");
     let set = PoolSet::create(dir.join("set"), &opts()).unwrap();
-    assert!(matches!(PAllocator::open(set), Err(Error::Corrupted { .. })), "no allocator yet");
+    assert!(
+        matches!(PAllocator::open(Arc::new(set)), Err(Error::Corrupted { .. })),
+        "no allocator yet"
+    );
     let set = PoolSet::open(dir.join("set"), &opts()).unwrap();
-    assert!(matches!(PAllocator::create(set, 0), Err(Error::InvalidArgument(_))));
+    assert!(matches!(PAllocator::create(Arc::new(set), 0), Err(Error::InvalidArgument(_))));
     let set = PoolSet::open(dir.join("set"), &opts()).unwrap();
-    let a = PAllocator::create(set, 2).unwrap();
+    let a = PAllocator::create(Arc::new(set), 2).unwrap();
     let set = a.into_pool();
     let g = set.resolve(PPtr::new(0, 8)).unwrap();
     set.store_u64(g, 99, Ordering::Relaxed).unwrap(); // version
@@ -319,9 +322,9 @@ fn reopening_with_another_segment_size_uses_the_anchors() {
     }
     let before = a.check().unwrap();
     assert!(before.segments.0 + before.segments.1 >= 1);
-    a.into_pool().close().unwrap();
+    a.close().unwrap();
     let other = Options::default().layout("alloc-test").segment_size(4 * SEG);
-    let a = PAllocator::open(PoolSet::open(dir.join("set"), &other).unwrap()).unwrap();
+    let a = PAllocator::open(Arc::new(PoolSet::open(dir.join("set"), &other).unwrap())).unwrap();
     assert_eq!(a.pool().segment_size(), SEG);
     verify(&a, table, &model);
     // New segments are grown at the recorded size.

@@ -122,7 +122,8 @@ pub struct PoolSet {
     dir: PathBuf,
     uuid: [u8; 16],
     layout: [u8; LAYOUT_MAX],
-    segment_size: u64,
+    /// Size of the segments `grow` adds (settable through a shared handle).
+    segment_size: AtomicU64,
     sync: bool,
     mode_reason: String,
     was_clean: bool,
@@ -599,7 +600,7 @@ impl PoolSet {
             dir: dir.to_path_buf(),
             uuid,
             layout,
-            segment_size,
+            segment_size: AtomicU64::new(segment_size),
             sync: decision.mode == DurabilityMode::Pmem,
             mode_reason: decision.reason,
             was_clean,
@@ -663,7 +664,7 @@ impl PoolSet {
 
     /// Adds a segment of the default segment size; returns its id.
     pub fn grow(&self) -> Result<SegmentId> {
-        self.add_segment(self.segment_size)
+        self.add_segment(self.segment_size.load(Ordering::Relaxed))
     }
 
     /// Adds a segment of `size` bytes (a multiple of 4 KiB, at least 8 KiB; the data area is
@@ -894,14 +895,14 @@ impl PoolSet {
 
     /// Size of the segments [`PoolSet::grow`] adds.
     pub fn segment_size(&self) -> u64 {
-        self.segment_size
+        self.segment_size.load(Ordering::Relaxed)
     }
 
     /// Sets the size of the segments [`PoolSet::grow`] adds from now on (validated there, as
     /// by [`PoolSet::add_segment`]). The pool set does not persist it: a layer that needs
     /// uniform segments records its own size and restores it at open (the allocator does).
-    pub fn set_segment_size(&mut self, bytes: u64) {
-        self.segment_size = bytes;
+    pub fn set_segment_size(&self, bytes: u64) {
+        self.segment_size.store(bytes, Ordering::Relaxed);
     }
 
     /// Number of live segments.

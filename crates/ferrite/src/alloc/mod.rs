@@ -3,7 +3,7 @@
 //! `../shared/specs/scm-and-pallocator.md` §2.4, §3.1–3.3, §3.7). Layouts and protocols:
 //! `docs/design/allocator.md`.
 //!
-//! The allocator owns a [`PoolSet`]. Segment 0's data area is the **anchor**: the entry point
+//! The allocator shares a [`PoolSet`] (`Arc`, so an engine can hold the set, the allocator and its trees side by side). Segment 0's data area is the **anchor**: the entry point
 //! (the application's root `PPtr`), the shared free-segment list, and one block per allocator
 //! **slot** (a fixed count chosen at creation, never the creating machine's core count): the
 //! slot's recovery item, its active/full segment lists and one list of partially free pages
@@ -45,7 +45,7 @@ mod layout;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use ferrite_pmem::{PPtr, PoolSet, SegmentId};
 
@@ -100,7 +100,7 @@ pub struct AllocReport {
 /// The persistent allocator (see the module docs).
 #[derive(Debug)]
 pub struct PAllocator {
-    set: PoolSet,
+    set: Arc<PoolSet>,
     slots: u32,
     slot_locks: Vec<Mutex<()>>,
     global: Mutex<()>,
@@ -119,7 +119,7 @@ impl PAllocator {
     // ----- creation and recovery -----
 
     /// Formats a new allocator with `slots` slots (1..=47) on the (new) pool set `set`.
-    pub fn create(set: PoolSet, slots: u32) -> StorageResult<PAllocator> {
+    pub fn create(set: Arc<PoolSet>, slots: u32) -> StorageResult<PAllocator> {
         if slots == 0 || slots > MAX_SLOTS {
             return Err(StorageError::InvalidArgument(format!(
                 "{slots} slots: between 1 and {MAX_SLOTS}"
@@ -181,7 +181,7 @@ impl PAllocator {
     /// rebuilds the segment-owner map by walking the segment lists, and moves orphan segments
     /// (created by an interrupted segment creation) to the free-segment list. Reads no block
     /// and no page: the cost grows with the number of segments and slots, not with live blocks.
-    pub fn open(mut set: PoolSet) -> StorageResult<PAllocator> {
+    pub fn open(set: Arc<PoolSet>) -> StorageResult<PAllocator> {
         let a = Self::anchor_base(&set)?;
         let s = &*set;
         let magic = s.load_u64(a + A_MAGIC, Ordering::Acquire)?;
@@ -261,13 +261,26 @@ impl PAllocator {
     }
 
     /// The pool set (for resolving pointers and reading blocks).
-    pub fn pool(&self) -> &PoolSet {
+    pub fn pool(&self) -> &Arc<PoolSet> {
         &self.set
     }
 
-    /// Consumes the allocator, returning its pool set (to close it).
-    pub fn into_pool(self) -> PoolSet {
+    /// Consumes the allocator, returning its pool set (the set closes when its last holder
+    /// drops it).
+    pub fn into_pool(self) -> Arc<PoolSet> {
         self.set
+    }
+
+    /// Closes the allocator and its pool set cleanly (the set records a clean shutdown).
+    /// Errors: `InvalidArgument` if another holder still shares the pool set (nothing is
+    /// closed; the set closes when its last holder drops it, as after a crash).
+    pub fn close(self) -> StorageResult<()> {
+        match Arc::try_unwrap(self.set) {
+            Ok(set) => Ok(set.close()?),
+            Err(_) => Err(StorageError::InvalidArgument(
+                "the pool set is still shared: drop its other holders before closing".into(),
+            )),
+        }
     }
 
     /// Number of slots.
