@@ -23,3 +23,12 @@ impl Default for ReferenceConfig {
 pub fn reference_database(config: ReferenceConfig) -> Database {
     Database::from_engine(Arc::new(Reference::new(Config { validation: config.validation })))
 }
+
+/// The SOFORT storage core (issue [E1] phase 1), reachable for tests and tools until the
+/// engine glue puts it behind the `Database` API.
+pub mod sofort {
+    pub use crate::engine::sofort::{
+        CheckReport, DEFAULT_SLOTS, HEAP_CHUNK, INF, K_MIN_TS, MAX_SLOTS, PTable, RecoveryReport,
+        SofortError, SofortOptions, SofortResult, SofortStore, TableRef, TxHandle,
+    };
+}

@@ -33,6 +33,7 @@ use crate::schema::Table;
 use crate::value::{Row, Value};
 
 pub(crate) mod reference;
+pub(crate) mod sofort;
 
 /// How `commit` acknowledges.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

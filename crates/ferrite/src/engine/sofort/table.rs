@@ -1,0 +1,410 @@
+//! A SOFORT table in PM: its descriptor, the MVCC array, one value array per column, one value
+//! heap per `str`/`bytes` column, row-id allocation and the DRAM indexes
+//! (`docs/design/sofort.md` §2.1, §7; spec §2.1).
+//!
+//! # Invariants
+//! - Chunk `k` is usable (`k < chunks`) only when block `k` exists in the MVCC array and in
+//!   every value array; row `r` lives in chunk `r / 512`.
+//! - A row id is in at most one place: handed to one inserting transaction, in use, or in the
+//!   reusable queue (once). Ids `>= next` are unused.
+//! - The indexes hold `(key, row)` for every row in use that is not collected (all versions,
+//!   uncommitted ones included), and nothing for rows in the reusable queue.
+//!
+//! # Ordering
+//! Rows are written with non-temporal stores (values) and `Release` stores (`CTS` then `DTS`);
+//! nothing here flushes: the transaction's commit does (P-SOF-5).
+//!
+//! # Concurrency
+//! Row-id allocation and chunk creation under the table's mutex; each heap under its own; each
+//! index under an `RwLock`. MVCC words and value slots are accessed lock-free.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use ferrite_pmem::{PPtr, Space};
+
+use super::heap::Heap;
+use super::layout::*;
+use super::pm::{BlockArray, Init, Pm, corrupt, lock};
+use super::{SofortError, SofortResult};
+use crate::schema::{Table, TableSchema};
+use crate::storage::StorageResult;
+use crate::value::{Row, Type, Value};
+
+/// Row ids handed out by a table.
+#[derive(Debug, Default)]
+pub(super) struct RowAlloc {
+    pub next: u64,
+    pub reusable: VecDeque<u64>,
+}
+
+/// An index: `(key, row id)` entries.
+pub(super) type IndexSet = RwLock<BTreeSet<(Vec<u8>, u64)>>;
+
+/// One table (see the module docs).
+#[derive(Debug)]
+pub struct PTable {
+    pub(super) id: u16,
+    pub(super) table: Table,
+    pub(super) mvcc: BlockArray,
+    pub(super) cols: Vec<BlockArray>,
+    pub(super) heaps: Vec<Option<Heap>>,
+    pub(super) rows: Mutex<RowAlloc>,
+    pub(super) chunks: AtomicU64,
+    pub(super) pk: IndexSet,
+    pub(super) sec: Vec<IndexSet>,
+}
+
+impl PTable {
+    /// Loads a table from its descriptor at `g` (already validated) with its arrays.
+    pub(super) fn load(pm: &Pm, id: u16, desc: PPtr, table: Table) -> StorageResult<PTable> {
+        let at = |off: u64| PPtr::new(desc.segment, desc.offset + off);
+        let mvcc = BlockArray::load(pm, at(T_MVCC_ROOT), MVCC_BLOCK, Init::Zero)?;
+        let mut cols = Vec::new();
+        let mut heaps = Vec::new();
+        for (c, col) in table.schema.columns().iter().enumerate() {
+            let c = c as u64;
+            cols.push(BlockArray::load(pm, at(t_values_root(c)), VALUE_BLOCK, Init::None)?);
+            heaps.push(match col.ty() {
+                Type::Bytes | Type::Str => Some(Heap::load(pm, at(t_heap_root(c)))?),
+                _ => None,
+            });
+        }
+        let chunks = cols.iter().map(BlockArray::count).fold(mvcc.count(), u64::min);
+        let sec = table.indexes.iter().map(|_| RwLock::new(BTreeSet::new())).collect();
+        Ok(PTable {
+            id,
+            table,
+            mvcc,
+            cols,
+            heaps,
+            rows: Mutex::new(RowAlloc::default()),
+            chunks: AtomicU64::new(chunks),
+            pk: RwLock::new(BTreeSet::new()),
+            sec,
+        })
+    }
+
+    /// The table's id (its entry in the table directory).
+    pub fn id(&self) -> u16 {
+        self.id
+    }
+
+    /// The table's schema.
+    pub fn schema(&self) -> &TableSchema {
+        &self.table.schema
+    }
+
+    /// The table's name.
+    pub fn name(&self) -> &str {
+        self.table.name()
+    }
+
+    /// Complete chunks.
+    pub(super) fn chunk_count(&self) -> u64 {
+        self.chunks.load(Ordering::Acquire)
+    }
+
+    /// Global offset of row `r`'s MVCC entry.
+    #[inline]
+    pub(super) fn mvcc_at(&self, r: u64) -> StorageResult<u64> {
+        let k = r / CHUNK_ROWS;
+        match (k < self.chunk_count()).then(|| self.mvcc.block(k)).flatten() {
+            Some(g) => Ok(g + (r % CHUNK_ROWS) * 16),
+            None => Err(corrupt(format!("row {r} is outside the table"), self.name().to_owned())),
+        }
+    }
+
+    /// Global offset of row `r`'s slot of column `c`.
+    #[inline]
+    fn slot_at(&self, c: usize, r: u64) -> StorageResult<u64> {
+        let k = r / CHUNK_ROWS;
+        match self.cols.get(c).and_then(|a| a.block(k)) {
+            Some(g) if k < self.chunk_count() => Ok(g + (r % CHUNK_ROWS) * 8),
+            _ => Err(corrupt(format!("row {r} is outside the table"), self.name().to_owned())),
+        }
+    }
+
+    /// Takes a row id: a reusable one, else the next, creating its chunk if needed.
+    pub(super) fn take_row(&self, pm: &Pm) -> SofortResult<u64> {
+        let mut a = lock(&self.rows);
+        if let Some(r) = a.reusable.pop_front() {
+            return Ok(r);
+        }
+        let r = a.next;
+        if r >= MAX_ROWS {
+            return Err(SofortError::Storage(crate::storage::StorageError::PoolFull {
+                at: format!("table {:?}", self.name()),
+                requested: 1,
+                available: 0,
+            }));
+        }
+        let k = r / CHUNK_ROWS;
+        if k >= self.chunk_count() {
+            self.mvcc.ensure(pm, k)?;
+            for a in &self.cols {
+                a.ensure(pm, k)?;
+            }
+            self.chunks.store(k + 1, Ordering::Release);
+        }
+        a.next = r + 1;
+        Ok(r)
+    }
+
+    /// Returns row ids that no version needs any more.
+    pub(super) fn give_back(&self, rows: impl IntoIterator<Item = u64>) {
+        lock(&self.rows).reusable.extend(rows);
+    }
+
+    /// Writes `row`'s values into row `r`'s slots (non-temporal). Returns the ranges written
+    /// (for a commit on another thread). On error nothing stays allocated.
+    pub(super) fn write_values(
+        &self,
+        pm: &Pm,
+        r: u64,
+        row: &[Value],
+        nt: &mut Vec<(u64, u64)>,
+    ) -> SofortResult<()> {
+        let s = pm.s();
+        let mut words = Vec::with_capacity(row.len());
+        let mut taken: Vec<(usize, u64)> = Vec::new();
+        let undo = |taken: &[(usize, u64)]| {
+            for &(c, w) in taken {
+                self.release_ref(c, w);
+            }
+        };
+        for (c, v) in row.iter().enumerate() {
+            let w = match v {
+                Value::I64(x) => Ok(*x as u64),
+                Value::F64(x) => Ok(x.to_bits()),
+                Value::Bytes(b) => self.put_heap(pm, c, b, nt),
+                Value::Str(x) => self.put_heap(pm, c, x.as_bytes(), nt),
+            };
+            match w {
+                Ok(w) => {
+                    if matches!(v, Value::Bytes(_) | Value::Str(_)) {
+                        taken.push((c, w));
+                    }
+                    words.push(w);
+                }
+                Err(e) => {
+                    undo(&taken);
+                    return Err(e);
+                }
+            }
+        }
+        for (c, w) in words.iter().enumerate() {
+            let g = match self.slot_at(c, r) {
+                Ok(g) => g,
+                Err(e) => {
+                    undo(&taken);
+                    return Err(e.into());
+                }
+            };
+            s.copy_nt(g, &w.to_le_bytes())?;
+            nt.push((g, 8));
+        }
+        Ok(())
+    }
+
+    fn put_heap(&self, pm: &Pm, c: usize, b: &[u8], nt: &mut Vec<(u64, u64)>) -> SofortResult<u64> {
+        let heap = self.heaps.get(c).and_then(Option::as_ref).ok_or_else(|| {
+            SofortError::Storage(corrupt("a string column without a heap", self.name()))
+        })?;
+        let len = b.len() as u64;
+        if len > HEAP_CHUNK {
+            return Err(SofortError::ValueTooLarge {
+                column: self.table.column_name(c).to_owned(),
+                len,
+                max: HEAP_CHUNK,
+            });
+        }
+        if len == 0 {
+            return Ok(pack_ref(0, 0, 0));
+        }
+        let ext = extent_len(len);
+        let (chunk, off) = heap.alloc(pm, ext)?;
+        let g =
+            heap.arr.block(chunk).ok_or_else(|| corrupt("heap chunk missing", self.name()))? + off;
+        let mut buf = b.to_vec();
+        buf.resize(ext as usize, 0);
+        if let Err(e) = pm.s().copy_nt(g, &buf) {
+            heap.release(chunk, off, ext);
+            return Err(e.into());
+        }
+        nt.push((g, ext));
+        Ok(pack_ref(chunk, off, len))
+    }
+
+    /// Frees the extent of heap reference `w` of column `c` (no-op for inline columns).
+    fn release_ref(&self, c: usize, w: u64) {
+        if let Some(Some(h)) = self.heaps.get(c) {
+            let (chunk, off, len) = unpack_ref(w);
+            if len > 0 {
+                h.release(chunk, off, extent_len(len));
+            }
+        }
+    }
+
+    /// The heap extents (column, chunk, offset, extent length) of row `r`.
+    pub(super) fn extents(&self, s: &Space, r: u64) -> StorageResult<Vec<(usize, u64, u64, u64)>> {
+        let mut out = Vec::new();
+        for (c, h) in self.heaps.iter().enumerate() {
+            if h.is_some() {
+                let w = s.load_u64(self.slot_at(c, r)?, Ordering::Acquire)?;
+                let (chunk, off, len) = unpack_ref(w);
+                if len > 0 {
+                    out.push((c, chunk, off, extent_len(len)));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Frees row `r`'s extents (its version is collected).
+    pub(super) fn release_extents(&self, s: &Space, r: u64) -> StorageResult<()> {
+        for (c, chunk, off, len) in self.extents(s, r)? {
+            if let Some(Some(h)) = self.heaps.get(c) {
+                h.release(chunk, off, len);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads row `r`'s values. Bad stored references are `Corrupted`.
+    pub(super) fn read_row(&self, s: &Space, r: u64) -> StorageResult<Row> {
+        let mut row = Vec::with_capacity(self.cols.len());
+        for (c, col) in self.table.schema.columns().iter().enumerate() {
+            let w = s.load_u64(self.slot_at(c, r)?, Ordering::Acquire)?;
+            row.push(match col.ty() {
+                Type::I64 => Value::I64(w as i64),
+                Type::F64 => Value::F64(f64::from_bits(w)),
+                Type::Bytes => Value::Bytes(self.read_heap(s, c, w)?),
+                Type::Str => {
+                    Value::Str(String::from_utf8(self.read_heap(s, c, w)?).map_err(|_| {
+                        corrupt(format!("row {r} column {c}: not UTF-8"), self.name())
+                    })?)
+                }
+            });
+        }
+        Ok(row)
+    }
+
+    fn read_heap(&self, s: &Space, c: usize, w: u64) -> StorageResult<Vec<u8>> {
+        let (chunk, off, len) = unpack_ref(w);
+        let mut b = vec![0u8; len as usize];
+        if len == 0 {
+            return Ok(b);
+        }
+        let g = self
+            .heaps
+            .get(c)
+            .and_then(Option::as_ref)
+            .and_then(|h| h.arr.block(chunk))
+            .filter(|_| off % 8 == 0 && off + extent_len(len) <= HEAP_CHUNK)
+            .ok_or_else(|| {
+                corrupt(format!("column {c}: bad value reference {chunk}:{off}+{len}"), self.name())
+            })?;
+        s.read_into(g + off, &mut b)?;
+        Ok(b)
+    }
+
+    // ----- indexes -----
+
+    /// The primary-key and secondary keys of a row.
+    pub(super) fn keys(&self, row: &[Value]) -> (Vec<u8>, Vec<Vec<u8>>) {
+        let pk = self.table.encode_pk(row);
+        let sec = self.table.indexes.iter().map(|ix| self.table.index_prefix(ix, row)).collect();
+        (pk, sec)
+    }
+
+    pub(super) fn index_add(&self, r: u64, row: &[Value]) {
+        let (pk, sec) = self.keys(row);
+        self.pk.write().unwrap_or_else(|p| p.into_inner()).insert((pk, r));
+        for (ix, k) in self.sec.iter().zip(sec) {
+            ix.write().unwrap_or_else(|p| p.into_inner()).insert((k, r));
+        }
+    }
+
+    pub(super) fn index_remove(&self, r: u64, row: &[Value]) {
+        let (pk, sec) = self.keys(row);
+        self.pk.write().unwrap_or_else(|p| p.into_inner()).remove(&(pk, r));
+        for (ix, k) in self.sec.iter().zip(sec) {
+            ix.write().unwrap_or_else(|p| p.into_inner()).remove(&(k, r));
+        }
+    }
+
+    /// The index `index` (`None`: primary), for range iteration.
+    pub(super) fn index(&self, index: Option<usize>) -> SofortResult<&IndexSet> {
+        match index {
+            None => Ok(&self.pk),
+            Some(i) => self.sec.get(i).ok_or_else(|| {
+                SofortError::Storage(crate::storage::StorageError::InvalidArgument(format!(
+                    "table {:?} has no index #{i}",
+                    self.name()
+                )))
+            }),
+        }
+    }
+
+    /// The key of row `row` in index `index`.
+    pub(super) fn key_of(&self, index: Option<usize>, row: &[Value]) -> Vec<u8> {
+        match index.and_then(|i| self.table.indexes.get(i)) {
+            None => self.table.encode_pk(row),
+            Some(ix) => self.table.index_prefix(ix, row),
+        }
+    }
+
+    /// Up to `max` candidates `(key, row)` of `index` within the entry bounds `(lo, hi)`, in
+    /// entry order (descending if not `ascending`).
+    pub(super) fn candidates(
+        &self,
+        index: Option<usize>,
+        lo: &EntryBound,
+        hi: &EntryBound,
+        ascending: bool,
+        max: usize,
+    ) -> SofortResult<Vec<(Vec<u8>, u64)>> {
+        match (lo, hi) {
+            (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b))
+                if a > b
+                    || (a == b
+                        && !(matches!(lo, Bound::Included(_))
+                            && matches!(hi, Bound::Included(_)))) =>
+            {
+                return Ok(Vec::new());
+            }
+            _ => {}
+        }
+        let set = self.index(index)?.read().unwrap_or_else(|p| p.into_inner());
+        let it = set.range((lo.clone(), hi.clone()));
+        Ok(if ascending {
+            it.take(max).cloned().collect()
+        } else {
+            it.rev().take(max).cloned().collect()
+        })
+    }
+}
+
+/// A bound on index entries `(key, row id)`.
+pub(super) type EntryBound = Bound<(Vec<u8>, u64)>;
+
+/// The entry bounds of a key range: keys in `(lower, upper)`, any row id.
+pub(super) fn entry_bounds(lower: Bound<&[u8]>, upper: Bound<&[u8]>) -> (EntryBound, EntryBound) {
+    let lo = match lower {
+        Bound::Included(k) => Bound::Included((k.to_vec(), 0)),
+        Bound::Excluded(k) => Bound::Excluded((k.to_vec(), u64::MAX)),
+        Bound::Unbounded => Bound::Unbounded,
+    };
+    let hi = match upper {
+        Bound::Included(k) => Bound::Included((k.to_vec(), u64::MAX)),
+        Bound::Excluded(k) => Bound::Excluded((k.to_vec(), 0)),
+        Bound::Unbounded => Bound::Unbounded,
+    };
+    (lo, hi)
+}
+
+/// Shared handle to a table.
+pub type TableRef = Arc<PTable>;

@@ -1,0 +1,658 @@
+//! Unit tests of the SOFORT core: visibility, exact persist counts, reopen (clean and after a
+//! drop without close), crash images at every fence (with nested crashes in recovery),
+//! recovery idempotence, GC and row reuse, typed errors.
+//!
+//! Random tests print their seed; `FERRITE_TEST_SEED` replays one.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use ferrite_pmem::internals::testing::TestDir;
+use ferrite_pmem::sim::{Event, EventKind, SimDomain};
+use ferrite_pmem::{Counters, CrashImage, ImageSpec, Options, Pick, PoolSet, SplitMix64};
+
+use super::layout::*;
+use super::*;
+use crate::TableSchema;
+use crate::encoding::encode_key;
+use crate::storage::StorageError;
+use crate::value::{Type, Value};
+
+const SEG: u64 = 1 << 20;
+
+fn opts() -> Options {
+    Options::default().layout("sofort-test").segment_size(SEG)
+}
+
+fn sopts(slots: u32) -> SofortOptions {
+    SofortOptions { slots, alloc_slots: 1 }
+}
+
+fn seed() -> u64 {
+    let s = std::env::var("FERRITE_TEST_SEED")
+        .ok()
+        .and_then(|v| match v.strip_prefix("0x") {
+            Some(h) => u64::from_str_radix(h, 16).ok(),
+            None => v.parse().ok(),
+        })
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+                as u64
+        });
+    eprintln!("FERRITE_TEST_SEED={s:#x}");
+    s
+}
+
+fn kv_schema() -> TableSchema {
+    TableSchema::new("kv")
+        .column("k", Type::I64)
+        .column("v", Type::Str)
+        .column("n", Type::I64)
+        .primary_key("k")
+        .index("by_n", ["n"])
+}
+
+fn pk(k: i64) -> Vec<u8> {
+    encode_key([&Value::I64(k)])
+}
+
+fn row(k: i64, v: &str, n: i64) -> Vec<Value> {
+    vec![Value::I64(k), Value::from(v), Value::I64(n)]
+}
+
+fn sim_store(slots: u32) -> SofortStore {
+    let set = PoolSet::create_sim(&opts()).expect("sim set");
+    SofortStore::create(set, sopts(slots)).expect("create")
+}
+
+/// Every visible row of `kv`, by key.
+fn contents(st: &SofortStore) -> BTreeMap<i64, (String, i64)> {
+    let t = st.table("kv").expect("kv");
+    let mut tx = st.begin(true).expect("begin");
+    let rows = tx
+        .scan_at(&t, None, Bound::Unbounded, Bound::Unbounded, true, usize::MAX, tx.sts())
+        .expect("scan");
+    tx.commit().expect("read-only commit");
+    rows.into_iter()
+        .map(|(_, r)| {
+            (r[0].as_i64().unwrap(), (r[1].as_str().unwrap().to_owned(), r[2].as_i64().unwrap()))
+        })
+        .collect()
+}
+
+fn upsert(st: &SofortStore, tx: &mut TxHandle, k: i64, v: &str, n: i64) -> SofortResult<()> {
+    let t = st.table("kv").expect("kv");
+    match tx.get(&t, &pk(k))? {
+        Some((r, _)) => tx.update(&t, r, &row(k, v, n)).map(|_| ()),
+        None => tx.insert(&t, &row(k, v, n)).map(|_| ()),
+    }
+}
+
+fn remove(st: &SofortStore, tx: &mut TxHandle, k: i64) -> SofortResult<()> {
+    let t = st.table("kv").expect("kv");
+    if let Some((r, _)) = tx.get(&t, &pk(k))? {
+        tx.delete(&t, r)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn visibility_matrix() {
+    let st = sim_store(8);
+    let t = st.create_table(kv_schema()).unwrap();
+    // A committed row.
+    let mut a = st.begin(false).unwrap();
+    let r0 = a.insert(&t, &row(1, "one", 1)).unwrap();
+    let c0 = a.commit().unwrap();
+    assert!(c0 > K_MIN_TS + 1);
+
+    let mut old = st.begin(true).unwrap(); // snapshot before the changes below
+    let mut w = st.begin(false).unwrap();
+    let r1 = w.insert(&t, &row(2, "two", 2)).unwrap();
+    w.delete(&t, r0).unwrap();
+    // The writer sees its own insert, not its own delete.
+    assert!(w.visible(&t, r1).unwrap());
+    assert!(!w.visible(&t, r0).unwrap());
+    // A read-only reader treats the uncommitted lock as not committed (FIX-5), no conflict.
+    assert!(old.visible(&t, r0).unwrap());
+    assert!(!old.visible(&t, r1).unwrap());
+    // A read-write reader meeting the lock conflicts and is doomed.
+    let mut rw = st.begin(false).unwrap();
+    assert!(matches!(rw.visible(&t, r1), Err(SofortError::Conflict(_))));
+    assert!(rw.is_doomed());
+    assert!(matches!(rw.commit(), Err(SofortError::Conflict(_))));
+    // Write-write conflict on the locked row.
+    let mut ww = st.begin(false).unwrap();
+    assert!(matches!(ww.delete(&t, r0), Err(SofortError::Conflict(_))));
+    ww.abort();
+    let c1 = w.commit().unwrap();
+    assert!(c1 > c0);
+    // The old snapshot still sees the deleted row and not the new one; a new one the reverse.
+    assert!(old.visible(&t, r0).unwrap() && !old.visible(&t, r1).unwrap());
+    let mut new = st.begin(true).unwrap();
+    assert!(!new.visible(&t, r0).unwrap() && new.visible(&t, r1).unwrap());
+    // Visibility at explicit times around the commit timestamps.
+    assert!(!new.visible_at(&t, r1, c1 - 1).unwrap() && new.visible_at(&t, r1, c1).unwrap());
+    assert!(new.visible_at(&t, r0, c0).unwrap() && !new.visible_at(&t, r0, c1).unwrap());
+    assert!(!new.visible_at(&t, r0, c0 - 1).unwrap());
+    assert_eq!(new.get(&t, &pk(2)).unwrap().map(|x| x.0), Some(r1));
+    assert_eq!(new.get(&t, &pk(1)).unwrap(), None);
+    old.commit().unwrap();
+    new.commit().unwrap();
+    // An aborted insert is invisible to everyone and its slot is reused.
+    let mut ab = st.begin(false).unwrap();
+    let r2 = ab.insert(&t, &row(3, "three", 3)).unwrap();
+    ab.abort();
+    let mut rd = st.begin(false).unwrap();
+    assert!(!rd.visible(&t, r2).unwrap());
+    assert_eq!(rd.insert(&t, &row(4, "four", 4)).unwrap(), r2, "aborted slot reused at once");
+    rd.commit().unwrap();
+    // Secondary index scan, both directions.
+    let mut s = st.begin(true).unwrap();
+    let n4 = encode_key([&Value::I64(4)]);
+    let asc = s.scan_at(&t, Some(0), Bound::Unbounded, Bound::Included(&n4), true, 10, s.sts());
+    let keys: Vec<i64> = asc.unwrap().iter().map(|(_, r)| r[0].as_i64().unwrap()).collect();
+    assert_eq!(keys, vec![2, 4]);
+    let desc = s.scan_at(&t, Some(0), Bound::Unbounded, Bound::Unbounded, false, 1, s.sts());
+    assert_eq!(desc.unwrap()[0].1[0], Value::I64(4));
+    drop(s);
+    st.check().unwrap();
+}
+
+#[test]
+fn fence_counts_of_single_row_transactions() {
+    let st = sim_store(4);
+    let t = st.create_table(kv_schema()).unwrap();
+    let v = "x".repeat(100);
+    // Warm up: the first chunk, heap chunk and area exist afterwards.
+    let mut w = st.begin(false).unwrap();
+    w.insert(&t, &row(0, &v, 0)).unwrap();
+    w.commit().unwrap();
+
+    // Single-row insert: F1 (1 MVCC line), F2 (1 header line), finalization (1 line).
+    let before = Counters::snapshot();
+    let mut tx = st.begin(false).unwrap();
+    let r = tx.insert(&t, &row(1, &v, 1)).unwrap();
+    tx.commit().unwrap();
+    let d = Counters::snapshot() - before;
+    assert_eq!((d.fences, d.lines_flushed()), (2, 3), "insert: {d:?}");
+    assert_eq!(d.nt_bytes, 8 + 104 + 8 + 8, "k, v's extent, v's slot, n: {d:?}");
+
+    // Single-row update (delete + insert; both rows on one MVCC line): the same.
+    let before = Counters::snapshot();
+    let mut tx = st.begin(false).unwrap();
+    tx.update(&t, r, &row(1, &v, 2)).unwrap();
+    tx.commit().unwrap();
+    let d = Counters::snapshot() - before;
+    assert_eq!((d.fences, d.lines_flushed()), (2, 3), "update: {d:?}");
+
+    // An update whose versions sit on two MVCC lines: 2 fences, 2 + 1 + 2 lines.
+    for k in 2..4 {
+        let mut tx = st.begin(false).unwrap();
+        tx.insert(&t, &row(k, &v, k)).unwrap();
+        tx.commit().unwrap();
+    }
+    let mut tx = st.begin(false).unwrap();
+    let (r, _) = tx.get(&t, &pk(0)).unwrap().unwrap();
+    let before = Counters::snapshot();
+    tx.update(&t, r, &row(0, &v, 9)).unwrap();
+    tx.commit().unwrap();
+    let d = Counters::snapshot() - before;
+    assert_eq!((d.fences, d.lines_flushed()), (2, 5), "update over two lines: {d:?}");
+
+    // Read-only and aborted transactions persist nothing.
+    let before = Counters::snapshot();
+    let mut ro = st.begin(true).unwrap();
+    ro.get(&t, &pk(1)).unwrap().unwrap();
+    ro.commit().unwrap();
+    let mut ab = st.begin(false).unwrap();
+    ab.insert(&t, &row(50, &v, 0)).unwrap();
+    ab.abort();
+    let d = Counters::snapshot() - before;
+    assert_eq!((d.fences, d.lines_flushed()), (0, 0), "read-only + abort: {d:?}");
+}
+
+#[test]
+fn reopen_after_close_and_after_drop_without_close() {
+    let dir = TestDir::new("sofort-reopen");
+    let path = dir.join("db");
+    {
+        let st = SofortStore::create(PoolSet::create(&path, &opts()).unwrap(), sopts(4)).unwrap();
+        st.create_table(kv_schema()).unwrap();
+        let mut tx = st.begin(false).unwrap();
+        for k in 0..700 {
+            upsert(&st, &mut tx, k, &format!("v{k}"), k % 7).unwrap();
+        }
+        tx.commit().unwrap();
+        st.close().unwrap();
+    }
+    let (st, rep) = SofortStore::open(PoolSet::open(&path, &opts()).unwrap()).unwrap();
+    assert_eq!(rep.live_rows, 700);
+    let c = contents(&st);
+    assert_eq!(c.len(), 700);
+    assert_eq!(c[&699], ("v699".to_owned(), 699 % 7));
+    // Committed changes, then an uncommitted one; drop everything without close (a crash
+    // as far as the pool is concerned: only what was persisted survives).
+    let mut tx = st.begin(false).unwrap();
+    upsert(&st, &mut tx, 5, "five", 55).unwrap();
+    remove(&st, &mut tx, 6).unwrap();
+    tx.commit().unwrap();
+    let mut open = st.begin(false).unwrap();
+    upsert(&st, &mut open, 7, "uncommitted", 0).unwrap();
+    remove(&st, &mut open, 8).unwrap();
+    open.abandon(); // no abort runs: its locks stay in PM
+    drop(st);
+    let (st, rep) = SofortStore::open(PoolSet::open(&path, &opts()).unwrap()).unwrap();
+    assert!(rep.undone >= 2, "{rep:?}");
+    let c = contents(&st);
+    assert_eq!(c[&5], ("five".to_owned(), 55));
+    assert!(!c.contains_key(&6));
+    assert_eq!(c[&7], ("v7".to_owned(), 0));
+    assert_eq!(c[&8], ("v8".to_owned(), 1));
+    assert_eq!(c.len(), 699);
+    st.check().unwrap();
+    st.close().unwrap();
+}
+
+/// A deterministic workload on `kv`: the model after each transaction that commits.
+struct Workload {
+    txns: Vec<Vec<Op>>,
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Put(i64, String, i64),
+    Del(i64),
+    Abort,
+}
+
+impl Workload {
+    fn new(seed: u64, n: usize) -> Workload {
+        let mut rng = SplitMix64::new(seed);
+        let mut txns = Vec::new();
+        for i in 0..n {
+            let len = match i % 7 {
+                3 => 6,   // beyond the header line (F1.5)
+                5 => 130, // beyond the area (an extension block)
+                _ => 1 + (rng.next_u64() % 2) as usize,
+            };
+            let mut ops = Vec::new();
+            for _ in 0..len {
+                let k = (rng.next_u64() % 40) as i64;
+                if rng.next_u64().is_multiple_of(4) {
+                    ops.push(Op::Del(k));
+                } else {
+                    let v = "v".repeat((rng.next_u64() % 40) as usize);
+                    ops.push(Op::Put(k, v, (rng.next_u64() % 5) as i64));
+                }
+            }
+            if i % 11 == 4 {
+                ops.push(Op::Abort);
+            }
+            txns.push(ops);
+        }
+        Workload { txns }
+    }
+
+    /// The model after the first `n` transactions.
+    fn model(&self, n: usize) -> BTreeMap<i64, (String, i64)> {
+        let mut m = BTreeMap::new();
+        for ops in &self.txns[..n] {
+            if ops.iter().any(|o| matches!(o, Op::Abort)) {
+                continue;
+            }
+            for o in ops {
+                match o {
+                    Op::Put(k, v, x) => {
+                        m.insert(*k, (v.clone(), *x));
+                    }
+                    Op::Del(k) => {
+                        m.remove(k);
+                    }
+                    Op::Abort => {}
+                }
+            }
+        }
+        m
+    }
+
+    /// Runs transaction `i` (every third one moves to another thread to commit).
+    fn run(&self, st: &SofortStore, i: usize) {
+        let mut tx = st.begin(false).unwrap();
+        for o in &self.txns[i] {
+            match o {
+                Op::Put(k, v, x) => upsert(st, &mut tx, *k, v, *x).unwrap(),
+                Op::Del(k) => remove(st, &mut tx, *k).unwrap(),
+                Op::Abort => {
+                    tx.abort();
+                    return;
+                }
+            }
+        }
+        if i % 3 == 2 {
+            std::thread::scope(|s| s.spawn(move || tx.commit().unwrap()).join().unwrap());
+        } else {
+            tx.commit().unwrap();
+        }
+    }
+}
+
+/// Captures crash images at every fence: durable only, with the fencing thread's pending
+/// lines, with every dirty line evicted, and a random mix.
+fn capturing_hook(
+    images: Arc<Mutex<Vec<(u64, CrashImage)>>>,
+    acked: Arc<AtomicU64>,
+    seed: u64,
+) -> ferrite_pmem::sim::Hook {
+    let n = Arc::new(AtomicU64::new(0));
+    Arc::new(move |d: &SimDomain, e: &Event| {
+        if e.kind != EventKind::Fence {
+            return;
+        }
+        let a = acked.load(Ordering::SeqCst);
+        let i = n.fetch_add(1, Ordering::Relaxed);
+        let specs = [
+            ImageSpec::durable(),
+            ImageSpec { pending: Pick::All, ..ImageSpec::default() },
+            ImageSpec { pending: Pick::All, evict: Pick::All, ..ImageSpec::default() },
+            ImageSpec {
+                pending: Pick::Random(0.5),
+                evict: Pick::Random(0.5),
+                seed: seed ^ i,
+                ..ImageSpec::default()
+            },
+        ];
+        let mut v = images.lock().unwrap();
+        for s in &specs {
+            v.push((a, d.capture(s)));
+        }
+    })
+}
+
+#[test]
+fn crash_images_at_every_fence_recover_to_a_prefix() {
+    let seed = seed();
+    let w = Workload::new(seed, 24);
+    let st = sim_store(2);
+    st.create_table(kv_schema()).unwrap();
+    let domain = {
+        // The store's pool set is the only holder of the domain; reach it through a table op.
+        let t = st.table("kv").unwrap();
+        drop(t);
+        st.inner.pm.set().sim().unwrap().clone()
+    };
+    let images = Arc::new(Mutex::new(Vec::new()));
+    let acked = Arc::new(AtomicU64::new(0));
+    domain.set_hook(Some(capturing_hook(images.clone(), acked.clone(), seed)));
+    for i in 0..w.txns.len() {
+        w.run(&st, i);
+        acked.store(i as u64 + 1, Ordering::SeqCst);
+    }
+    domain.set_hook(None);
+    assert_eq!(contents(&st), w.model(w.txns.len()));
+    st.check().unwrap();
+    drop(st);
+    let images = std::mem::take(&mut *images.lock().unwrap());
+    assert!(images.len() > 100, "{} images", images.len());
+    let mut nested = 0;
+    for (k, (a, img)) in images.iter().enumerate() {
+        let a = *a as usize;
+        let set = PoolSet::open_sim(img, &opts()).unwrap();
+        let rec_domain = set.sim().unwrap().clone();
+        // Nested crashes: capture at every fence of this recovery (every 16th image).
+        let inner_images = Arc::new(Mutex::new(Vec::new()));
+        if k % 16 == 0 {
+            rec_domain.set_hook(Some(capturing_hook(
+                inner_images.clone(),
+                Arc::new(AtomicU64::new(0)),
+                seed,
+            )));
+        }
+        let (st, _) = SofortStore::open(set).unwrap_or_else(|e| panic!("image {k}: {e}"));
+        rec_domain.set_hook(None);
+        let got = contents(&st);
+        let ok = got == w.model(a) || (a < w.txns.len() && got == w.model(a + 1));
+        assert!(ok, "image {k} (acked {a}): {got:?}\nvs {:?}", w.model(a));
+        st.check().unwrap_or_else(|e| panic!("image {k}: {e}"));
+        // The store is usable after recovery.
+        let mut tx = st.begin(false).unwrap();
+        upsert(&st, &mut tx, 1000, "after", 0).unwrap();
+        tx.commit().unwrap();
+        drop(st);
+        // Recovery again from the states a crash during the first recovery leaves: the same
+        // contents (idempotence).
+        for (_, img2) in inner_images.lock().unwrap().iter() {
+            let set = PoolSet::open_sim(img2, &opts()).unwrap();
+            let (st2, _) = SofortStore::open(set).unwrap();
+            assert_eq!(contents(&st2), got, "nested image of {k}");
+            st2.check().unwrap();
+            nested += 1;
+        }
+    }
+    eprintln!("{} images, {nested} nested", images.len());
+    assert!(nested > 10, "{nested} nested images");
+}
+
+#[test]
+fn recovery_is_idempotent_on_one_image() {
+    let st = sim_store(2);
+    st.create_table(kv_schema()).unwrap();
+    let w = Workload::new(7, 12);
+    for i in 0..12 {
+        w.run(&st, i);
+    }
+    let mut open = st.begin(false).unwrap();
+    upsert(&st, &mut open, 3, "in flight", 0).unwrap();
+    let d = st.inner.pm.set().sim().unwrap().clone();
+    let img = d.capture(&ImageSpec { evict: Pick::All, ..ImageSpec::default() });
+    open.abandon();
+    drop(st);
+    let first = {
+        let (st, rep) = SofortStore::open(PoolSet::open_sim(&img, &opts()).unwrap()).unwrap();
+        assert!(rep.undone >= 1, "{rep:?}");
+        let c = contents(&st);
+        // Drop without close, then recover the recovered image again.
+        let again = st.inner.pm.set().sim().unwrap().capture(&ImageSpec::durable());
+        drop(st);
+        let (st2, rep2) = SofortStore::open(PoolSet::open_sim(&again, &opts()).unwrap()).unwrap();
+        assert_eq!(contents(&st2), c);
+        assert_eq!(rep2.rolled_forward, 0, "{rep2:?}");
+        st2.check().unwrap();
+        c
+    };
+    let (st, _) = SofortStore::open(PoolSet::open_sim(&img, &opts()).unwrap()).unwrap();
+    assert_eq!(contents(&st), first);
+    assert_eq!(first, w.model(12));
+}
+
+#[test]
+fn gc_reuses_row_slots_and_heap_space() {
+    let st = sim_store(1);
+    let t = st.create_table(kv_schema()).unwrap();
+    let mut tx = st.begin(false).unwrap();
+    for k in 0..10 {
+        tx.insert(&t, &row(k, &"a".repeat(200), 0)).unwrap();
+    }
+    tx.commit().unwrap();
+    for round in 0..300 {
+        let mut tx = st.begin(false).unwrap();
+        for k in 0..10 {
+            upsert(&st, &mut tx, k, &"b".repeat(100 + round % 50), round as i64).unwrap();
+        }
+        tx.commit().unwrap();
+    }
+    // With one slot, every start collects what the previous commit deleted: the table never
+    // grows past its first chunk, and the heap stays at its first chunk.
+    assert_eq!(t.chunk_count(), 1);
+    assert!(t.heaps[1].as_ref().unwrap().arr.count() <= 2);
+    let rep = st.check().unwrap();
+    assert_eq!(rep.live_rows, 10);
+    assert!(super::pm::lock(&t.rows).next <= 20, "{rep:?}");
+    let c = contents(&st);
+    assert_eq!(c[&3].1, 299);
+}
+
+#[test]
+fn busy_when_every_slot_is_taken_and_value_limits() {
+    let st = sim_store(2);
+    let t = st.create_table(kv_schema()).unwrap();
+    let a = st.begin(false).unwrap();
+    let b = st.begin(true).unwrap();
+    assert!(matches!(st.begin(false), Err(SofortError::Busy(_))));
+    drop(a);
+    let mut c = st.begin(false).unwrap();
+    let big = "z".repeat(HEAP_CHUNK as usize + 1);
+    assert!(matches!(c.insert(&t, &row(1, &big, 0)), Err(SofortError::ValueTooLarge { .. })));
+    let max = "z".repeat(HEAP_CHUNK as usize);
+    c.insert(&t, &row(1, &max, 0)).unwrap();
+    c.insert(&t, &row(2, "", 0)).unwrap();
+    assert!(matches!(
+        c.insert(&t, &[Value::I64(3)]),
+        Err(SofortError::Schema(crate::error::SchemaError::Arity { .. }))
+    ));
+    c.commit().unwrap();
+    drop(b);
+    assert!(matches!(
+        st.create_table(kv_schema()),
+        Err(SofortError::Schema(crate::error::SchemaError::TableExists(_)))
+    ));
+    let got = contents(&st);
+    assert_eq!(got[&1].0.len(), HEAP_CHUNK as usize);
+    assert_eq!(got[&2].0, "");
+}
+
+fn catalog_word(st: &SofortStore, off: u64) -> u64 {
+    st.inner.pm.s().load_u64(st.inner.pm.cat + off, Ordering::Acquire).unwrap()
+}
+
+fn poke(st: &SofortStore, off: u64, v: u64) {
+    let pm = &st.inner.pm;
+    pm.s().store_u64(pm.cat + off, v, Ordering::Release).unwrap();
+    pm.s().persist(pm.cat + off, 8).unwrap();
+}
+
+#[test]
+fn corrupt_or_newer_catalogs_are_typed_errors() {
+    let dir = TestDir::new("sofort-corrupt");
+    type Case = (u64, fn(u64) -> u64, &'static str);
+    let cases: [Case; 4] = [
+        (C_MAGIC, |_| 0, "corrupted"),
+        (C_MAGIC, |m| m ^ 1, "corrupted"),
+        (8, |w| w + 1, "incompatible"),       // version
+        (32, |w| w ^ (1 << 40), "corrupted"), // slots/chunk rows: checksum
+    ];
+    for (i, (off, f, kind)) in cases.into_iter().enumerate() {
+        let path = dir.join(&format!("db{i}"));
+        let st = SofortStore::create(PoolSet::create(&path, &opts()).unwrap(), sopts(2)).unwrap();
+        st.create_table(kv_schema()).unwrap();
+        let w = catalog_word(&st, off);
+        poke(&st, off, f(w));
+        st.close().unwrap();
+        let err = SofortStore::open(PoolSet::open(&path, &opts()).unwrap()).unwrap_err();
+        let ok = match kind {
+            "corrupted" => matches!(err, SofortError::Storage(StorageError::Corrupted { .. })),
+            _ => matches!(err, SofortError::Storage(StorageError::Incompatible { .. })),
+        };
+        assert!(ok, "case {i}: {err:?}");
+        // Nothing changed: the bad word is still there, and restoring it opens the store.
+        let set = PoolSet::open(&path, &opts()).unwrap();
+        let alloc = crate::alloc::PAllocator::open(Arc::new(set)).unwrap();
+        let root = alloc.pool().resolve(alloc.root_location()).unwrap();
+        let cat = alloc.pool().load_pptr(root).unwrap();
+        let g = alloc.pool().resolve(cat).unwrap();
+        assert_eq!(alloc.pool().load_u64(g + off, Ordering::Acquire).unwrap(), f(w));
+        alloc.pool().store_u64(g + off, w, Ordering::Release).unwrap();
+        alloc.pool().persist(g + off, 8).unwrap();
+        alloc.close().unwrap();
+        let (st, _) = SofortStore::open(PoolSet::open(&path, &opts()).unwrap()).unwrap();
+        assert!(st.table("kv").is_some());
+    }
+    // A table descriptor whose schema bytes are damaged.
+    let path = dir.join("desc");
+    let st = SofortStore::create(PoolSet::create(&path, &opts()).unwrap(), sopts(2)).unwrap();
+    st.create_table(kv_schema()).unwrap();
+    let pm = &st.inner.pm;
+    let d = pm.s().load_pptr(pm.set().resolve(st.inner.table_dir).unwrap()).unwrap();
+    let g = pm.set().resolve(d).unwrap() + TABLE_HEAD + 3 * T_COLUMN;
+    let b = pm.s().load_u64(g, Ordering::Acquire).unwrap();
+    pm.s().store_u64(g, b ^ 0xff00, Ordering::Release).unwrap();
+    pm.s().persist(g, 8).unwrap();
+    st.close().unwrap();
+    let err = SofortStore::open(PoolSet::open(&path, &opts()).unwrap()).unwrap_err();
+    assert!(matches!(err, SofortError::Storage(StorageError::Corrupted { .. })), "{err:?}");
+}
+
+#[test]
+fn a_full_pool_is_pool_full_and_earlier_commits_stay() {
+    let dir = TestDir::new("sofort-full");
+    let path = dir.join("db");
+    let o = opts().max_pool_size(3 * SEG);
+    let st = SofortStore::create(PoolSet::create(&path, &o).unwrap(), sopts(2)).unwrap();
+    st.create_table(kv_schema()).unwrap();
+    let big = "f".repeat(4000);
+    let mut k = 0i64;
+    let err = loop {
+        let mut tx = st.begin(false).unwrap();
+        let r = (0..8).try_for_each(|j| upsert(&st, &mut tx, k * 8 + j, &big, j));
+        match r {
+            Ok(()) => {
+                tx.commit().unwrap();
+                k += 1;
+            }
+            Err(e) => {
+                tx.abort();
+                break e;
+            }
+        }
+        assert!(k < 10_000, "never full");
+    };
+    assert!(matches!(err, SofortError::Storage(StorageError::PoolFull { .. })), "{err:?}");
+    assert_eq!(contents(&st).len() as i64, k * 8);
+    st.check().unwrap();
+    // Still usable: replacing values reuses freed space after GC.
+    let mut tx = st.begin(false).unwrap();
+    remove(&st, &mut tx, 0).unwrap();
+    tx.commit().unwrap();
+    drop(st);
+    let (st, _) = SofortStore::open(PoolSet::open(&path, &o).unwrap()).unwrap();
+    assert_eq!(contents(&st).len() as i64, k * 8 - 1);
+    let mut tx = st.begin(false).unwrap();
+    upsert(&st, &mut tx, 0, &big, 0).unwrap();
+    tx.commit().unwrap();
+    st.check().unwrap();
+}
+
+#[test]
+fn threads_commit_disjoint_and_conflicting_transactions() {
+    let st = sim_store(8);
+    st.create_table(kv_schema()).unwrap();
+    let mut tx = st.begin(false).unwrap();
+    upsert(&st, &mut tx, 5000, "shared", 0).unwrap();
+    tx.commit().unwrap();
+    let barrier = std::sync::Barrier::new(2);
+    std::thread::scope(|s| {
+        for th in 0..2i64 {
+            let st = &st;
+            let barrier = &barrier;
+            s.spawn(move || {
+                barrier.wait();
+                let mut done = 0;
+                while done < 200 {
+                    let mut tx = st.begin(false).unwrap();
+                    let r = upsert(st, &mut tx, th * 1000 + done % 20, "t", done)
+                        .and_then(|()| upsert(st, &mut tx, 5000, "shared", th));
+                    match r.and_then(|()| tx.commit().map(|_| ())) {
+                        Ok(()) => done += 1,
+                        Err(SofortError::Conflict(_)) => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            });
+        }
+    });
+    let c = contents(&st);
+    assert_eq!(c.len(), 41);
+    st.check().unwrap();
+}

@@ -1,0 +1,907 @@
+//! Transactions of the SOFORT core: slots (`TxInfo`), TXIDs and the clock, visibility, insert
+//! and delete at storage level, commit (F1, F1.5, F2, finalization), abort and cooperative GC
+//! (`docs/design/sofort.md` §3–5; spec §2.4–2.5, §3, §4).
+//!
+//! # Invariants
+//! - A slot is held by at most one transaction; `TxInfo.{status, txid, commit_ts}` change only
+//!   under the slot's mutex, and a field holding a TXID is finalized or undone before its slot
+//!   becomes `Invalid` (so a reader that finds the slot moved on re-reads the field).
+//! - A slot's published minimum is `INF` when idle, `0` while starting, its STS while Active,
+//!   its commit timestamp while Committed and finalizing; `CurMinSTS` never exceeds the STS of a
+//!   transaction that is or will be active (FIX-2).
+//! - A garbage entry `{ts, rows}` is collected only when `ts ≤ CurMinSTS`.
+//!
+//! # Ordering
+//! Execution persists nothing. Commit: F1 (P-SOF-5) → entries outside the header line
+//! (P-SOF-6) → header line with the commit word last (P-SOF-7) → `Committed` → finalization
+//! flushed without a fence (P-SOF-8). Abort: P-SOF-9 (nothing). Clock ceiling: P-SOF-4;
+//! epoch bump: P-SOF-3.
+//!
+//! # Concurrency
+//! MVCC words: `Acquire` loads (`DTS` before `CTS`, FIX-1), `Release` stores (`CTS` before
+//! `DTS`), `AcqRel` CAS. The clock and published minima are `SeqCst`.
+
+use std::collections::VecDeque;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use ferrite_pmem::sim::thread_index;
+use ferrite_pmem::{PPtr, Space};
+
+use super::layout::*;
+use super::pm::{Pm, corrupt, init_null_ptrs, lock};
+use super::table::{PTable, TableRef, entry_bounds};
+use super::{SofortError, SofortResult, codec};
+use crate::error::SchemaError;
+use crate::schema::{Table, TableSchema};
+use crate::storage::{StorageError, StorageResult};
+use crate::value::{Row, Value};
+
+/// Status of a slot's transaction (spec §2.5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Status {
+    Invalid,
+    Active,
+    Committed,
+    Aborted,
+}
+
+#[derive(Debug)]
+pub(super) struct TxInfo {
+    pub status: Status,
+    pub txid: u64,
+    pub commit_ts: u64,
+}
+
+/// What only the holder of the slot touches.
+#[derive(Debug, Default)]
+pub(super) struct SlotLocal {
+    /// `{ts, rows}`, oldest first.
+    pub garbage: VecDeque<(u64, Vec<(u16, u64)>)>,
+    /// MVCC lines of the last finalization, not yet fenced, and the thread that flushed them.
+    pub pending: Vec<u64>,
+    pub pending_thread: u32,
+    pub epoch: u64,
+    pub seq: u64,
+    /// Global offsets of the area's extension blocks, in chain order.
+    pub ext: Vec<u64>,
+}
+
+#[derive(Debug)]
+pub(super) struct Slot {
+    pub info: Mutex<TxInfo>,
+    pub min_ts: AtomicU64,
+    pub local: Mutex<SlotLocal>,
+    /// Global offset of the slot's area.
+    pub area: u64,
+}
+
+impl Slot {
+    pub fn new(area: u64, epoch: u64, ext: Vec<u64>) -> Slot {
+        Slot {
+            info: Mutex::new(TxInfo { status: Status::Invalid, txid: 0, commit_ts: INF }),
+            min_ts: AtomicU64::new(INF),
+            local: Mutex::new(SlotLocal { epoch, ext, ..SlotLocal::default() }),
+            area,
+        }
+    }
+}
+
+/// The shared state of a store.
+#[derive(Debug)]
+pub(super) struct Inner {
+    pub pm: Pm,
+    pub tables: RwLock<Vec<TableRef>>,
+    pub table_dir: PPtr,
+    pub ddl: Mutex<()>,
+    pub slots: Box<[Slot]>,
+    pub free: Mutex<Vec<u32>>,
+    /// `CurrentTime`.
+    pub clock: AtomicU64,
+    pub ceiling: AtomicU64,
+    pub ceiling_lock: Mutex<()>,
+    /// Cached `CurMinSTS` (a lower bound; only grows).
+    pub cur_min: AtomicU64,
+    pub open_epoch: u64,
+    /// The highest epoch persisted.
+    pub epoch: Mutex<u64>,
+    pub failure_time: u64,
+    pub poisoned: AtomicBool,
+}
+
+enum LockState {
+    Own,
+    Committed(u64),
+    Uncommitted,
+    Retry,
+    Wait,
+    Conflict,
+}
+
+const MAX_RETRIES: u32 = 1 << 24;
+
+impl Inner {
+    #[inline]
+    pub fn s(&self) -> &Space {
+        self.pm.s()
+    }
+
+    pub fn now(&self) -> u64 {
+        self.clock.load(Ordering::SeqCst)
+    }
+
+    pub fn check_poison(&self) -> SofortResult<()> {
+        if self.poisoned.load(Ordering::Acquire) {
+            Err(StorageError::Poisoned.into())
+        } else {
+            Ok(())
+        }
+    }
+
+    fn poison(&self) {
+        self.poisoned.store(true, Ordering::Release);
+    }
+
+    pub fn table(&self, id: u16) -> StorageResult<TableRef> {
+        self.tables
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(usize::from(id))
+            .cloned()
+            .ok_or_else(|| corrupt(format!("no table {id}"), "SOFORT"))
+    }
+
+    pub fn table_by_name(&self, name: &str) -> Option<TableRef> {
+        let t = self.tables.read().unwrap_or_else(|p| p.into_inner());
+        t.iter().find(|t| t.name() == name).cloned()
+    }
+
+    pub fn all_tables(&self) -> Vec<TableRef> {
+        self.tables.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    // ----- DDL -----
+
+    pub fn create_table(&self, schema: TableSchema) -> SofortResult<TableRef> {
+        self.check_poison()?;
+        let table = Table::new(schema)?;
+        let _g = lock(&self.ddl);
+        if self.table_by_name(table.name()).is_some() {
+            return Err(SchemaError::TableExists(table.name().to_owned()).into());
+        }
+        let id = self.tables.read().unwrap_or_else(|p| p.into_inner()).len() as u64;
+        if id >= MAX_TABLES {
+            return Err(StorageError::InvalidArgument(format!(
+                "a store holds at most {MAX_TABLES} tables"
+            ))
+            .into());
+        }
+        let schema_bytes = codec::encode(&table)?;
+        let ncols = table.arity() as u64;
+        let size = TABLE_HEAD + T_COLUMN * ncols + schema_bytes.len() as u64;
+        if size > crate::alloc::MAX_SMALL {
+            return Err(StorageError::InvalidArgument(format!(
+                "the table definition needs {size} bytes; at most {} fit",
+                crate::alloc::MAX_SMALL
+            ))
+            .into());
+        }
+        let mut head = TableHead {
+            magic: TABLE_MAGIC,
+            table_id: id as u32,
+            ncols: ncols as u32,
+            schema_len: schema_bytes.len() as u32,
+            crc: 0,
+            chunk_rows: CHUNK_ROWS as u32,
+            heap_chunk: HEAP_CHUNK as u32,
+            mvcc_root: PPtr::NULL,
+            _pad: [0; 2],
+        };
+        head.crc = table_crc(zerocopy::IntoBytes::as_bytes(&head), &schema_bytes);
+        let target = PPtr::new(self.table_dir.segment, self.table_dir.offset + id * 16);
+        let desc = self.pm.staged_alloc(size, target, |s, g| {
+            s.write_struct(g, &head)?;
+            for c in 0..ncols {
+                for off in [t_values_root(c), t_heap_root(c)] {
+                    s.store_u64(g + off, u64::MAX, Ordering::Relaxed)?;
+                    s.store_u64(g + off + 8, 0, Ordering::Relaxed)?;
+                }
+            }
+            s.write_bytes(g + TABLE_HEAD + T_COLUMN * ncols, &schema_bytes)?;
+            s.persist_rule("P-SOF-2", g, size)?; // ORDER(P-SOF-2): the descriptor before the directory entry
+            Ok(())
+        })?;
+        let t = Arc::new(PTable::load(&self.pm, id as u16, desc, table)?);
+        self.tables.write().unwrap_or_else(|p| p.into_inner()).push(t.clone());
+        Ok(t)
+    }
+
+    // ----- slots, clock, GC -----
+
+    pub fn begin(self: &Arc<Self>, read_only: bool) -> SofortResult<TxHandle> {
+        self.check_poison()?;
+        let slot = lock(&self.free).pop().ok_or_else(|| {
+            SofortError::Busy(format!("all {} transaction slots are taken", self.slots.len()))
+        })?;
+        match self.start(slot) {
+            Ok((txid, sts)) => Ok(TxHandle {
+                inner: self.clone(),
+                slot,
+                txid,
+                sts,
+                read_only,
+                doomed: false,
+                created: Vec::new(),
+                deleted: Vec::new(),
+                nt: Vec::new(),
+                thread: thread_index(),
+                moved: false,
+                done: false,
+            }),
+            Err(e) => {
+                self.set_invalid(slot);
+                lock(&self.free).push(slot);
+                Err(e)
+            }
+        }
+    }
+
+    fn start(&self, slot: u32) -> SofortResult<(u64, u64)> {
+        let s = &self.slots[slot as usize];
+        let mut local = lock(&s.local);
+        if local.seq > MAX_SEQ {
+            self.bump_epoch(&mut local)?;
+        }
+        let id = txid(local.epoch, local.seq, slot);
+        local.seq += 1;
+        let sts = {
+            let mut i = lock(&s.info);
+            // FIX-2: announce the start before reading the clock.
+            s.min_ts.store(0, Ordering::SeqCst);
+            let sts = self.clock.load(Ordering::SeqCst);
+            *i = TxInfo { status: Status::Active, txid: id, commit_ts: INF };
+            s.min_ts.store(sts, Ordering::SeqCst);
+            sts
+        };
+        self.collect(&mut local)?;
+        Ok((id, sts))
+    }
+
+    fn bump_epoch(&self, local: &mut SlotLocal) -> SofortResult<()> {
+        let mut e = lock(&self.epoch);
+        let new = *e + 1;
+        if new > MAX_EPOCH {
+            return Err(StorageError::Incompatible {
+                what: "every TXID epoch is used".into(),
+                at: "SOFORT catalog".into(),
+            }
+            .into());
+        }
+        let s = self.s();
+        s.store_u64(self.pm.cat + C_EPOCH, new, Ordering::Release)?;
+        s.persist_rule("P-SOF-3", self.pm.cat + C_EPOCH, 8)?; // ORDER(P-SOF-3): the epoch before any TXID of it
+        *e = new;
+        local.epoch = new;
+        local.seq = 0;
+        Ok(())
+    }
+
+    fn set_invalid(&self, slot: u32) {
+        let s = &self.slots[slot as usize];
+        let mut i = lock(&s.info);
+        i.status = Status::Invalid;
+        i.commit_ts = INF;
+        s.min_ts.store(INF, Ordering::SeqCst);
+    }
+
+    /// `CurMinSTS`: the clock (read first) and every slot's published minimum (FIX-2).
+    fn refresh_min(&self) -> u64 {
+        let now = self.clock.load(Ordering::SeqCst);
+        let m = self.slots.iter().map(|s| s.min_ts.load(Ordering::SeqCst)).fold(now, u64::min);
+        self.cur_min.fetch_max(m, Ordering::AcqRel).max(m)
+    }
+
+    /// Cooperative GC of the slot's garbage list (spec Alg. 5.13).
+    fn collect(&self, local: &mut SlotLocal) -> SofortResult<()> {
+        let Some(&(ts, _)) = local.garbage.front() else { return Ok(()) };
+        let mut min = self.cur_min.load(Ordering::Acquire);
+        if ts > min {
+            min = self.refresh_min();
+        }
+        while local.garbage.front().is_some_and(|(ts, _)| *ts <= min) {
+            let Some((_, rows)) = local.garbage.pop_front() else { break };
+            for (t, r) in rows {
+                self.collect_row(&*self.table(t)?, r)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Spec Alg. 5.14: index entries out, extents freed, the row id reusable.
+    fn collect_row(&self, t: &PTable, r: u64) -> SofortResult<()> {
+        let s = self.s();
+        let row = t.read_row(s, r)?;
+        t.index_remove(r, &row);
+        t.release_extents(s, r)?;
+        t.give_back([r]);
+        Ok(())
+    }
+
+    /// Increment-and-fetch of `CurrentTime`, raising the persisted ceiling first when the
+    /// new timestamp would pass it (FIX-9).
+    fn next_commit_ts(&self) -> SofortResult<u64> {
+        let c = self.clock.fetch_add(1, Ordering::SeqCst) + 1;
+        if c > self.ceiling.load(Ordering::Acquire) {
+            let _g = lock(&self.ceiling_lock);
+            if c > self.ceiling.load(Ordering::Acquire) {
+                let new = c.saturating_add(TS_CEILING_STEP).min(INF - 1);
+                let s = self.s();
+                s.store_u64(self.pm.cat + C_CEILING, new, Ordering::Release)?;
+                s.persist_rule("P-SOF-4", self.pm.cat + C_CEILING, 8)?; // ORDER(P-SOF-4): the ceiling before a timestamp above the old one
+                self.ceiling.store(new, Ordering::Release);
+            }
+        }
+        Ok(c)
+    }
+
+    /// The slot's area has room for `n` entries (extension blocks allocated if not).
+    fn ensure_area(&self, slot: u32, n: u64) -> SofortResult<()> {
+        let s = &self.slots[slot as usize];
+        let mut local = lock(&s.local);
+        let beyond = n.saturating_sub(INLINE_ENTRIES + AREA_MORE_ENTRIES);
+        let need = beyond.div_ceil(EXT_ENTRIES) as usize;
+        while local.ext.len() < need {
+            let target = match local.ext.last() {
+                None => self.pm.set().to_pptr(s.area + A_EXT)?,
+                Some(&g) => self.pm.set().to_pptr(g + EXT_NEXT)?,
+            };
+            let b = self
+                .pm
+                .staged_alloc(EXT_BYTES, target, |s, g| init_null_ptrs(s, g + EXT_NEXT, 16))?;
+            local.ext.push(self.pm.set().resolve_range(b, EXT_BYTES)?);
+        }
+        Ok(())
+    }
+
+    /// Global offset of entry `i` (≥ 4) of a slot's area.
+    fn entry_at(&self, area: u64, ext: &[u64], i: u64) -> StorageResult<u64> {
+        let j = i - INLINE_ENTRIES;
+        if j < AREA_MORE_ENTRIES {
+            return Ok(area + A_MORE + j * 8);
+        }
+        let k = j - AREA_MORE_ENTRIES;
+        ext.get((k / EXT_ENTRIES) as usize)
+            .map(|g| g + (k % EXT_ENTRIES) * 8)
+            .ok_or_else(|| corrupt("area extension missing", "SOFORT area"))
+    }
+
+    /// The durable part of a commit: F1, F1.5, F2 (the commit point), `Committed`, then the
+    /// finalization. Returns whether the commit point was reached when it fails.
+    fn persist_commit(&self, h: &TxHandle, c: u64) -> (bool, SofortResult<()>) {
+        let s = self.s();
+        let slot = &self.slots[h.slot as usize];
+        let mut local = lock(&slot.local);
+        let me = thread_index();
+        let mut step = || -> SofortResult<Vec<u64>> {
+            // F1 (P-SOF-5).
+            let mut lines = Vec::with_capacity(h.created.len() + h.deleted.len());
+            for &(t, r) in h.created.iter().chain(&h.deleted) {
+                lines.push(self.table(t)?.mvcc_at(r)? & !63);
+            }
+            lines.sort_unstable();
+            lines.dedup();
+            for &l in &lines {
+                s.flush_rule("P-SOF-5", l, 64)?; // ORDER(P-SOF-5): every lock durable before the area can commit
+            }
+            if h.moved || me != h.thread {
+                for &(g, len) in &h.nt {
+                    s.flush_rule("P-SOF-5", g, len)?; // ORDER(P-SOF-5): values written on another thread (M4)
+                }
+            }
+            if local.pending_thread != me {
+                for &l in &local.pending {
+                    s.flush_rule("P-SOF-5", l, 64)?; // ORDER(P-SOF-5): the previous finalization, flushed on another thread (M4)
+                }
+            }
+            s.fence_rule("P-SOF-5"); // ORDER(P-SOF-5): locks, values, previous finalization durable
+            local.pending.clear();
+            // F1.5 (P-SOF-6).
+            let entries: Vec<u64> =
+                h.created.iter().chain(&h.deleted).map(|&(t, r)| entry(t, r)).collect();
+            let n = entries.len() as u64;
+            if n > INLINE_ENTRIES {
+                let mut runs: Vec<(u64, u64)> = Vec::new();
+                for (i, &e) in entries.iter().enumerate().skip(INLINE_ENTRIES as usize) {
+                    let g = self.entry_at(slot.area, &local.ext, i as u64)?;
+                    s.store_u64(g, e, Ordering::Relaxed)?;
+                    match runs.last_mut() {
+                        Some((start, len)) if *start + *len == g => *len += 8,
+                        _ => runs.push((g, 8)),
+                    }
+                }
+                for (g, len) in runs {
+                    s.flush_rule("P-SOF-6", g, len)?; // ORDER(P-SOF-6): entries beyond the header line before it
+                }
+                s.fence_rule("P-SOF-6"); // ORDER(P-SOF-6): entries durable before the commit word
+            }
+            // F2 (P-SOF-7): txid first (kills the old commit word), the commit word last.
+            let a = slot.area;
+            let counts = h.created.len() as u64 | (h.deleted.len() as u64) << 32;
+            s.store_u64(a + A_TXID, h.txid, Ordering::Release)?;
+            s.store_u64(a + A_COMMIT_TS, c, Ordering::Release)?;
+            s.store_u64(a + A_COUNTS, counts, Ordering::Release)?;
+            for (i, &e) in entries.iter().take(INLINE_ENTRIES as usize).enumerate() {
+                s.store_u64(a + A_INLINE + i as u64 * 8, e, Ordering::Release)?;
+            }
+            s.store_u64(a + A_COMMIT, h.txid, Ordering::Release)?;
+            s.flush_rule("P-SOF-7", a, 64)?; // ORDER(P-SOF-7): the header line, commit word last (M2)
+            s.fence_rule("P-SOF-7"); // ORDER(P-SOF-7): the commit point
+            Ok(lines)
+        };
+        let lines = match step() {
+            Ok(l) => l,
+            Err(e) => return (false, Err(e)),
+        };
+        // Visible only now (spec §3.11).
+        {
+            let mut i = lock(&slot.info);
+            i.status = Status::Committed;
+            slot.min_ts.store(c, Ordering::SeqCst);
+        }
+        let fin = || -> SofortResult<()> {
+            for &(t, r) in &h.created {
+                s.store_u64(self.table(t)?.mvcc_at(r)?, c, Ordering::Release)?;
+            }
+            for &(t, r) in &h.deleted {
+                s.store_u64(self.table(t)?.mvcc_at(r)? + 8, c, Ordering::Release)?;
+            }
+            for &l in &lines {
+                s.flush_rule("P-SOF-8", l, 64)?; // ORDER(P-SOF-8): finalization, fenced by the slot's next F1 or close
+            }
+            Ok(())
+        };
+        let r = fin();
+        local.pending = lines;
+        local.pending_thread = me;
+        if !h.deleted.is_empty() {
+            local.garbage.push_back((c, h.deleted.clone()));
+        }
+        (true, r)
+    }
+
+    /// Makes every pending finalization durable (P-SOF-11) and closes the pool cleanly.
+    pub fn close(self) -> SofortResult<()> {
+        let s = self.s();
+        for slot in self.slots.iter() {
+            for &l in &lock(&slot.local).pending {
+                s.flush_rule("P-SOF-11", l, 64)?; // ORDER(P-SOF-11): pending finalizations before a clean close
+            }
+        }
+        s.fence_rule("P-SOF-11"); // ORDER(P-SOF-11): finalizations durable
+        Ok(self.pm.alloc.close()?)
+    }
+}
+
+/// A transaction of the SOFORT core. Dropping an unfinished one aborts it.
+pub struct TxHandle {
+    inner: Arc<Inner>,
+    slot: u32,
+    txid: u64,
+    sts: u64,
+    read_only: bool,
+    /// `willAbort`: a conflict was met; the transaction can only abort.
+    doomed: bool,
+    created: Vec<(u16, u64)>,
+    deleted: Vec<(u16, u64)>,
+    /// Non-temporal ranges written (flushed at commit if the transaction changed threads).
+    nt: Vec<(u64, u64)>,
+    thread: u32,
+    moved: bool,
+    done: bool,
+}
+
+impl std::fmt::Debug for TxHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TxHandle")
+            .field("slot", &self.slot)
+            .field("txid", &format_args!("{:#x}", self.txid))
+            .field("sts", &self.sts)
+            .field("read_only", &self.read_only)
+            .field("doomed", &self.doomed)
+            .field("created", &self.created.len())
+            .field("deleted", &self.deleted.len())
+            .finish()
+    }
+}
+
+impl Drop for TxHandle {
+    fn drop(&mut self) {
+        self.finish_abort();
+    }
+}
+
+impl TxHandle {
+    /// The TXID.
+    pub fn txid(&self) -> u64 {
+        self.txid
+    }
+
+    /// The start timestamp (the snapshot).
+    pub fn sts(&self) -> u64 {
+        self.sts
+    }
+
+    /// Whether a conflict doomed the transaction.
+    pub fn is_doomed(&self) -> bool {
+        self.doomed
+    }
+
+    /// Rows created `(table id, row id)`, in order.
+    pub fn created(&self) -> &[(u16, u64)] {
+        &self.created
+    }
+
+    /// Rows deleted `(table id, row id)`, in order.
+    pub fn deleted(&self) -> &[(u16, u64)] {
+        &self.deleted
+    }
+
+    fn live(&self) -> SofortResult<()> {
+        if self.done {
+            return Err(StorageError::InvalidArgument("the transaction has ended".into()).into());
+        }
+        self.inner.check_poison()
+    }
+
+    fn writable(&mut self) -> SofortResult<()> {
+        self.live()?;
+        if self.read_only {
+            return Err(
+                StorageError::InvalidArgument("a write in a read-only transaction".into()).into()
+            );
+        }
+        if self.doomed {
+            return Err(SofortError::Conflict("the transaction already met a conflict".into()));
+        }
+        if thread_index() != self.thread {
+            self.moved = true;
+        }
+        Ok(())
+    }
+
+    fn conflict(&mut self, what: String) -> SofortError {
+        self.doomed = true;
+        SofortError::Conflict(what)
+    }
+
+    fn lock_state(&self, field: u64, at: u64) -> LockState {
+        if field == self.txid {
+            return LockState::Own;
+        }
+        let inner = &self.inner;
+        if epoch_of(field) < inner.open_epoch {
+            return LockState::Uncommitted;
+        }
+        let Some(s) = inner.slots.get(slot_of(field)) else { return LockState::Uncommitted };
+        let i = lock(&s.info);
+        if i.txid != field || i.status == Status::Invalid {
+            return LockState::Retry;
+        }
+        match i.status {
+            Status::Committed => LockState::Committed(i.commit_ts),
+            _ if !self.read_only => LockState::Conflict,
+            Status::Active if i.commit_ts <= at => LockState::Wait,
+            _ => LockState::Uncommitted,
+        }
+    }
+
+    /// Whether row `r` of `t` is visible at `at` to this transaction (spec Alg. 5.1/5.2 with
+    /// FIX-1 and FIX-5). A read-write transaction meeting another's uncommitted lock gets
+    /// `Conflict` (and is doomed).
+    pub fn visible_at(&mut self, t: &PTable, r: u64, at: u64) -> SofortResult<bool> {
+        self.live()?;
+        let s = self.inner.s();
+        let off = t.mvcc_at(r)?;
+        for _ in 0..MAX_RETRIES {
+            let dts = s.load_u64(off + 8, Ordering::Acquire)?;
+            let cts = s.load_u64(off, Ordering::Acquire)?;
+            if cts == 0 || dts == 0 {
+                return Ok(false);
+            }
+            if is_ts(dts) {
+                if at >= dts {
+                    return Ok(false);
+                }
+            } else {
+                match self.lock_state(dts, at) {
+                    LockState::Own => return Ok(false),
+                    LockState::Committed(c) if at >= c => return Ok(false),
+                    LockState::Committed(_) | LockState::Uncommitted => {}
+                    LockState::Retry => continue,
+                    LockState::Wait => {
+                        std::thread::yield_now();
+                        continue;
+                    }
+                    LockState::Conflict => {
+                        return Err(
+                            self.conflict(format!("row {r} of {:?} is being deleted", t.name()))
+                        );
+                    }
+                }
+            }
+            if is_ts(cts) {
+                return Ok(at >= cts);
+            }
+            return match self.lock_state(cts, at) {
+                LockState::Own => Ok(true),
+                LockState::Committed(c) => Ok(at >= c),
+                LockState::Uncommitted => Ok(false),
+                LockState::Retry => continue,
+                LockState::Wait => {
+                    std::thread::yield_now();
+                    continue;
+                }
+                LockState::Conflict => {
+                    Err(self.conflict(format!("row {r} of {:?} is being inserted", t.name())))
+                }
+            };
+        }
+        Err(corrupt(format!("row {r}: a lock that never resolves"), t.name().to_owned()).into())
+    }
+
+    /// Whether row `r` is visible in this transaction's snapshot.
+    pub fn visible(&mut self, t: &PTable, r: u64) -> SofortResult<bool> {
+        let at = self.sts;
+        self.visible_at(t, r, at)
+    }
+
+    /// Row `r`'s values (whatever its visibility).
+    pub fn read_row(&self, t: &PTable, r: u64) -> SofortResult<Row> {
+        Ok(t.read_row(self.inner.s(), r)?)
+    }
+
+    /// The row with encoded primary key `pk` visible at `at`, with its row id.
+    pub fn get_at(&mut self, t: &PTable, pk: &[u8], at: u64) -> SofortResult<Option<(u64, Row)>> {
+        let (lo, hi) = entry_bounds(Bound::Included(pk), Bound::Included(pk));
+        for (_, r) in t.candidates(None, &lo, &hi, true, usize::MAX)? {
+            if self.visible_at(t, r, at)? {
+                let row = t.read_row(self.inner.s(), r)?;
+                if t.key_of(None, &row) == pk {
+                    return Ok(Some((r, row)));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The row with encoded primary key `pk` in this transaction's snapshot.
+    pub fn get(&mut self, t: &PTable, pk: &[u8]) -> SofortResult<Option<(u64, Row)>> {
+        let at = self.sts;
+        self.get_at(t, pk, at)
+    }
+
+    /// The rows visible at `at` whose key in `index` (`None`: the primary key; `Some(i)`:
+    /// secondary index `i`, keys without the primary key) lies in `(lower, upper)`, in key
+    /// order (then row id), at most `limit`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn scan_at(
+        &mut self,
+        t: &PTable,
+        index: Option<usize>,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        ascending: bool,
+        limit: usize,
+        at: u64,
+    ) -> SofortResult<Vec<(u64, Row)>> {
+        const BATCH: usize = 64;
+        let (mut lo, mut hi) = entry_bounds(lower, upper);
+        let mut out = Vec::new();
+        while out.len() < limit {
+            let batch = t.candidates(index, &lo, &hi, ascending, BATCH)?;
+            for (k, r) in &batch {
+                if out.len() >= limit {
+                    break;
+                }
+                if self.visible_at(t, *r, at)? {
+                    let row = t.read_row(self.inner.s(), *r)?;
+                    if t.key_of(index, &row) == *k {
+                        out.push((*r, row));
+                    }
+                }
+            }
+            match batch.last() {
+                Some(last) if batch.len() == BATCH => {
+                    if ascending {
+                        lo = Bound::Excluded(last.clone());
+                    } else {
+                        hi = Bound::Excluded(last.clone());
+                    }
+                }
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
+    /// Inserts a new version (spec Alg. 5.6 without the persistent create set): values, then
+    /// `CTS = txid`, `DTS = INF`, then index entries. Returns its row id.
+    pub fn insert(&mut self, t: &PTable, row: &[Value]) -> SofortResult<u64> {
+        self.writable()?;
+        t.table.check_row(row)?;
+        let inner = self.inner.clone();
+        let s = inner.s();
+        let r = t.take_row(&inner.pm)?;
+        if let Err(e) = t.write_values(&inner.pm, r, row, &mut self.nt) {
+            t.give_back([r]);
+            return Err(e);
+        }
+        let off = t.mvcc_at(r)?;
+        s.store_u64(off, self.txid, Ordering::Release)?;
+        s.store_u64(off + 8, INF, Ordering::Release)?;
+        t.index_add(r, row);
+        self.created.push((t.id, r));
+        Ok(r)
+    }
+
+    /// Locks row `r` for deletion (`CAS(DTS, INF or an older-epoch TXID → txid)`). Anything
+    /// else in `DTS` is a write-write conflict.
+    pub fn delete(&mut self, t: &PTable, r: u64) -> SofortResult<()> {
+        self.writable()?;
+        let s = self.inner.s();
+        let off = t.mvcc_at(r)? + 8;
+        let mut cur = INF;
+        loop {
+            match s.cas_u64(off, cur, self.txid, Ordering::AcqRel, Ordering::Acquire)? {
+                Ok(_) => break,
+                Err(a) if a == self.txid => {
+                    return Err(StorageError::InvalidArgument(format!(
+                        "row {r} is already deleted by this transaction"
+                    ))
+                    .into());
+                }
+                Err(a) if is_txid(a) && epoch_of(a) < self.inner.open_epoch && a != cur => cur = a,
+                Err(_) => {
+                    return Err(self.conflict(format!(
+                        "row {r} of {:?} is locked or deleted by another transaction",
+                        t.name()
+                    )));
+                }
+            }
+        }
+        self.deleted.push((t.id, r));
+        Ok(())
+    }
+
+    /// Replaces version `r` with a new one holding `row` (spec §3.10: delete + insert).
+    pub fn update(&mut self, t: &PTable, r: u64, row: &[Value]) -> SofortResult<u64> {
+        t.table.check_row(row)?;
+        self.delete(t, r)?;
+        self.insert(t, row)
+    }
+
+    /// Commits without validation (for tests and callers that validated already).
+    pub fn commit(self) -> SofortResult<u64> {
+        self.commit_with(|_, _| Ok(()))
+    }
+
+    /// Commits: read-only → nothing persisted, returns the STS; else takes the commit
+    /// timestamp `c`, runs `validate(self, c)` (the engine's serializability check; an error
+    /// aborts), makes the transaction durable (F1, F1.5, F2) and finalizes it. Returns `c`.
+    pub fn commit_with(
+        mut self,
+        validate: impl FnOnce(&mut TxHandle, u64) -> SofortResult<()>,
+    ) -> SofortResult<u64> {
+        if let Err(e) = self.live() {
+            self.finish_abort();
+            return Err(e);
+        }
+        if self.doomed {
+            self.finish_abort();
+            return Err(SofortError::Conflict("the transaction met a conflict".into()));
+        }
+        let inner = self.inner.clone();
+        if self.created.is_empty() && self.deleted.is_empty() {
+            self.done = true;
+            inner.set_invalid(self.slot);
+            lock(&inner.free).push(self.slot);
+            return Ok(self.sts);
+        }
+        let n = (self.created.len() + self.deleted.len()) as u64;
+        if self.created.len() as u64 > MAX_ENTRIES || self.deleted.len() as u64 > MAX_ENTRIES {
+            self.finish_abort();
+            return Err(
+                StorageError::InvalidArgument(format!("{n} rows in one transaction")).into()
+            );
+        }
+        if let Err(e) = inner.ensure_area(self.slot, n) {
+            self.finish_abort();
+            return Err(e);
+        }
+        let c = match inner.next_commit_ts() {
+            Ok(c) => c,
+            Err(e) => {
+                inner.poison();
+                self.finish_abort();
+                return Err(e);
+            }
+        };
+        lock(&inner.slots[self.slot as usize].info).commit_ts = c;
+        let v = validate(&mut self, c);
+        if let Err(e) = v.and_then(|()| {
+            if self.doomed {
+                Err(SofortError::Conflict("validation met a conflict".into()))
+            } else {
+                Ok(())
+            }
+        }) {
+            self.finish_abort();
+            return Err(e);
+        }
+        let (committed, r) = inner.persist_commit(&self, c);
+        if !committed {
+            inner.poison();
+            self.finish_abort();
+            return Err(r.err().unwrap_or(StorageError::Poisoned.into()));
+        }
+        self.done = true;
+        inner.set_invalid(self.slot);
+        lock(&inner.free).push(self.slot);
+        if let Err(e) = r {
+            inner.poison();
+            return Err(e);
+        }
+        Ok(c)
+    }
+
+    /// Ends the handle without undoing anything, as a crash would leave it (tests only).
+    #[cfg(test)]
+    pub(super) fn abandon(mut self) {
+        self.done = true;
+    }
+
+    /// Rolls back (spec Alg. 5.10; P-SOF-9: nothing is persisted).
+    pub fn abort(mut self) {
+        self.finish_abort();
+    }
+
+    fn finish_abort(&mut self) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        let inner = self.inner.clone();
+        {
+            let mut i = lock(&inner.slots[self.slot as usize].info);
+            i.status = Status::Aborted;
+        }
+        if let Err(_e) = self.undo(&inner) {
+            inner.poison();
+        }
+        inner.set_invalid(self.slot);
+        lock(&inner.free).push(self.slot);
+    }
+
+    fn undo(&mut self, inner: &Inner) -> SofortResult<()> {
+        let s = inner.s();
+        // Deletions first (spec §3.12): a created-then-deleted row ends up tagged.
+        for &(t, r) in &self.deleted {
+            let off = inner.table(t)?.mvcc_at(r)? + 8;
+            let _ = s.cas_u64(off, self.txid, INF, Ordering::AcqRel, Ordering::Acquire)?;
+        }
+        // FIX-8: the tag is a timestamp after the failure time.
+        let tag = inner.cur_min.load(Ordering::Acquire).max(inner.failure_time + 1);
+        for &(t, r) in &self.created {
+            let t = inner.table(t)?;
+            let off = t.mvcc_at(r)?;
+            s.store_u64(off, INF, Ordering::Release)?;
+            s.store_u64(off + 8, tag, Ordering::Release)?;
+            let row = t.read_row(s, r)?;
+            t.index_remove(r, &row);
+            t.release_extents(s, r)?;
+            t.give_back([r]);
+        }
+        Ok(())
+    }
+}
