@@ -46,6 +46,7 @@ pub mod emulation;
 mod error;
 pub mod header;
 mod image;
+mod mapping;
 mod options;
 pub mod platform;
 mod pool;
