@@ -47,6 +47,7 @@ mod error;
 pub mod header;
 mod image;
 mod mapping;
+mod mode;
 mod options;
 pub mod platform;
 mod pool;
@@ -62,9 +63,8 @@ pub use counters::Counters;
 pub use emulation::Latency;
 pub use error::{Error, Result, uuid_str};
 pub use image::{CrashImage, ImageFile, ImageSpec, Pick, SplitMix64};
-pub use options::{
-    DEFAULT_LAYOUT, DEFAULT_SEGMENT_SIZE, DurabilityMode, FlushKind, MAX_SEGMENTS, Options,
-};
+pub use mode::{DurabilityMode, FlushKind, UnknownName};
+pub use options::{DEFAULT_LAYOUT, DEFAULT_SEGMENT_SIZE, MAX_SEGMENTS, Options};
 pub use pool::{ModeDecision, Pool, PoolSummary, SIM_POOL_FILE, inspect};
 pub use poolset::{PoolSet, SegmentInfo};
 pub use pptr::{POff, PPtr, SegmentId};

@@ -42,7 +42,8 @@ use crate::header::{
 };
 use crate::image::CrashImage;
 use crate::mapping::Mapping;
-use crate::options::{DurabilityMode, FlushKind, Options};
+use crate::mode::{DurabilityMode, FlushKind};
+use crate::options::Options;
 use crate::platform;
 use crate::region::PersistCfg;
 use crate::sim::SimDomain;

@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use crate::arch;
 use crate::counters;
 use crate::error::{Error, Result};
-use crate::options::{DurabilityMode, FlushKind};
+use crate::mode::{DurabilityMode, FlushKind};
 use crate::platform;
 
 /// Cache-line size assumed by the flush logic and the on-media layouts.

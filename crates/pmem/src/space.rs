@@ -44,7 +44,7 @@ use std::panic::Location;
 use crate::emulation::Emulator;
 use crate::error::{Error, Result};
 use crate::mapping::Mapping;
-use crate::options::{DurabilityMode, FlushKind};
+use crate::mode::{DurabilityMode, FlushKind};
 use crate::region::{PersistCfg, Region};
 use crate::sim::{SimDomain, Site};
 

@@ -68,7 +68,8 @@ use crate::header::{
 };
 use crate::image::CrashImage;
 use crate::mapping::Mapping;
-use crate::options::{DurabilityMode, MAX_SEGMENTS, Options};
+use crate::mode::DurabilityMode;
+use crate::options::{MAX_SEGMENTS, Options};
 use crate::platform;
 use crate::pool::{ModeDecision, check_size, map_deciding_mode, now_ns, resolve_flush};
 use crate::pptr::SegmentId;

@@ -32,7 +32,8 @@ use std::sync::atomic::Ordering;
 
 use crate::error::{Error, Result};
 use crate::mapping::Mapping;
-use crate::options::{DurabilityMode, Options};
+use crate::mode::DurabilityMode;
+use crate::options::Options;
 use crate::platform;
 
 use super::PoolSet;
