@@ -236,6 +236,12 @@ fn second_opener_and_create_errors() {
         PoolSet::create(dir.join("small"), &opts().max_pool_size(SEG / 2)),
         Err(Error::InvalidArgument(_))
     ));
+    // Regression: rounding the reservation up to whole pages overflowed (a panic in builds
+    // with overflow checks) for a maximum size near u64::MAX; it is a typed error now.
+    assert!(matches!(
+        PoolSet::create(dir.join("huge"), &opts().max_pool_size(u64::MAX)),
+        Err(Error::InvalidArgument(_))
+    ));
 }
 
 /// Sets bit `id` of the live-segment bitmap in segment 0's file to `on`.

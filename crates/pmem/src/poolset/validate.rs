@@ -123,3 +123,42 @@ pub(super) fn judge(dir: &Path, seg0: &Found, others: &[Found], layout: &str) ->
         .ok_or_else(|| Error::corrupt(dir, "the live segments' sizes overflow 64 bits"))?;
     Ok(Judged { uuid, layout: hdr0.layout, was_clean, live, orphans, total })
 }
+
+#[cfg(test)]
+mod tests {
+    use zerocopy::IntoBytes;
+
+    use super::*;
+    use crate::header::{SEGMENT_MAGIC, validate_layout};
+
+    fn found(id: SegmentId, size: u64, bitmap: u64) -> Found {
+        let layout = validate_layout("t").unwrap();
+        let mut h = SegmentHeader::new([7; 16], id, size, layout, 0);
+        h.magic = SEGMENT_MAGIC;
+        let mut head = h.as_bytes().to_vec();
+        if id == 0 {
+            head.resize(HEADER_AREA as usize, 0);
+            let state = (SHUTDOWN_STATE_OFF as usize)..(SHUTDOWN_STATE_OFF as usize + 8);
+            head[state].copy_from_slice(&STATE_CLEAN.to_le_bytes());
+            let bits = (SEGMENT_BITMAP_OFF as usize)..(SEGMENT_BITMAP_OFF as usize + 8);
+            head[bits].copy_from_slice(&bitmap.to_le_bytes());
+        }
+        Found { id, name: format!("seg-{id:06}.pm"), size, head: Some(head) }
+    }
+
+    // Regression: the live segments' sizes (read from the files, or from a crash image's
+    // file table) were summed with `+`, so a set whose validated headers record huge sizes
+    // panicked with an overflow in builds with overflow checks instead of being refused.
+    #[test]
+    fn sizes_that_overflow_are_corrupt_not_a_panic() {
+        let huge = 1u64 << 63;
+        let seg0 = found(0, 8192, 0b111);
+        let others = [found(1, huge, 0), found(2, huge, 0)];
+        let r = judge(Path::new("d"), &seg0, &others, "t");
+        assert!(matches!(r, Err(Error::Corrupt { .. })), "{:?}", r.err());
+        // The same set with sane sizes is accepted, and its total is exact.
+        let others = [found(1, 8192, 0), found(2, 16384, 0)];
+        let j = judge(Path::new("d"), &seg0, &others, "t").unwrap();
+        assert_eq!((j.total, j.live.len(), j.was_clean), (8192 + 8192 + 16384, 3, true));
+    }
+}
