@@ -11,6 +11,9 @@
 //!   `AtomicU64` through `from_ptr`, bulk data through relaxed word loops into local copies
 //!   (conventions §2). Every access is bounds- and alignment-checked and returns `Err` rather
 //!   than panicking or faulting.
+//! - Memory is never released under a live `Space`: every space (a pool's, a view, a clone)
+//!   holds the mapping that owns its memory, so a view may outlive its pool or pool set
+//!   (`docs/design/persistence.md` §3a).
 //! - A pool's backing space is allocated before it is mapped (no SIGBUS on a full tmpfs), and an
 //!   open pool holds an exclusive `flock`.
 //!

@@ -19,6 +19,11 @@
 //! are valid only while the pool set is open: store [`PPtr`]s (segment id, offset in the
 //! segment's data area) in persistent memory and [`PoolSet::resolve`] them.
 //!
+//! The module is split by job: `segment` (segment files), `validate` (judging a set's files
+//! at open), `reserve` (the reservation and hole-free mapping), `resolve` (pointer
+//! resolution), `grow` (adding and removing segments, punching holes); this file creates,
+//! opens and closes sets.
+//!
 //! # Invariants
 //! - PS1: bit `i` of segment 0's live-segment bitmap is set iff segment `i` belongs to the
 //!   set; a set bit's file exists, is complete and carries the set's UUID, id, size and layout.
@@ -26,7 +31,12 @@
 //!   with `MAP_FIXED`, the rest anonymous), so no access through the space can fault, even one
 //!   from a reader still inside a segment that was just removed (it reads zeros).
 //! - PS3: virtual ranges are handed out by a bump pointer and never reused while the set is
-//!   open; a segment's global offset never changes while it is live.
+//!   open; a segment's global offset never changes while it is live. Segment ids removed
+//!   during an open are not handed out again until the next open (`grow`), so a stale
+//!   pointer can reach neither another segment's range nor another segment's id.
+//! - PS4: the reservation (and segment 0's locked file) belong to a shared mapping that every
+//!   space of the set holds (`mapping`): a view may outlive the `PoolSet`.
+//! - PS5: a failed grow leaves the set unchanged and its range mapped (`reserve`).
 //!
 //! # Ordering
 //! - P-PM-1 per segment: its header is persisted before its magic.

@@ -76,7 +76,7 @@ impl PoolSet {
         m.remove(&voff);
     }
 
-    /// Resolves a persistent pointer to a global offset in [`PoolSet::space`]-relative terms
+    /// Resolves a persistent pointer to a global offset in the terms of the set's space
     /// (what `load_u64` & co. take). Null, unknown segments and offsets outside the segment's
     /// data area are [`Error::BadPointer`].
     #[inline]
