@@ -19,7 +19,8 @@ use crate::calibrate;
 use crate::machine::{machine, utc_now, utc_stamp};
 use crate::plot::plots_from_csv;
 use crate::report::{PointResult, Report, settings_of, shape_problems, summary};
-use crate::runner::{self, Progress, RunSpec, Stop, Warmup};
+use crate::runner::{self, Progress};
+use crate::spec::{RunSpec, Stop, Warmup};
 use crate::subject::{EngineId, Family, LatencyModel};
 use crate::workload::{Distribution, WorkloadId, dist::DEFAULT_THETA};
 

@@ -29,5 +29,6 @@ pub mod machine;
 pub mod plot;
 pub mod report;
 pub mod runner;
+pub mod spec;
 pub mod subject;
 pub mod workload;

@@ -9,7 +9,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::machine::Machine;
-use crate::runner::{Point, RunSpec, Stop, Warmup};
+use crate::spec::{Point, RunSpec, Stop, Warmup};
 use crate::subject::{EngineId, SubjectInfo};
 use crate::workload::Check;
 

@@ -10,111 +10,18 @@
 //! (flushes, fences, bytes stored, injected ns per transaction). Baselines get no counters
 //! (`None`, printed `n/a`), and run only at zero injected latency.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ferrite::pmem::{Counters, FlushKind};
+use ferrite::pmem::Counters;
 use hdrhistogram::Histogram;
 
 use crate::report::PointResult;
-use crate::subject::{EngineId, Family, LatencyModel, OpError, SubjectSetup};
-use crate::workload::{Distribution, WorkerReport, WorkloadId, WorkloadParams};
-
-/// How long the timed phase of a point runs.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Stop {
-    /// For this long.
-    Duration(Duration),
-    /// For this many transactions in total (split across the threads).
-    Txns(u64),
-}
-
-/// How long a point warms up before timing.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Warmup {
-    /// For this long.
-    Duration(Duration),
-    /// For this many transactions in total.
-    Txns(u64),
-}
-
-/// Everything a run needs.
-#[derive(Clone, Debug)]
-pub struct RunSpec {
-    /// Workloads, in order.
-    pub workloads: Vec<WorkloadId>,
-    /// Engines, in order.
-    pub engines: Vec<EngineId>,
-    /// Thread counts.
-    pub threads: Vec<usize>,
-    /// Injected latencies for Ferrite engines, ns (baselines run at 0 only).
-    pub latencies: Vec<u64>,
-    /// How latency is injected.
-    pub latency_model: LatencyModel,
-    /// Flush instruction for Ferrite's pools (`None`: best available).
-    pub flush: Option<FlushKind>,
-    /// Timed phase.
-    pub stop: Stop,
-    /// Warm-up.
-    pub warmup: Warmup,
-    /// Records loaded (see each workload).
-    pub scale: u64,
-    /// Value size, bytes.
-    pub value_size: usize,
-    /// YCSB request distribution.
-    pub distribution: Distribution,
-    /// Zipfian constant.
-    pub theta: f64,
-    /// Seed.
-    pub seed: u64,
-    /// Runs per point; the run with the median throughput is reported.
-    pub repeat: usize,
-    /// The run's directory (fresh, exists); each point gets a subdirectory, removed after it.
-    pub dir: PathBuf,
-}
-
-/// One point of a run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Point {
-    /// Workload.
-    pub workload: WorkloadId,
-    /// Engine.
-    pub engine: EngineId,
-    /// Worker threads.
-    pub threads: usize,
-    /// Injected latency, ns.
-    pub latency_ns: u64,
-}
-
-impl RunSpec {
-    /// Every point, grouped by workload, then thread count, then engine (a Ferrite engine once
-    /// per latency, a baseline once, at 0).
-    pub fn points(&self) -> Vec<Point> {
-        let mut v = Vec::new();
-        let mut lats = self.latencies.clone();
-        if lats.is_empty() {
-            lats.push(0);
-        }
-        for &workload in &self.workloads {
-            for &threads in &self.threads {
-                for &engine in &self.engines {
-                    let ls: &[u64] = if engine.family() == Family::Ferrite { &lats } else { &[0] };
-                    for &latency_ns in ls {
-                        v.push(Point { workload, engine, threads, latency_ns });
-                    }
-                }
-            }
-        }
-        v
-    }
-
-    /// Whether any point injects latency.
-    pub fn sweeps_latency(&self) -> bool {
-        self.latencies.iter().any(|&l| l != 0)
-    }
-}
+pub use crate::spec::{Point, RunSpec, Stop, Warmup};
+use crate::subject::{Family, OpError, SubjectSetup};
+use crate::workload::{WorkerReport, WorkloadParams};
 
 /// Progress callbacks (the CLI draws a bar; tests pass [`NoProgress`]).
 pub trait Progress: Sync {

@@ -5,7 +5,7 @@
 //! which is in memory and keeps nothing on disk).
 
 use ferrite::{
-    Database, Direction, Error, Options, Predicate, Projection, Row, Scan, TableSchema, Type,
+    Database, Direction, Error, Options, Predicate, Projection, Read, Row, Scan, TableSchema, Type,
     Value, row,
 };
 
@@ -16,6 +16,17 @@ fn show(rows: &[Row]) -> String {
         .map(|r| format!("({})", r.iter().map(Value::to_string).collect::<Vec<_>>().join(", ")))
         .collect();
     tuples.join(" ")
+}
+
+/// The sum of a customer's order amounts as a transaction sees it. Taking `&mut dyn Read`
+/// makes it work on a read-write `Transaction` and a `ReadTransaction` alike.
+fn total_of(r: &mut dyn Read, customer: &str) -> Result<f64, Error> {
+    let rows = r.select(
+        "orders",
+        &[Predicate::eq("customer", customer)],
+        &Projection::columns(["amount"]),
+    )?;
+    Ok(rows.iter().filter_map(|r| r.first().and_then(Value::as_f64)).sum())
 }
 
 fn main() -> Result<(), Error> {
@@ -62,8 +73,7 @@ fn main() -> Result<(), Error> {
     // A read-modify-write, retried when a concurrent transaction wins a conflict.
     let total = loop {
         let mut tx = db.begin()?;
-        let rows = tx.select("orders", &[Predicate::eq("customer", "ann")], &Projection::All)?;
-        let total: f64 = rows.iter().filter_map(|r| r.get(2).and_then(Value::as_f64)).sum();
+        let total = total_of(&mut tx, "ann")?;
         tx.update("orders", 5, [("amount", Value::from(total))])?;
         match tx.commit() {
             Ok(()) => break total,
@@ -82,6 +92,7 @@ fn main() -> Result<(), Error> {
 
     let mut r = db.begin_read()?;
     println!("remaining ids: {}", show(&r.select("orders", &[], &Projection::columns(["id"]))?));
+    println!("ann's total in a snapshot now: {}", total_of(&mut r, "ann")?);
     drop(r);
     db.close()
 }

@@ -21,7 +21,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::engine::{self, Engine};
+use crate::engine::Engine;
+use crate::engine::registry;
 use crate::error::{Error, Result};
 use crate::options::{EngineKind, Options};
 use crate::schema::{Table, TableSchema};
@@ -58,13 +59,14 @@ impl fmt::Debug for Database {
 }
 
 impl Database {
-    /// Creates a new database at `path` with the engine in `options`.
+    /// Creates a new database at `path` with the engine in `options` (built by the engine
+    /// registry, with the engine's settings from `options`).
     ///
     /// Persistent engines fail with an `Io` error of kind `AlreadyExists` if something is at
     /// `path`. The reference engine ([`EngineKind::Reference`]) is in memory: it ignores `path`
     /// and writes nothing.
     pub fn create(path: impl AsRef<Path>, options: Options) -> Result<Database> {
-        Ok(Database::from_engine(engine::open(path.as_ref(), &options, true)?))
+        Ok(Database::from_engine(registry::open(path.as_ref(), &options, true)?))
     }
 
     /// Opens the database at `path` with the engine in `options` (recovering it after a crash).
@@ -73,10 +75,10 @@ impl Database {
     /// The reference engine keeps nothing on disk, so opening one fails with
     /// [`Error::Unsupported`] (rather than silently returning an empty database).
     pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Database> {
-        Ok(Database::from_engine(engine::open(path.as_ref(), &options, false)?))
+        Ok(Database::from_engine(registry::open(path.as_ref(), &options, false)?))
     }
 
-    pub(crate) fn from_engine(engine: Arc<dyn Engine>) -> Database {
+    fn from_engine(engine: Arc<dyn Engine>) -> Database {
         Database { engine, id: NEXT_ID.fetch_add(1, Ordering::Relaxed) }
     }
 

@@ -1,27 +1,24 @@
 //! Internals for Ferrite's own tests, tester and benchmarks; exempt from semver.
-
-use std::sync::Arc;
+//!
+//! Engine-related items: the reference engine's test knob ([`ReferenceConfig`]), set in
+//! [`Options`] like any per-engine setting, so a test database is built by the registry
+//! through `Database::create` like every other.
 
 use crate::db::Database;
-use crate::engine::reference::{Config, Reference};
+use crate::options::{EngineKind, Options};
 
-/// Knobs of the reference engine that no user should turn.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ReferenceConfig {
-    /// Validate read sets and write-write conflicts at commit. `false` builds a **broken**
-    /// engine (lost updates, write skew, phantoms) that the conformance suite must reject.
-    pub validation: bool,
+pub use crate::options::ReferenceConfig;
+
+/// `options` with the reference engine's settings replaced by `config`.
+pub fn with_reference_config(options: Options, config: ReferenceConfig) -> Options {
+    options.with_reference(config)
 }
 
-impl Default for ReferenceConfig {
-    fn default() -> Self {
-        ReferenceConfig { validation: true }
-    }
-}
-
-/// A new in-memory reference database built with `config`.
-pub fn reference_database(config: ReferenceConfig) -> Database {
-    Database::from_engine(Arc::new(Reference::new(Config { validation: config.validation })))
+/// A new in-memory reference database built with `config` (the reference engine ignores the
+/// path and keeps nothing).
+pub fn reference_database(config: ReferenceConfig) -> crate::Result<Database> {
+    let options = with_reference_config(Options::new().engine(EngineKind::Reference), config);
+    Database::create("in-memory", options)
 }
 
 /// The SOFORT storage core (issue [E1] phase 1), reachable for tests and tools until the

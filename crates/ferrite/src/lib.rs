@@ -10,7 +10,7 @@
 //! - [`Database::begin`] for serializable read-write [`Transaction`]s and
 //!   [`Database::begin_read`] for snapshot [`ReadTransaction`]s, with `get`, `select`
 //!   (conjunctions of [`Predicate`]s and a [`Projection`]), ordered [`Scan`]s, `insert`,
-//!   `update`, `delete`;
+//!   `update`, `delete`; code that only reads takes either through the [`Read`] trait;
 //! - [`Transaction::commit`] (durable on return) and [`Transaction::commit_deferred`] with
 //!   [`Database::wait_durable`] for engines that batch commits;
 //! - typed [`Error`]s, of which only `Conflict` and `Busy` are retryable.
@@ -80,7 +80,7 @@ pub use error::{Error, Result, SchemaError};
 pub use options::{Concurrency, EngineKind, Options, WhileWriting};
 pub use query::{Direction, Predicate, Projection, Scan};
 pub use schema::{Column, IndexSchema, PRIMARY, TableSchema};
-pub use txn::{CommitTicket, ReadTransaction, Transaction};
+pub use txn::{CommitTicket, Read, ReadTransaction, Transaction};
 pub use value::{Key, Row, Type, Value};
 
 #[doc(hidden)]

@@ -20,33 +20,57 @@ pub enum EngineKind {
     Reference,
 }
 
+/// What the rest of the crate needs to know about an engine: one record per [`EngineKind`].
+struct KindInfo {
+    name: &'static str,
+    persistent: bool,
+    concurrency: Concurrency,
+}
+
 impl EngineKind {
-    /// Every engine this build knows.
+    /// Every engine this build knows. The conformance suite and the benchmark harness iterate
+    /// this list, so a new engine is tested and benchmarked without further changes.
     pub const ALL: &'static [EngineKind] = &[EngineKind::Reference];
+
+    /// Every engine this build knows (the same as [`EngineKind::ALL`]).
+    pub fn all() -> impl Iterator<Item = EngineKind> {
+        EngineKind::ALL.iter().copied()
+    }
+
+    /// The engines that keep committed data across a restart.
+    pub fn persistent() -> impl Iterator<Item = EngineKind> {
+        EngineKind::all().filter(|k| k.is_persistent())
+    }
+
+    // Adding an engine: one arm here, one line in `engine/registry.rs`.
+    fn info(self) -> KindInfo {
+        match self {
+            EngineKind::Reference => KindInfo {
+                name: "reference",
+                persistent: false,
+                concurrency: Concurrency {
+                    writers: WhileWriting::Proceed,
+                    readers: WhileWriting::Proceed,
+                },
+            },
+        }
+    }
 
     /// Stable lower-case name (`reference`).
     pub fn name(self) -> &'static str {
-        match self {
-            EngineKind::Reference => "reference",
-        }
+        self.info().name
     }
 
     /// Whether committed data survives closing the database (and a crash). `false` for
     /// [`EngineKind::Reference`]: its "durable" means "committed in memory".
     pub fn is_persistent(self) -> bool {
-        match self {
-            EngineKind::Reference => false,
-        }
+        self.info().persistent
     }
 
     /// What the engine does to a transaction that starts or reads while a read-write
     /// transaction is open.
     pub fn concurrency(self) -> Concurrency {
-        match self {
-            EngineKind::Reference => {
-                Concurrency { writers: WhileWriting::Proceed, readers: WhileWriting::Proceed }
-            }
-        }
+        self.info().concurrency
     }
 }
 
@@ -98,7 +122,24 @@ pub struct Concurrency {
     pub readers: WhileWriting,
 }
 
-/// Options of a database: the engine and the persistence layer's options.
+/// Settings of the reference engine. Its one knob exists for tests (`ferrite::internals`), so
+/// this type is not exported at the crate root.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ReferenceConfig {
+    /// Validate read sets and write-write conflicts at commit. `false` builds a **broken**
+    /// engine (lost updates, write skew, phantoms) that the conformance suite must reject.
+    pub validation: bool,
+}
+
+impl Default for ReferenceConfig {
+    fn default() -> Self {
+        ReferenceConfig { validation: true }
+    }
+}
+
+/// Options of a database: the engine, the persistence layer's options, and per-engine
+/// settings (one field per engine that has any; the registry hands every engine the whole
+/// `Options`).
 ///
 /// ```
 /// use ferrite::{EngineKind, Options};
@@ -106,12 +147,14 @@ pub struct Concurrency {
 ///     .engine("reference".parse()?)
 ///     .pmem(ferrite::pmem::Options::new().layout("my-app"));
 /// assert_eq!(opts.engine_kind(), EngineKind::Reference);
+/// assert_eq!(opts.engine_settings()[0], ("engine".to_owned(), "reference".to_owned()));
 /// # Ok::<(), ferrite::Error>(())
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct Options {
     engine: EngineKind,
     pmem: ferrite_pmem::Options,
+    reference: ReferenceConfig,
 }
 
 impl Options {
@@ -142,6 +185,31 @@ impl Options {
     pub fn pmem_options(&self) -> &ferrite_pmem::Options {
         &self.pmem
     }
+
+    /// The chosen engine's effective settings as `(name, value)` pairs, starting with
+    /// `("engine", name)`: what benchmark reports print, so that every engine's settings
+    /// appear there without the harness knowing them.
+    pub fn engine_settings(&self) -> Vec<(String, String)> {
+        let mut v = vec![("engine".to_owned(), self.engine.name().to_owned())];
+        match self.engine {
+            EngineKind::Reference => {
+                let on = if self.reference.validation { "on" } else { "off (broken, tests only)" };
+                v.push(("reference.validation".to_owned(), on.to_owned()));
+            }
+        }
+        v
+    }
+
+    /// Sets the reference engine's settings (reached through `ferrite::internals`).
+    pub(crate) fn with_reference(mut self, config: ReferenceConfig) -> Self {
+        self.reference = config;
+        self
+    }
+
+    /// The reference engine's settings.
+    pub(crate) fn reference_config(&self) -> ReferenceConfig {
+        self.reference
+    }
 }
 
 #[cfg(test)]
@@ -156,5 +224,7 @@ mod tests {
         }
         assert!(matches!("nope".parse::<EngineKind>(), Err(Error::InvalidArgument(_))));
         assert!(!EngineKind::Reference.is_persistent());
+        assert_eq!(EngineKind::all().count(), EngineKind::ALL.len());
+        assert!(EngineKind::persistent().all(EngineKind::is_persistent));
     }
 }

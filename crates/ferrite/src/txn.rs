@@ -1,5 +1,6 @@
 //! Transactions: [`Transaction`] (read-write, serializable) and [`ReadTransaction`]
-//! (read-only, snapshot).
+//! (read-only, snapshot), and the [`Read`] trait both implement, so that code that only reads
+//! takes either.
 //!
 //! # Invariants
 //! - Every operation checks its arguments against the schema first; a failed operation has no
@@ -43,6 +44,75 @@ impl CommitTicket {
         self.seq
     }
 }
+
+/// The reads both kinds of transaction offer, so that code that only reads (a report, a check,
+/// a benchmark's lookup) takes `&mut impl Read` or `&mut dyn Read` instead of matching on
+/// [`Transaction`] and [`ReadTransaction`].
+///
+/// The inherent methods of both types are the same operations and take any key convertible
+/// into a [`Value`]; this trait takes a [`Value`] so that it can be used as `dyn Read`. Import it
+/// as `use ferrite::Read as _;` where it would clash with `std::io::Read`.
+///
+/// ```
+/// use ferrite::{Database, Options, Read, Scan, TableSchema, Type, Value, row};
+///
+/// fn count(r: &mut dyn Read, table: &str) -> ferrite::Result<usize> {
+///     Ok(r.scan(table, &Scan::primary())?.len())
+/// }
+///
+/// let db = Database::create("/unused", Options::default())?;
+/// db.create_table(TableSchema::new("t").column("k", Type::I64).primary_key("k"))?;
+/// let mut tx = db.begin()?;
+/// tx.insert("t", row![1])?;
+/// assert_eq!(count(&mut tx, "t")?, 1);          // a read-write transaction sees its insert
+/// assert_eq!(count(&mut db.begin_read()?, "t")?, 0); // a snapshot does not
+/// tx.commit()?;
+/// let mut r = db.begin_read()?;
+/// assert_eq!(Read::get(&mut r, "t", Value::I64(1))?, Some(row![1]));
+/// # Ok::<(), ferrite::Error>(())
+/// ```
+pub trait Read {
+    /// The row with primary key `key`, or `None`.
+    fn get(&mut self, table: &str, key: Value) -> Result<Option<Row>>;
+
+    /// The rows satisfying every predicate (a conjunction; none: every row), in primary-key
+    /// order, with the projection's columns.
+    fn select(
+        &mut self,
+        table: &str,
+        predicates: &[Predicate],
+        projection: &Projection,
+    ) -> Result<Vec<Row>>;
+
+    /// An ordered range scan over the primary key or an index (see [`Scan`]).
+    fn scan(&mut self, table: &str, scan: &Scan) -> Result<Vec<Row>>;
+}
+
+macro_rules! impl_read {
+    ($ty:ty) => {
+        impl Read for $ty {
+            fn get(&mut self, table: &str, key: Value) -> Result<Option<Row>> {
+                self.core.get(table, key)
+            }
+
+            fn select(
+                &mut self,
+                table: &str,
+                predicates: &[Predicate],
+                projection: &Projection,
+            ) -> Result<Vec<Row>> {
+                self.core.select(table, predicates, projection)
+            }
+
+            fn scan(&mut self, table: &str, scan: &Scan) -> Result<Vec<Row>> {
+                self.core.scan(table, scan)
+            }
+        }
+    };
+}
+
+impl_read!(Transaction);
+impl_read!(ReadTransaction);
 
 /// What both kinds of transaction share.
 struct Core {
@@ -336,19 +406,25 @@ mod tests {
     }
 
     impl EngineTxn for ConflictingTxn {
-        fn get(&mut self, _: &Table, _: &[u8]) -> Result<Option<Row>> {
+        fn get(&mut self, _: &Arc<Table>, _: &[u8]) -> Result<Option<Row>> {
             Err(Error::conflict("test"))
         }
-        fn scan(&mut self, _: &Table, _: &LoweredScan, _: &[Filter]) -> Result<Vec<Row>> {
+        fn scan(&mut self, _: &Arc<Table>, _: &LoweredScan, _: &[Filter]) -> Result<Vec<Row>> {
             Ok(vec![])
         }
-        fn insert(&mut self, _: &Table, _: Row) -> Result<()> {
+        fn insert(&mut self, _: &Arc<Table>, _: Row) -> Result<()> {
             Ok(())
         }
-        fn update(&mut self, _: &Table, _: &[u8], _: &Value, _: &[(usize, Value)]) -> Result<()> {
+        fn update(
+            &mut self,
+            _: &Arc<Table>,
+            _: &[u8],
+            _: &Value,
+            _: &[(usize, Value)],
+        ) -> Result<()> {
             Ok(())
         }
-        fn delete(&mut self, _: &Table, _: &[u8], _: &Value) -> Result<()> {
+        fn delete(&mut self, _: &Arc<Table>, _: &[u8], _: &Value) -> Result<()> {
             Ok(())
         }
         fn commit(self: Box<Self>, _: CommitMode) -> Result<u64> {

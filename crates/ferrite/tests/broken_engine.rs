@@ -1,20 +1,25 @@
 //! The suite must catch a broken engine: the reference engine with commit-time validation
-//! switched off (`internals::ReferenceConfig { validation: false }`) lets lost updates, write
-//! skew and phantoms through, and these tests assert that the suite reports each of them.
-//! The same scenarios pass on the intact engine (`tests/reference_engine.rs`).
+//! switched off (`internals::ReferenceConfig { validation: false }`, set in `Options` and built
+//! by the engine registry like any engine) lets lost updates, write skew and phantoms through,
+//! and these tests assert that the suite reports each of them. The same scenarios pass on the
+//! intact engine (`tests/engines.rs`).
 
 mod conformance;
 
-use std::path::Path;
-
 use conformance::{Subject, isolation, model, run_cases};
-use ferrite::internals::{ReferenceConfig, reference_database};
+use ferrite::internals::{ReferenceConfig, reference_database, with_reference_config};
+use ferrite::{EngineKind, Options};
 
-fn broken(_dir: &Path) -> ferrite::Result<ferrite::Database> {
-    Ok(reference_database(ReferenceConfig { validation: false }))
+/// The reference engine with validation off, as the suite's subject.
+fn broken() -> Subject {
+    let options = || with_reference_config(Options::new(), ReferenceConfig { validation: false });
+    let mut subject = conformance::engines_with(options)
+        .into_iter()
+        .find(|s| s.name == EngineKind::Reference.name())
+        .expect("the reference engine is in every build");
+    subject.name = "broken";
+    subject
 }
-
-const BROKEN: Subject = Subject { name: "broken", create: broken, open: None };
 
 /// Cases that only validation protects; every one must fail on the broken engine.
 const NEED_VALIDATION: &[&str] = &[
@@ -31,7 +36,7 @@ const NEED_VALIDATION: &[&str] = &[
 
 #[test]
 fn isolation_cases_fail_without_validation() {
-    let failures = run_cases(&BROKEN, isolation::CASES);
+    let failures = run_cases(&broken(), isolation::CASES);
     let failed: Vec<&str> = failures.iter().map(|(name, _)| *name).collect();
     for case in NEED_VALIDATION {
         assert!(failed.contains(case), "the suite did not catch the broken engine in {case}");
@@ -52,7 +57,7 @@ fn isolation_cases_fail_without_validation() {
 #[test]
 fn interleaved_model_fails_without_validation() {
     // A fixed seed keeps this deterministic; any seed finds an anomaly within a few cases.
-    let result = model::interleaved_with(&BROKEN, 0x5eed, 64);
+    let result = model::interleaved_with(&broken(), 0x5eed, 64);
     let message = result.expect_err("the interleaved model test accepted the broken engine");
     assert!(message.contains("not serializable"), "unexpected failure: {message}");
 }
@@ -60,5 +65,18 @@ fn interleaved_model_fails_without_validation() {
 #[test]
 fn serial_model_passes_without_validation() {
     // Without concurrency there is nothing to validate: the broken engine is still correct.
-    model::serial_with(&BROKEN, 0x5eed, 16).unwrap_or_else(|e| panic!("{e}"));
+    model::serial_with(&broken(), 0x5eed, 16).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn the_knob_reaches_the_engine_through_options() {
+    // The setting travels in `Options` (no side channel) and shows in the engine's settings.
+    let off = with_reference_config(Options::new(), ReferenceConfig { validation: false });
+    assert!(
+        off.engine_settings()
+            .iter()
+            .any(|(k, v)| k == "reference.validation" && v.starts_with("off"))
+    );
+    let db = reference_database(ReferenceConfig::default()).expect("reference database");
+    assert_eq!(db.engine(), EngineKind::Reference);
 }

@@ -129,7 +129,6 @@ mod imp {
         }
     }
 
-    #[allow(dead_code)]
     /// Reads the time-stamp counter after all earlier instructions have executed (`RDTSCP`).
     #[inline(always)]
     pub fn rdtscp() -> u64 {
@@ -143,7 +142,6 @@ mod imp {
     }
 
     /// Spin-wait hint.
-    #[allow(dead_code)]
     #[inline(always)]
     pub fn pause() {
         core::hint::spin_loop();

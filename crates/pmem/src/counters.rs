@@ -179,7 +179,6 @@ pub(crate) fn add_stored(bytes: u64) {
 pub(crate) fn add_nt(bytes: u64) {
     bump(|l| &l.nt_bytes, bytes);
 }
-#[allow(dead_code)]
 #[inline]
 pub(crate) fn add_injected(ns: u64) {
     bump(|l| &l.injected_ns, ns);

@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use crate::options::{DurabilityMode, FlushKind};
+use crate::mode::{DurabilityMode, FlushKind, UnknownName};
 
 /// Result type of the persistence layer.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -205,6 +205,12 @@ impl Error {
 
     pub(crate) fn corrupt(path: impl Into<PathBuf>, what: impl Into<String>) -> Self {
         Error::Corrupt { path: path.into(), what: what.into() }
+    }
+}
+
+impl From<UnknownName> for Error {
+    fn from(e: UnknownName) -> Self {
+        Error::InvalidArgument(e.to_string())
     }
 }
 

@@ -11,6 +11,9 @@
 //!   `AtomicU64` through `from_ptr`, bulk data through relaxed word loops into local copies
 //!   (conventions §2). Every access is bounds- and alignment-checked and returns `Err` rather
 //!   than panicking or faulting.
+//! - Memory is never released under a live `Space`: every space (a pool's, a view, a clone)
+//!   holds the mapping that owns its memory, so a view may outlive its pool or pool set
+//!   (`docs/design/persistence.md` §3a).
 //! - A pool's backing space is allocated before it is mapped (no SIGBUS on a full tmpfs), and an
 //!   open pool holds an exclusive `flock`.
 //!
@@ -46,6 +49,8 @@ pub mod emulation;
 mod error;
 pub mod header;
 mod image;
+mod mapping;
+mod mode;
 mod options;
 pub mod platform;
 mod pool;
@@ -61,9 +66,8 @@ pub use counters::Counters;
 pub use emulation::Latency;
 pub use error::{Error, Result, uuid_str};
 pub use image::{CrashImage, ImageFile, ImageSpec, Pick, SplitMix64};
-pub use options::{
-    DEFAULT_LAYOUT, DEFAULT_SEGMENT_SIZE, DurabilityMode, FlushKind, MAX_SEGMENTS, Options,
-};
+pub use mode::{DurabilityMode, FlushKind, UnknownName};
+pub use options::{DEFAULT_LAYOUT, DEFAULT_SEGMENT_SIZE, MAX_SEGMENTS, Options};
 pub use pool::{ModeDecision, Pool, PoolSummary, SIM_POOL_FILE, inspect};
 pub use poolset::{PoolSet, SegmentInfo};
 pub use pptr::{POff, PPtr, SegmentId};

@@ -3,127 +3,12 @@
 //!
 //! Every field has a sensible default ("detect"); environment variables never reach this type
 //! directly (the CLI and benchmarks turn them into `Options`, see `docs/configuration.md`).
-
-use std::fmt;
-use std::str::FromStr;
+//!
+//! Dependencies point one way: `options` → `mode` ← `error` (the durability mode and flush
+//! kind live in `mode`, which imports neither).
 
 use crate::emulation::Latency;
-use crate::error::Error;
-
-/// How a pool's stores become durable.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DurabilityMode {
-    /// Real persistent memory: the file is mapped with `MAP_SYNC`, so a flushed and fenced line
-    /// is durable across power loss (under ADR).
-    Pmem,
-    /// Persistent memory emulated by a shared file mapping on tmpfs or the page cache. The
-    /// flush instructions run for their realistic cost, and data survives a **process** crash
-    /// (the kernel keeps the pages), but **not** a power loss or kernel crash.
-    Emulated,
-    /// An ordinary file mapping whose flush is `msync(MS_SYNC)` of the covering pages: survives
-    /// power loss on a block device, at block-device speed.
-    Msync,
-    /// Heap memory: nothing survives the process. Used by unit tests and in-memory images.
-    Volatile,
-    /// The simulated persistence domain of the crash tester: what "survives" is defined by the
-    /// domain's durable image (flushed and fenced lines), not by any hardware.
-    Simulated,
-}
-
-impl DurabilityMode {
-    /// Stable lower-case name (`pmem`, `emulated`, `msync`, `volatile`).
-    pub fn name(self) -> &'static str {
-        match self {
-            DurabilityMode::Pmem => "pmem",
-            DurabilityMode::Emulated => "emulated",
-            DurabilityMode::Msync => "msync",
-            DurabilityMode::Volatile => "volatile",
-            DurabilityMode::Simulated => "simulated",
-        }
-    }
-
-    /// What a flushed-and-fenced store survives in this mode, in one sentence.
-    pub fn guarantee(self) -> &'static str {
-        match self {
-            DurabilityMode::Pmem => "survives process crash and power loss (MAP_SYNC, ADR)",
-            DurabilityMode::Emulated => {
-                "survives a process crash, NOT power loss or a kernel crash (RAM/page cache)"
-            }
-            DurabilityMode::Msync => "survives process crash and power loss (msync per flush)",
-            DurabilityMode::Volatile => "survives nothing: heap memory of this process",
-            DurabilityMode::Simulated => {
-                "what the simulated domain's durable image holds (testing)"
-            }
-        }
-    }
-}
-
-impl fmt::Display for DurabilityMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for DurabilityMode {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self, Error> {
-        match s.to_ascii_lowercase().as_str() {
-            "pmem" => Ok(DurabilityMode::Pmem),
-            "emulated" => Ok(DurabilityMode::Emulated),
-            "msync" => Ok(DurabilityMode::Msync),
-            "volatile" => Ok(DurabilityMode::Volatile),
-            "simulated" => Ok(DurabilityMode::Simulated),
-            other => Err(Error::InvalidArgument(format!(
-                "unknown durability mode {other:?} (expected pmem, emulated, msync or volatile)"
-            ))),
-        }
-    }
-}
-
-/// The cache-line write-back instruction a pool uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum FlushKind {
-    /// `CLWB`: write back, line may stay cached; weakly ordered (needs `SFENCE`).
-    Clwb,
-    /// `CLFLUSHOPT`: write back and invalidate; weakly ordered (needs `SFENCE`).
-    Clflushopt,
-    /// `CLFLUSH`: write back and invalidate; ordered with other `CLFLUSH`es and stores.
-    Clflush,
-}
-
-impl FlushKind {
-    /// All kinds, best first.
-    pub const ALL: [FlushKind; 3] = [FlushKind::Clwb, FlushKind::Clflushopt, FlushKind::Clflush];
-
-    /// Stable lower-case name (`clwb`, `clflushopt`, `clflush`).
-    pub fn name(self) -> &'static str {
-        match self {
-            FlushKind::Clwb => "clwb",
-            FlushKind::Clflushopt => "clflushopt",
-            FlushKind::Clflush => "clflush",
-        }
-    }
-}
-
-impl fmt::Display for FlushKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for FlushKind {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self, Error> {
-        match s.to_ascii_lowercase().as_str() {
-            "clwb" => Ok(FlushKind::Clwb),
-            "clflushopt" => Ok(FlushKind::Clflushopt),
-            "clflush" => Ok(FlushKind::Clflush),
-            other => Err(Error::InvalidArgument(format!(
-                "unknown flush instruction {other:?} (expected clwb, clflushopt or clflush)"
-            ))),
-        }
-    }
-}
+use crate::mode::{DurabilityMode, FlushKind};
 
 /// Options of a pool. `Options::default()` detects everything.
 ///
@@ -181,14 +66,14 @@ impl Options {
     }
 
     /// Forces a durability mode instead of detecting it. Opening fails with
-    /// [`Error::ModeUnavailable`] when the file cannot provide it (`Pmem` without `MAP_SYNC`).
+    /// [`Error::ModeUnavailable`](crate::Error::ModeUnavailable) when the file cannot provide it (`Pmem` without `MAP_SYNC`).
     pub fn durability(mut self, mode: DurabilityMode) -> Self {
         self.durability = Some(mode);
         self
     }
 
     /// Forces a flush instruction instead of the best one CPUID reports. Opening fails with
-    /// [`Error::UnsupportedFlush`] when the CPU lacks it.
+    /// [`Error::UnsupportedFlush`](crate::Error::UnsupportedFlush) when the CPU lacks it.
     pub fn flush(mut self, kind: FlushKind) -> Self {
         self.flush = Some(kind);
         self

@@ -145,11 +145,12 @@ pub fn map_shared(file: &File, len: usize, sync: bool) -> Result<NonNull<u8>, i3
     NonNull::new(p.cast::<u8>()).ok_or(libc::EIO)
 }
 
-/// Unmaps a mapping made by [`map_shared`].
+/// Unmaps `[ptr, ptr + len)`: a mapping made by [`map_shared`] or [`reserve`], or a
+/// page-aligned part of a reservation.
 ///
 /// # Safety
-/// `ptr`/`len` must be exactly one mapping returned by [`map_shared`], and no access to it may
-/// happen afterwards.
+/// The range must belong to mappings the caller owns, and no access to it may happen
+/// afterwards (unless the caller maps it again first).
 pub unsafe fn unmap(ptr: NonNull<u8>, len: usize) {
     // SAFETY: the caller guarantees the range is one of our mappings and is no longer used.
     let _ = unsafe { libc::munmap(ptr.as_ptr().cast(), len) };

@@ -23,7 +23,6 @@
 //! `Pool: Send + Sync`. All data access methods take `&self` and may be called from any number
 //! of threads; they are atomics or asm over the mapping (see `region`).
 
-use std::alloc::Layout;
 use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::ErrorKind;
@@ -42,83 +41,19 @@ use crate::header::{
     STATE_OPEN, validate_layout,
 };
 use crate::image::CrashImage;
-use crate::options::{DurabilityMode, FlushKind, Options};
+use crate::mapping::Mapping;
+use crate::mode::{DurabilityMode, FlushKind};
+use crate::options::Options;
 use crate::platform;
-use crate::region::{PersistCfg, Region};
+use crate::region::PersistCfg;
 use crate::sim::SimDomain;
 use crate::space::Space;
 use std::sync::Arc;
 
-/// Memory behind a pool.
-enum Backing {
-    /// A shared file mapping; the file carries the pool's `flock`.
-    Mapped { ptr: NonNull<u8>, len: usize, _file: File },
-    /// A zeroed heap allocation (volatile backend).
-    Heap { ptr: NonNull<u8>, layout: Layout },
-}
+/// The memory of replayed sim files (kept under this path for `sim`).
+pub(crate) use crate::mapping::HeapBlock;
 
-// SAFETY: the backing memory is only accessed through `Region` (atomics and asm), never through
-// references, so moving or sharing its owner between threads cannot create a data race.
-unsafe impl Send for Backing {}
-// SAFETY: as above.
-unsafe impl Sync for Backing {}
-
-impl Backing {
-    fn ptr(&self) -> NonNull<u8> {
-        match self {
-            Backing::Mapped { ptr, .. } | Backing::Heap { ptr, .. } => *ptr,
-        }
-    }
-
-    fn heap(len: usize) -> Result<Backing> {
-        let layout = Layout::from_size_align(len, 4096)
-            .map_err(|_| Error::InvalidArgument(format!("pool size {len} too large")))?;
-        // SAFETY: `layout` has a non-zero size (callers check `len >= MIN_POOL_SIZE`).
-        let p = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(p).ok_or(Error::PoolFull {
-            path: PathBuf::from("<volatile>"),
-            requested: len as u64,
-            available: 0,
-        })?;
-        Ok(Backing::Heap { ptr, layout })
-    }
-}
-
-impl Drop for Backing {
-    fn drop(&mut self) {
-        match self {
-            // SAFETY: `ptr/len` is exactly the mapping made at open; the pool (the only user
-            // of its regions) is being dropped.
-            Backing::Mapped { ptr, len, .. } => unsafe { platform::unmap(*ptr, *len) },
-            // SAFETY: allocated with exactly this layout in `Backing::heap`; no longer used.
-            Backing::Heap { ptr, layout } => unsafe { std::alloc::dealloc(ptr.as_ptr(), *layout) },
-        }
-    }
-}
-
-/// An owned, zeroed, 4096-aligned heap block (the memory of volatile and sim pools, and of
-/// replayed sim files).
-pub(crate) struct HeapBlock(Backing);
-
-impl HeapBlock {
-    pub(crate) fn new(len: usize) -> Result<HeapBlock> {
-        Backing::heap(len).map(HeapBlock)
-    }
-
-    /// A region over the first `len` bytes of the block (which must not exceed its size).
-    pub(crate) fn region(&self, len: usize) -> Result<Region> {
-        match &self.0 {
-            Backing::Heap { ptr, layout } if len <= layout.size() => {
-                // SAFETY: the block owns `layout.size() >= len` bytes, 4096-aligned, which stay
-                // allocated as long as the HeapBlock (kept alongside every user of the region).
-                Ok(unsafe { Region::new(*ptr, len) })
-            }
-            _ => Err(Error::InvalidArgument(format!("heap block smaller than {len}"))),
-        }
-    }
-}
-
-/// Why a file got the durability mode it got (see [`decide_mode`]).
+/// Why a file got the durability mode it got (see `map_deciding_mode`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ModeDecision {
     /// The mode.
@@ -240,6 +175,9 @@ pub(crate) fn now_ns() -> u64 {
 }
 
 /// A single-file (or volatile) pool. See the module documentation.
+///
+/// The memory and the file lock belong to a shared mapping (`mapping`, MP1–MP3) that every
+/// [`Space`] of the pool holds: a [`Space::view`] may outlive the pool.
 pub struct Pool {
     space: Space,
     /// The whole pool (header page included), for the header's own stores.
@@ -248,7 +186,6 @@ pub struct Pool {
     path: PathBuf,
     header: PoolHeader,
     was_clean: bool,
-    backing: Backing,
 }
 
 impl fmt::Debug for Pool {
@@ -267,20 +204,6 @@ impl Drop for RemoveOnError<'_> {
     fn drop(&mut self) {
         if let Some(p) = self.0 {
             let _ = std::fs::remove_file(p);
-        }
-    }
-}
-
-impl Drop for Pool {
-    /// On a simulated domain, the pool's working image gets a private copy before its memory
-    /// is released: the domain may outlive the pool and capture images later.
-    fn drop(&mut self) {
-        if let Some(sim) = &self.whole.sim {
-            let len = match &self.backing {
-                Backing::Mapped { len, .. } => *len,
-                Backing::Heap { layout, .. } => layout.size(),
-            };
-            sim.detach_range(self.backing.ptr().as_ptr() as usize, len);
         }
     }
 }
@@ -338,7 +261,8 @@ impl Pool {
             });
         }
         let (ptr, decision) = map_file(&file, len, path, opts)?;
-        let backing = Backing::Mapped { ptr, len, _file: file };
+        // SAFETY: `ptr/len` is the shared mapping just made, owned by nobody else.
+        let backing = unsafe { Mapping::mapped(ptr, len, Some(file)) };
         let mut uuid = [0u8; 16];
         platform::random_bytes(&mut uuid).map_err(|e| Error::io("getrandom", path, e))?;
         let header = PoolHeader::new(size, layout, uuid, now_ns());
@@ -372,7 +296,8 @@ impl Pool {
         let (header, was_clean) = check_header(path, &prefix, size, Some(opts.layout_name()))?;
         let len = check_size(path, size)?;
         let (ptr, decision) = map_file(&file, len, path, opts)?;
-        let backing = Backing::Mapped { ptr, len, _file: file };
+        // SAFETY: `ptr/len` is the shared mapping just made, owned by nobody else.
+        let backing = unsafe { Mapping::mapped(ptr, len, Some(file)) };
         let pool =
             Pool::assemble(backing, len, path, header, decision, flush, opts, was_clean, None)?;
         pool.persist_state(STATE_OPEN)?;
@@ -386,7 +311,7 @@ impl Pool {
         let len = check_size(path, size)?;
         let layout = validate_layout(opts.layout_name())?;
         let flush = resolve_flush(opts)?;
-        let backing = Backing::heap(len)?;
+        let backing = Mapping::heap(len)?;
         let mut uuid = [0u8; 16];
         platform::random_bytes(&mut uuid).map_err(|e| Error::io("getrandom", path, e))?;
         let header = PoolHeader::new(size, layout, uuid, now_ns());
@@ -413,7 +338,7 @@ impl Pool {
         let (header, was_clean) = check_header(path, image, size, Some(opts.layout_name()))?;
         let len = check_size(path, size)?;
         let flush = resolve_flush(opts)?;
-        let backing = Backing::heap(len)?;
+        let backing = Mapping::heap(len)?;
         let pool = Pool::assemble(
             backing,
             len,
@@ -447,7 +372,7 @@ impl Pool {
         let len = check_size(path, size)?;
         let layout = validate_layout(opts.layout_name())?;
         let flush = resolve_flush(opts)?;
-        let backing = Backing::heap(len)?;
+        let backing = Mapping::heap(len)?;
         let header = PoolHeader::new(size, layout, [0x5a; 16], 0);
         let pool = Pool::assemble(
             backing,
@@ -476,9 +401,9 @@ impl Pool {
         let (header, was_clean) = check_header(path, &prefix, size, Some(opts.layout_name()))?;
         let len = check_size(path, size)?;
         let flush = resolve_flush(opts)?;
-        let backing = Backing::heap(len)?;
-        // SAFETY: `backing` owns `len` bytes for as long as the pool below, which owns both.
-        let region = unsafe { Region::new(backing.ptr(), len) };
+        let backing = Mapping::heap(len)?;
+        // The region is used by the domain only until the mapping detaches it (MP4).
+        let region = backing.region();
         let pages = file.copy_into(&region)?;
         let sim = Arc::new(SimDomain::new(opts.is_eadr()));
         sim.file_insert(SIM_POOL_FILE, size, pages, Some(region));
@@ -522,7 +447,7 @@ impl Pool {
 
     #[allow(clippy::too_many_arguments)]
     fn assemble(
-        backing: Backing,
+        mut backing: Mapping,
         len: usize,
         path: &Path,
         header: PoolHeader,
@@ -532,31 +457,37 @@ impl Pool {
         was_clean: bool,
         sim: Option<Arc<SimDomain>>,
     ) -> Result<Pool> {
-        // SAFETY: `backing` owns `len` bytes at `ptr` (a page-aligned mapping or a 4096-aligned
-        // heap block) that live as long as the Pool, which also owns the regions; the memory
-        // is accessed only through Region (R1, R2).
-        let whole = unsafe { Region::new(backing.ptr(), len) };
-        let data = whole.sub(HEADER_AREA, (len as u64).saturating_sub(HEADER_AREA))?;
         let cfg = PersistCfg { mode: decision.mode, flush, eadr: opts.is_eadr() };
         let emu = Emulator::new(opts.latency()).map(Arc::new);
-        if let Some(sim) = &sim
-            && sim.files().is_empty()
-        {
-            sim.file_create(
-                SIM_POOL_FILE,
-                len as u64,
-                Some(whole),
-                crate::sim::Site { location: std::panic::Location::caller(), rule: None },
-            )?;
+        if let Some(sim) = &sim {
+            if sim.files().is_empty() {
+                sim.file_create(
+                    SIM_POOL_FILE,
+                    len as u64,
+                    Some(backing.region()),
+                    crate::sim::Site { location: std::panic::Location::caller(), rule: None },
+                )?;
+            }
+            backing.detach_on_drop(Arc::clone(sim));
         }
+        let keep = Arc::new(backing);
+        let len = len as u64;
+        let data = len.saturating_sub(HEADER_AREA);
         Ok(Pool {
-            space: Space::new(data, cfg, emu.clone(), sim.clone(), path),
-            whole: Space::new(whole, cfg, emu, sim, path),
+            space: Space::new(
+                keep.clone(),
+                HEADER_AREA,
+                data,
+                cfg,
+                emu.clone(),
+                sim.clone(),
+                path,
+            )?,
+            whole: Space::new(keep, 0, len, cfg, emu, sim, path)?,
             mode_reason: decision.reason,
             path: path.to_path_buf(),
             header,
             was_clean,
-            backing,
         })
     }
 
@@ -633,7 +564,7 @@ impl Pool {
     }
     /// Whether the pool is backed by a file mapping (as opposed to the heap).
     pub fn is_mapped(&self) -> bool {
-        matches!(self.backing, Backing::Mapped { .. })
+        self.whole.mapping().is_mapped()
     }
 }
 

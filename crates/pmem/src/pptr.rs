@@ -159,15 +159,4 @@ impl Space {
         self.store_u64(loc, PPtr::NULL.segment, Ordering::Release)?;
         self.persist(loc, 8) // ORDER(P-PM-10): valid -> null is one 8-byte store (M1)
     }
-
-    /// Reads the 8-byte offset stored at `loc`.
-    pub fn load_poff(&self, loc: u64, ord: Ordering) -> Result<POff> {
-        self.load_u64(loc, ord).map(POff)
-    }
-
-    /// Stores the 8-byte offset `p` at `loc` (not flushed).
-    #[track_caller]
-    pub fn store_poff(&self, loc: u64, p: POff, ord: Ordering) -> Result<()> {
-        self.store_u64(loc, p.0, ord)
-    }
 }

@@ -9,7 +9,8 @@ use std::time::Instant;
 
 use crate::arch::{self, CpuFeatures};
 use crate::error::{Error, Result};
-use crate::options::{DurabilityMode, FlushKind, Options};
+use crate::mode::{DurabilityMode, FlushKind};
+use crate::options::Options;
 use crate::platform;
 use crate::pool::{self, ModeDecision, PoolSummary};
 use crate::region::{CACHE_LINE, PersistCfg, Region};

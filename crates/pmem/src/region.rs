@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use crate::arch;
 use crate::counters;
 use crate::error::{Error, Result};
-use crate::options::{DurabilityMode, FlushKind};
+use crate::mode::{DurabilityMode, FlushKind};
 use crate::platform;
 
 /// Cache-line size assumed by the flush logic and the on-media layouts.
@@ -67,8 +67,14 @@ impl Region {
         Region { base, len }
     }
 
-    /// A sub-view `[off, off + len)` of this region.
+    /// A sub-view `[off, off + len)` of this region. `off` must be a multiple of
+    /// [`CACHE_LINE`], so the sub-view keeps R1's alignment in every build profile: a
+    /// misaligned base would make 8-aligned offsets misaligned addresses (`AtomicU64::from_ptr`
+    /// on them is undefined behaviour) and let a flush reach the line before the range.
     pub fn sub(&self, off: u64, len: u64) -> Result<Region> {
+        if !off.is_multiple_of(CACHE_LINE) {
+            return Err(Error::Misaligned { off, align: CACHE_LINE });
+        }
         let p = self.check(off, len)?;
         // SAFETY: `p` is derived from the non-null `base` by an in-bounds offset.
         let p = unsafe { NonNull::new_unchecked(p) };

@@ -6,9 +6,17 @@
 //! # Invariants
 //! - S1: every offset is checked against the space's length before a pointer is formed (see
 //!   `region`); a bad offset is `Err`, never a fault, a panic or UB.
-//! - S2: the memory behind a space stays mapped for the space's whole life. For a pool set,
-//!   ranges without a live segment are anonymous memory, never `PROT_NONE`, so even a stale
-//!   offset cannot fault.
+//! - S2: the memory behind a space stays mapped for the space's whole life: every space (the
+//!   pool's own, a [`Space::view`], a clone) holds an `Arc` of the
+//!   [`Mapping`](crate::mapping) that owns the memory, which is unmapped only when its last
+//!   holder goes. Dropping a pool while a view of it is alive is therefore sound; the view
+//!   keeps the memory (and the pool file's lock) until it is dropped. For a pool set, ranges
+//!   without a live segment are anonymous memory, never `PROT_NONE`, so even a stale offset
+//!   cannot fault.
+//! - S3: a space starts on a cache-line boundary (64-byte aligned). [`Space::view`] refuses
+//!   any other offset with [`Error::Misaligned`] in every build profile, so word alignment
+//!   checks on offsets are alignment checks on addresses, and a flush never touches a line
+//!   outside the space's memory.
 //!
 //! # Ordering
 //! `flush` starts write-back of the lines of a range; `fence` completes the calling thread's
@@ -35,17 +43,24 @@ use std::panic::Location;
 
 use crate::emulation::Emulator;
 use crate::error::{Error, Result};
-use crate::options::{DurabilityMode, FlushKind};
+use crate::mapping::Mapping;
+use crate::mode::{DurabilityMode, FlushKind};
 use crate::region::{PersistCfg, Region};
 use crate::sim::{SimDomain, Site};
 
 /// A checked, flushable address space of persistent memory (see the module docs).
+///
+/// Cloning is cheap (a few reference counts) and, like [`Space::view`], keeps the memory
+/// mapped: a structure can own its `Space` instead of borrowing the pool's.
+#[derive(Clone)]
 pub struct Space {
     pub(crate) region: Region,
     pub(crate) cfg: PersistCfg,
     pub(crate) emu: Option<Arc<Emulator>>,
     pub(crate) sim: Option<Arc<SimDomain>>,
     pub(crate) name: PathBuf,
+    /// The owner of the memory `region` points into (S2).
+    keep: Arc<Mapping>,
 }
 
 impl fmt::Debug for Space {
@@ -63,14 +78,23 @@ impl fmt::Debug for Space {
 }
 
 impl Space {
+    /// A space over `[off, off + len)` of `keep`'s memory (checked; `off` 64-aligned, S3).
     pub(crate) fn new(
-        region: Region,
+        keep: Arc<Mapping>,
+        off: u64,
+        len: u64,
         cfg: PersistCfg,
         emu: Option<Arc<Emulator>>,
         sim: Option<Arc<SimDomain>>,
         name: &Path,
-    ) -> Space {
-        Space { region, cfg, emu, sim, name: name.to_path_buf() }
+    ) -> Result<Space> {
+        let region = keep.region().sub(off, len)?;
+        Ok(Space { region, cfg, emu, sim, name: name.to_path_buf(), keep })
+    }
+
+    /// The owner of this space's memory.
+    pub(crate) fn mapping(&self) -> &Arc<Mapping> {
+        &self.keep
     }
 
     fn at_name(&self, e: Error) -> Error {
@@ -108,6 +132,15 @@ impl Space {
     /// emulation and simulated domain. Offsets in the view are relative to `off`, so a
     /// structure that stores 8-byte offsets (`POff`) can live in one segment of a pool set
     /// with offsets that stay valid across opens.
+    ///
+    /// The view keeps the memory mapped (S2): it may outlive the pool or pool set it came
+    /// from, and the pool's file stays locked until the view is dropped too. A view into a
+    /// pool-set segment that is later removed reads zeros and its stores are lost (the range
+    /// becomes anonymous memory, PS2 of `poolset`); it never faults and never reaches another
+    /// segment, because a removed range is not reused while the memory is mapped.
+    ///
+    /// Errors: [`Error::Misaligned`] unless `off` is a multiple of 64 (S3);
+    /// [`Error::OutOfBounds`] unless the range lies inside this space.
     pub fn view(&self, off: u64, len: u64) -> Result<Space> {
         Ok(Space {
             region: self.region.sub(off, len)?,
@@ -115,6 +148,7 @@ impl Space {
             emu: self.emu.clone(),
             sim: self.sim.clone(),
             name: self.name.clone(),
+            keep: Arc::clone(&self.keep),
         })
     }
 

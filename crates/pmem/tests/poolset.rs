@@ -2,6 +2,7 @@
 //! multi-segment set, foreign/missing/orphan segments, segment removal, persistent-pointer
 //! resolution (also across two pool sets in one process), exact pointer persist counts.
 
+use std::sync::Barrier;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 
@@ -52,20 +53,53 @@ fn create_grow_write_reopen() {
     assert_eq!(set.segments().last().unwrap().file_size, 3 * SEG);
 }
 
+/// Spins until every reader still running has finished a read pass after this call began;
+/// returns when a reader has stopped (its panic then surfaces at the scope's join). Waits on
+/// the readers' flags only, never on time.
+fn wait_for_a_pass_of_each(reads: &[AtomicU64], running: &[AtomicBool]) {
+    let start: Vec<u64> = reads.iter().map(|r| r.load(Acquire)).collect();
+    for (i, r) in reads.iter().enumerate() {
+        while r.load(Acquire) == start[i] && running[i].load(Acquire) {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Clears its flag when dropped, also when the reader panics.
+struct Running<'a>(&'a AtomicBool);
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Release);
+    }
+}
+
+// Regression (flaky test): this test used to stop the readers after 40 grows and assert that
+// some read had happened; on a loaded 2-core machine the grows could all finish before a
+// reader was first scheduled (about 1 run in 6). Now the readers and the grower meet at a
+// Barrier and the grower waits, before every grow and before stopping, until each reader has
+// finished a read pass, so every reader reads interleaved with the grows on every run.
 #[test]
 fn grow_under_concurrent_readers() {
+    const READERS: usize = 2;
+    const GROWS: u64 = 40;
     let dir = TestDir::new("set-grow");
     let set = PoolSet::create(dir.join("s"), &opts()).unwrap();
     let p0 = PPtr::new(0, 128);
     let g0 = set.resolve(p0).unwrap();
     set.store_u64(g0, 42, Release).unwrap();
     let stop = AtomicBool::new(false);
-    let reads = AtomicU64::new(0);
+    let reads: [AtomicU64; READERS] = Default::default();
+    let running: [AtomicBool; READERS] = std::array::from_fn(|_| AtomicBool::new(true));
+    let start = Barrier::new(READERS + 1);
     std::thread::scope(|s| {
-        for _ in 0..2 {
-            s.spawn(|| {
+        for i in 0..READERS {
+            let (set, stop, reads, running, start) = (&set, &stop, &reads, &running, &start);
+            s.spawn(move || {
+                let _running = Running(&running[i]);
+                start.wait();
                 let mut seen = Vec::new();
-                while !stop.load(Acquire) {
+                loop {
+                    let last = stop.load(Acquire);
                     // Segment 0 never moves and keeps its value.
                     assert_eq!(set.resolve(p0).unwrap(), g0, "segment 0 moved");
                     assert_eq!(set.load_u64(g0, Acquire).unwrap(), 42);
@@ -79,19 +113,28 @@ fn grow_under_concurrent_readers() {
                         let v = set.load_u64(g, Acquire).unwrap();
                         assert!(v == 0 || v == info.id + 7, "segment {} stamp {v}", info.id);
                     }
-                    reads.fetch_add(1, Relaxed);
+                    reads[i].fetch_add(1, Release);
+                    if last {
+                        break;
+                    }
                 }
             });
         }
-        for _ in 0..40 {
+        start.wait();
+        for _ in 0..GROWS {
+            wait_for_a_pass_of_each(&reads, &running);
             let id = set.grow().unwrap();
             let g = set.resolve(PPtr::new(id, 0)).unwrap();
             set.store_u64(g, id + 7, Release).unwrap();
         }
+        wait_for_a_pass_of_each(&reads, &running);
         stop.store(true, Release);
     });
-    assert_eq!(set.segment_count(), 41);
-    assert!(reads.load(Relaxed) > 0);
+    assert_eq!(set.segment_count(), GROWS as usize + 1);
+    for (i, r) in reads.iter().enumerate() {
+        // One pass before every grow and one after the last: deterministic, not "some".
+        assert!(r.load(Relaxed) > GROWS, "reader {i}: {} passes", r.load(Relaxed));
+    }
 }
 
 #[test]
@@ -127,26 +170,39 @@ fn bad_pointers_are_typed_errors() {
     assert!(matches!(set.remove_segment(5), Err(Error::BadPointer { .. })));
 }
 
+// Regression (segment-id reuse): a removed segment's id used to be handed to the next grow
+// in the same open, so a `PPtr` into the removed segment that a thread still held resolved
+// into the new segment: another segment's data. Ids removed during an open are now retired
+// until the set is reopened, and the stale pointer is a typed `BadPointer`.
 #[test]
 fn remove_segment_then_reopen() {
     let dir = TestDir::new("set-remove");
     let set = PoolSet::create(dir.join("s"), &opts()).unwrap();
     let (one, two) = (set.grow().unwrap(), set.grow().unwrap());
-    let g1 = set.resolve(PPtr::new(one, 0)).unwrap();
+    let stale = PPtr::new(one, 0);
+    let g1 = set.resolve(stale).unwrap();
     set.store_u64(g1, 5, Release).unwrap();
     set.remove_segment(one).unwrap();
-    assert!(matches!(set.resolve(PPtr::new(one, 0)), Err(Error::BadPointer { .. })));
+    assert!(matches!(set.resolve(stale), Err(Error::BadPointer { .. })));
+    assert!(matches!(set.remove_segment(one), Err(Error::BadPointer { .. })));
     // A stale global offset still reads (zeros), never faults.
     assert_eq!(set.load_u64(g1, Acquire).unwrap(), 0);
     assert!(!dir.join("s/seg-000001.pm").exists());
-    // The freed id is reused, at a new address (ranges are never reused while open).
-    let again = set.grow().unwrap();
-    assert_eq!(again, one);
-    assert_ne!(set.resolve(PPtr::new(again, 0)).unwrap(), g1);
+    // The next grow gets a fresh id and a fresh range: the stale pointer and the stale
+    // offset reach neither the new segment nor anything else.
+    let three = set.grow().unwrap();
+    assert_ne!(three, one);
+    let g3 = set.resolve(PPtr::new(three, 0)).unwrap();
+    assert_ne!(g3, g1);
+    set.store_u64(g3, 33, Release).unwrap();
+    assert!(matches!(set.resolve(stale), Err(Error::BadPointer { .. })));
+    assert_eq!(set.load_u64(g1, Acquire).unwrap(), 0);
     set.close().unwrap();
+    // After a reopen no thread holds pointers of the previous open: the id is free again.
     let set = PoolSet::open(dir.join("s"), &opts()).unwrap();
     let ids: Vec<u64> = set.segments().iter().map(|s| s.id).collect();
-    assert_eq!(ids, vec![0, one, two]);
+    assert_eq!(ids, vec![0, two, three]);
+    assert_eq!(set.grow().unwrap(), one);
 }
 
 #[test]
@@ -178,6 +234,12 @@ fn second_opener_and_create_errors() {
     assert!(matches!(PoolSet::create(dir.join("x/y/z"), &opts()), Err(Error::NotFound { .. })));
     assert!(matches!(
         PoolSet::create(dir.join("small"), &opts().max_pool_size(SEG / 2)),
+        Err(Error::InvalidArgument(_))
+    ));
+    // Regression: rounding the reservation up to whole pages overflowed (a panic in builds
+    // with overflow checks) for a maximum size near u64::MAX; it is a typed error now.
+    assert!(matches!(
+        PoolSet::create(dir.join("huge"), &opts().max_pool_size(u64::MAX)),
         Err(Error::InvalidArgument(_))
     ));
 }

@@ -1,11 +1,13 @@
 //! Any Ferrite engine ([`EngineKind`]) through the public `Database` API: one table per
-//! workload table with columns `k i64` (primary key) and `v bytes`.
+//! workload table with columns `k i64` (primary key) and `v bytes`. Nothing here names an
+//! engine: the engine's settings come from [`Options::engine_settings`], and reads go through
+//! [`ferrite::Read`], which both kinds of transaction implement.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::path::Path;
 
-use ferrite::{Database, EngineKind, Error, Key, Options, Scan, TableSchema, Type, Value};
+use ferrite::{Database, EngineKind, Error, Key, Options, Read, Scan, TableSchema, Type, Value};
 
 use super::{
     Body, Family, OpError, Ops, Session, Subject, SubjectInfo, SubjectSetup, TableId, TxnKind,
@@ -25,8 +27,9 @@ pub(super) fn open(
         LatencyModel::Barrier => pmem.barrier_latency_ns(setup.latency_ns),
         LatencyModel::Line => pmem.line_latency_ns(setup.latency_ns),
     };
-    let db = Database::create(dir.join("ferrite-db"), Options::new().engine(kind).pmem(pmem))
-        .map_err(engine_err)?;
+    let options = Options::new().engine(kind).pmem(pmem);
+    let settings = options.engine_settings();
+    let db = Database::create(dir.join("ferrite-db"), options).map_err(engine_err)?;
     for t in &setup.tables {
         db.create_table(
             TableSchema::new(*t).column("k", Type::I64).column("v", Type::Bytes).primary_key("k"),
@@ -37,8 +40,7 @@ pub(super) fn open(
         .flush
         .or_else(ferrite::pmem::best_flush)
         .map_or_else(|| "none available".to_owned(), |f| f.name().to_owned());
-    let mut config = BTreeMap::new();
-    config.insert("engine".into(), kind.name().into());
+    let mut config: BTreeMap<String, String> = settings.into_iter().collect();
     config.insert("ferrite_version".into(), env!("CARGO_PKG_VERSION").into());
     config.insert("persistent".into(), kind.is_persistent().to_string());
     let c = kind.concurrency();
@@ -166,6 +168,14 @@ impl FerriteOps<'_> {
             Txn::Read(_) => Err(OpError::Engine("write in a read-only transaction".into())),
         }
     }
+
+    /// Either kind of transaction, for reads.
+    fn reader(&mut self) -> &mut dyn Read {
+        match &mut self.txn {
+            Txn::Write(t) => t,
+            Txn::Read(r) => r,
+        }
+    }
 }
 
 fn bytes_of(v: &Value) -> Result<&[u8], OpError> {
@@ -176,11 +186,7 @@ impl Ops for FerriteOps<'_> {
     fn get(&mut self, table: TableId, k: u64, out: &mut Vec<u8>) -> Result<bool, OpError> {
         let t = self.table(table)?;
         let k = key(k)?;
-        let row = match &mut self.txn {
-            Txn::Read(r) => r.get(t, k),
-            Txn::Write(w) => w.get(t, k),
-        }
-        .map_err(engine_err)?;
+        let row = self.reader().get(t, Value::I64(k)).map_err(engine_err)?;
         match row {
             Some(row) => {
                 let v = row.get(1).ok_or_else(|| OpError::Engine("short row".into()))?;
@@ -231,11 +237,7 @@ impl Ops for FerriteOps<'_> {
     ) -> Result<usize, OpError> {
         let t = self.table(table)?;
         let scan = Scan::primary().lower(Bound::Included(Key::from(key(start)?))).limit(limit);
-        let rows = match &mut self.txn {
-            Txn::Read(r) => r.scan(t, &scan),
-            Txn::Write(w) => w.scan(t, &scan),
-        }
-        .map_err(engine_err)?;
+        let rows = self.reader().scan(t, &scan).map_err(engine_err)?;
         for row in &rows {
             let k = row
                 .first()
@@ -250,11 +252,52 @@ impl Ops for FerriteOps<'_> {
     fn count(&mut self, table: TableId) -> Result<u64, OpError> {
         let t = self.table(table)?;
         let scan = Scan::primary().columns(["k"]);
-        let rows = match &mut self.txn {
-            Txn::Read(r) => r.scan(t, &scan),
-            Txn::Write(w) => w.scan(t, &scan),
-        }
-        .map_err(engine_err)?;
+        let rows = self.reader().scan(t, &scan).map_err(engine_err)?;
         Ok(rows.len() as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::subject::EngineId;
+    use ferrite::pmem::internals::testing::TestDir;
+
+    #[test]
+    fn every_engine_opens_and_reports_its_settings() {
+        let dir = TestDir::new("bench-ferrite-subjects");
+        let setup = SubjectSetup {
+            tables: vec!["t"],
+            data_bytes: 1 << 20,
+            latency_ns: 0,
+            latency_model: LatencyModel::Barrier,
+            flush: None,
+        };
+        for kind in EngineKind::all() {
+            assert!(
+                EngineId::all().contains(&EngineId::Ferrite(kind)),
+                "{kind} is not benchmarked"
+            );
+            let subject = EngineId::Ferrite(kind)
+                .open(&dir.path().join(kind.name()), &setup)
+                .unwrap_or_else(|e| panic!("{kind}: {e}"));
+            let config = &subject.info().config;
+            for (k, v) in Options::new().engine(kind).engine_settings() {
+                assert_eq!(config.get(&k), Some(&v), "{kind}: setting {k}");
+            }
+            // One write and one read through the session, so the adapter is exercised.
+            let mut session = subject.session().expect("session");
+            session
+                .run(TxnKind::ReadWrite, &mut |ops| ops.insert(0, 7, b"v").map(drop))
+                .expect("insert");
+            let mut out = Vec::new();
+            session
+                .run(TxnKind::ReadOnly, &mut |ops| {
+                    assert!(ops.get(0, 7, &mut out)?);
+                    Ok(())
+                })
+                .expect("get");
+            assert_eq!(out, b"v");
+        }
     }
 }

@@ -1,124 +1,35 @@
-//! The engine interface behind [`crate::Database`], and the engines.
+//! Engines, as siblings behind one interface.
 //!
 //! [`crate::Database`] is a thin typed layer: it checks every request against the schema,
 //! plans `select`s, encodes keys ([`crate::encoding`]) and applies projections, then dispatches
 //! to an `Arc<dyn Engine>` (dynamic dispatch keeps the typed layer free of engine type
-//! parameters; one virtual call per operation is noise next to a B-tree walk). An engine
-//! implements [`Engine`] and [`EngineTxn`] and is added to [`crate::EngineKind`] and to [`open`].
+//! parameters; one virtual call per operation is noise next to a B-tree walk).
 //!
-//! # Invariants an engine must keep
-//! - Rows and keys reaching an engine are checked: a row has one value per column, each of the
-//!   column's type; a key range is encoded with [`crate::encoding`] (E1, E2).
-//! - A failed operation has no effect; [`crate::Error::Conflict`] dooms the transaction (every
-//!   later call returns it again).
-//! - Read-write transactions are serializable; read-only transactions read a consistent
-//!   snapshot of committed data. A transaction sees its own writes.
-//! - `commit(CommitMode::Durable)` returns once the transaction is durable (for a persistent
-//!   engine: would survive a crash); `CommitMode::Deferred` may return earlier with a ticket,
-//!   and `wait_durable(ticket)` returns once that transaction and every transaction it depends
-//!   on are durable.
+//! Layout (conventions §1: an engine never imports another engine):
+//! - [`api`]: the [`Engine`] and [`EngineTxn`] traits. It imports no engine.
+//! - [`registry`]: builds the engine chosen in [`crate::Options`]; the only module that names
+//!   every engine.
+//! - [`common`]: what every serializable engine needs, generic over the engine's committed
+//!   data ([`common::Committed`]): the write buffer overlaid on reads and scans, read-set and
+//!   scan-range tracking, backward validation, primary-key and unique-index checks, and
+//!   secondary-index maintenance. Engines may use it; it uses no engine.
+//! - [`reference`]: the in-memory reference engine (the conformance suite's oracle).
+//! - `sofort/` and `paged/` *(planned)*: the SOFORT column store and the paged engine with its
+//!   commit protocols under `paged/protocol/`.
 //!
-//! # Concurrency
-//! `Engine: Send + Sync`; `EngineTxn: Send`, used by one thread at a time. What a transaction
-//! meets while a writer is open is the engine's [`crate::Concurrency`].
+//! Adding an engine: a module here implementing [`Engine`] + [`EngineTxn`], a variant of
+//! [`crate::EngineKind`] (one arm in its `info`), and one line in [`registry::open`]. The
+//! conformance suite and the benchmark harness iterate [`crate::EngineKind::ALL`] and pick it
+//! up by themselves; engine settings go into [`crate::Options`] (see
+//! [`crate::Options::engine_settings`]).
+//!
+//! # Invariants, ordering, concurrency
+//! See [`api`] for what every engine must keep, and each engine's module docs for its own.
 
-use std::fmt;
-use std::path::Path;
-use std::sync::Arc;
-
-use crate::error::{Error, Result};
-use crate::options::{EngineKind, Options};
-use crate::query::{Filter, LoweredScan};
-use crate::schema::Table;
-use crate::value::{Row, Value};
-
+pub(crate) mod api;
+pub(crate) mod common;
 pub(crate) mod reference;
 pub(crate) mod sofort;
+pub(crate) mod registry;
 
-/// How `commit` acknowledges.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum CommitMode {
-    /// Return once the transaction is durable.
-    Durable,
-    /// Return once the transaction is committed (visible, its outcome decided); durability may
-    /// follow later, awaited with [`Engine::wait_durable`].
-    Deferred,
-}
-
-/// A database engine.
-pub(crate) trait Engine: Send + Sync + fmt::Debug {
-    /// Which engine this is.
-    fn kind(&self) -> EngineKind;
-
-    /// Adds a checked table. DDL runs outside transactions; the engine documents when it is
-    /// durable. Errors: `Schema(TableExists)`.
-    fn create_table(&self, table: Table) -> Result<()>;
-
-    /// The table `name`. Errors: `Schema(UnknownTable)`.
-    fn table(&self, name: &str) -> Result<Arc<Table>>;
-
-    /// The names of every table, sorted.
-    fn table_names(&self) -> Result<Vec<String>>;
-
-    /// Starts a read-write transaction.
-    fn begin(&self) -> Result<Box<dyn EngineTxn>>;
-
-    /// Starts a read-only transaction.
-    fn begin_read(&self) -> Result<Box<dyn EngineTxn>>;
-
-    /// Returns once the transaction that got commit sequence number `seq` is durable.
-    fn wait_durable(&self, seq: u64) -> Result<()>;
-
-    /// Makes everything committed durable and reports any error; called by
-    /// `Database::close`.
-    fn close(&self) -> Result<()>;
-}
-
-/// One transaction of an engine. Writes are only called on read-write transactions.
-pub(crate) trait EngineTxn: Send + fmt::Debug {
-    /// The row with primary key `pk` (encoded), as this transaction sees it.
-    fn get(&mut self, table: &Table, pk: &[u8]) -> Result<Option<Row>>;
-
-    /// The rows of `scan`'s range (in its order) that pass every filter, at most `scan.limit`.
-    fn scan(&mut self, table: &Table, scan: &LoweredScan, filters: &[Filter]) -> Result<Vec<Row>>;
-
-    /// Inserts a checked row. Errors: `DuplicateKey` (primary or unique index).
-    fn insert(&mut self, table: &Table, row: Row) -> Result<()>;
-
-    /// Sets columns of the row with primary key `pk` (`key` is its value, for errors); the
-    /// assignments are checked and never touch the primary key. Errors: `NotFound`,
-    /// `DuplicateKey` (unique index).
-    fn update(
-        &mut self,
-        table: &Table,
-        pk: &[u8],
-        key: &Value,
-        assignments: &[(usize, Value)],
-    ) -> Result<()>;
-
-    /// Deletes the row with primary key `pk`. Errors: `NotFound`.
-    fn delete(&mut self, table: &Table, pk: &[u8], key: &Value) -> Result<()>;
-
-    /// Commits; returns the commit sequence number (for `wait_durable`).
-    fn commit(self: Box<Self>, mode: CommitMode) -> Result<u64>;
-
-    /// Rolls back. Dropping an unfinished transaction must do the same.
-    fn abort(self: Box<Self>);
-}
-
-/// Creates (`create = true`) or opens the engine chosen in `options` at `path`.
-pub(crate) fn open(path: &Path, options: &Options, create: bool) -> Result<Arc<dyn Engine>> {
-    match options.engine_kind() {
-        EngineKind::Reference => {
-            if create {
-                Ok(Arc::new(reference::Reference::new(reference::Config::default())))
-            } else {
-                Err(Error::Unsupported(format!(
-                    "the reference engine keeps nothing on disk, so there is no database at {} to \
-                     open; create a new one",
-                    path.display()
-                )))
-            }
-        }
-    }
-}
+pub(crate) use api::{CommitMode, Engine, EngineTxn};

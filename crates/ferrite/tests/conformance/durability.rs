@@ -59,7 +59,7 @@ fn commit_tickets(s: &Subject) -> Outcome {
 /// transaction leave nothing. Non-persistent engines: `open` fails with `Unsupported`.
 fn reopen_keeps_committed_only(s: &Subject) -> Outcome {
     let f = s.fresh("reopen")?;
-    let Some(open) = s.open else {
+    let Some(open) = s.open.clone() else {
         let kind = f.db.engine();
         ensure!(!kind.is_persistent(), "a persistent engine needs an `open` factory");
         return match Database::open(f.dir.join("db"), Options::new().engine(kind)) {
@@ -106,7 +106,7 @@ fn reopen_keeps_committed_only(s: &Subject) -> Outcome {
 /// Persistent engines: dropping the handle without `close` (what a crash of the owner looks
 /// like to the next opener in the same process) keeps every commit acknowledged as durable.
 fn reopen_after_drop(s: &Subject) -> Outcome {
-    let Some(open) = s.open else { return Ok(()) };
+    let Some(open) = s.open.clone() else { return Ok(()) };
     let f = s.fresh("reopen-drop")?;
     table(&f.db)?;
     for k in 0..20 {

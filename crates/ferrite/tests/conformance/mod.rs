@@ -1,24 +1,20 @@
 //! The conformance suite every Ferrite engine must pass.
 //!
-//! An engine's test file includes this module and invokes [`conformance_suite!`] with a factory
-//! that creates a fresh database in a directory (and, for persistent engines, one that opens it
-//! again):
+//! `tests/engines.rs` runs it on every engine of this build ([`engines`]: one [`Subject`] per
+//! `ferrite::EngineKind::ALL`, persistent engines with an `open` factory), so a new engine is
+//! tested without touching this suite:
 //!
 //! ```ignore
 //! mod conformance;
-//! conformance_suite!(
-//!     reference,
-//!     create = |dir| Database::create(dir.join("db"), Options::new().engine(EngineKind::Reference)),
-//!     open = None,
-//! );
+//! conformance_suite!(subjects = conformance::engines());
 //! ```
 //!
 //! That generates one `#[test]` per group (`operations`, `errors`, `scans`, `isolation`,
-//! `durability`, `model_serial`, `model_interleaved`). A group runs every case of its list (each
-//! case gets a fresh database), then fails listing every case that failed. Cases are plain
-//! functions returning `Result<(), String>`, so that a test can also assert that a case *fails*
-//! (see `tests/broken_engine.rs`: the reference engine with validation switched off must fail
-//! the isolation cases).
+//! `durability`, `model_serial`, `model_interleaved`). A group runs every case of its list on
+//! every subject (each case gets a fresh database), then fails listing every case that failed,
+//! with the engine's name. Cases are plain functions returning `Result<(), String>`, so that a
+//! test can also assert that a case *fails* (see `tests/broken_engine.rs`: the reference engine
+//! with validation switched off must fail the isolation cases).
 //!
 //! Cases that need two read-write transactions open at once run only on engines whose
 //! [`ferrite::Concurrency`] lets writers `Proceed`; cases that read while a writer is open need
@@ -26,19 +22,21 @@
 //! instead, or reports itself skipped (`Block` cannot be driven from one thread).
 #![allow(dead_code)]
 
+use std::fmt;
 use std::path::Path;
+use std::sync::Arc;
 
 use ferrite::pmem::internals::testing::TestDir;
-use ferrite::{Database, Error, Row, WhileWriting};
+use ferrite::{Database, EngineKind, Error, Options, Row, WhileWriting};
 
 /// The outcome of a case: `Err` carries what went wrong.
 pub type Outcome = Result<(), String>;
 
 /// Creates or opens a database in a directory.
-pub type Factory = fn(&Path) -> ferrite::Result<Database>;
+pub type Factory = Arc<dyn Fn(&Path) -> ferrite::Result<Database> + Send + Sync>;
 
 /// The engine under test.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone)]
 pub struct Subject {
     /// Name used in messages and directory names.
     pub name: &'static str,
@@ -46,6 +44,36 @@ pub struct Subject {
     pub create: Factory,
     /// Opens the database `create` made in the directory; `None` for engines that keep nothing.
     pub open: Option<Factory>,
+}
+
+impl fmt::Debug for Subject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Subject")
+            .field("name", &self.name)
+            .field("reopens", &self.open.is_some())
+            .finish()
+    }
+}
+
+/// One subject per engine of this build (`EngineKind::ALL`): the database lives at `db` in the
+/// case's directory, built with `options` and the engine chosen; persistent engines reopen it.
+pub fn engines_with(options: impl Fn() -> Options + Send + Sync + Clone + 'static) -> Vec<Subject> {
+    EngineKind::all()
+        .map(|kind| {
+            let (o1, o2) = (options.clone(), options.clone());
+            let create: Factory =
+                Arc::new(move |dir: &Path| Database::create(dir.join("db"), o1().engine(kind)));
+            let open: Option<Factory> = kind.is_persistent().then(|| -> Factory {
+                Arc::new(move |dir: &Path| Database::open(dir.join("db"), o2().engine(kind)))
+            });
+            Subject { name: kind.name(), create, open }
+        })
+        .collect()
+}
+
+/// [`engines_with`] default options.
+pub fn engines() -> Vec<Subject> {
+    engines_with(Options::new)
 }
 
 /// One named case.
@@ -75,18 +103,34 @@ impl Subject {
     }
 }
 
-/// Runs every case of a group; panics listing the failures.
-pub fn run_group(subject: &Subject, group: &str, cases: &[Case]) {
-    let failures = run_cases(subject, cases);
-    if !failures.is_empty() {
-        let list: Vec<String> = failures.iter().map(|(n, e)| format!("  {n}: {e}")).collect();
+/// Runs every case of a group on every subject; panics listing the failures of all of them.
+pub fn run_group(subjects: &[Subject], group: &str, cases: &[Case]) {
+    assert!(!subjects.is_empty(), "{group}: no engine to test");
+    let mut list = Vec::new();
+    for subject in subjects {
+        for (n, e) in run_cases(subject, cases) {
+            list.push(format!("  {} {n}: {e}", subject.name));
+        }
+    }
+    if !list.is_empty() {
         panic!(
-            "{} {group}: {} of {} cases failed:\n{}",
-            subject.name,
-            failures.len(),
-            cases.len(),
+            "{group}: {} of {} cases failed:\n{}",
+            list.len(),
+            cases.len() * subjects.len(),
             list.join("\n")
         );
+    }
+}
+
+/// Runs a whole-suite check (a model test) on every subject; panics listing every failure.
+pub fn run_each(subjects: &[Subject], group: &str, check: fn(&Subject) -> Outcome) {
+    assert!(!subjects.is_empty(), "{group}: no engine to test");
+    let failures: Vec<String> = subjects
+        .iter()
+        .filter_map(|s| check(s).err().map(|e| format!("  {}: {e}", s.name)))
+        .collect();
+    if !failures.is_empty() {
+        panic!("{group} failed:\n{}", failures.join("\n"));
     }
 }
 
@@ -94,7 +138,7 @@ pub fn run_group(subject: &Subject, group: &str, cases: &[Case]) {
 pub fn run_cases(subject: &Subject, cases: &[Case]) -> Vec<(&'static str, String)> {
     let mut failures = Vec::new();
     for case in cases {
-        let result = std::panic::catch_unwind(|| (case.run)(subject))
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (case.run)(subject)))
             .unwrap_or_else(|p| Err(format!("panicked: {}", panic_message(&p))));
         match result {
             Ok(()) => eprintln!("{} {} ... ok", subject.name, case.name),
@@ -186,55 +230,51 @@ pub fn sorted(mut rows: Vec<Row>) -> Vec<Row> {
     rows
 }
 
-/// Generates the suite's tests for one engine (see the module docs).
+/// Generates the suite's tests for a list of subjects (see the module docs).
 #[macro_export]
 macro_rules! conformance_suite {
-    ($engine:ident, create = $create:expr, open = $open:expr $(,)?) => {
-        mod $engine {
-            #[allow(unused_imports)]
-            use super::*;
+    (subjects = $subjects:expr $(,)?) => {
+        fn subjects() -> Vec<conformance::Subject> {
+            $subjects
+        }
 
-            const SUBJECT: conformance::Subject =
-                conformance::Subject { name: stringify!($engine), create: $create, open: $open };
+        #[test]
+        fn operations() {
+            conformance::run_group(&subjects(), "operations", conformance::operations::CASES);
+        }
 
-            #[test]
-            fn operations() {
-                conformance::run_group(&SUBJECT, "operations", conformance::operations::CASES);
-            }
+        #[test]
+        fn errors() {
+            conformance::run_group(&subjects(), "errors", conformance::operations::ERROR_CASES);
+        }
 
-            #[test]
-            fn errors() {
-                conformance::run_group(&SUBJECT, "errors", conformance::operations::ERROR_CASES);
-            }
+        #[test]
+        fn scans() {
+            conformance::run_group(&subjects(), "scans", conformance::scans::CASES);
+        }
 
-            #[test]
-            fn scans() {
-                conformance::run_group(&SUBJECT, "scans", conformance::scans::CASES);
-            }
+        #[test]
+        fn isolation() {
+            conformance::run_group(&subjects(), "isolation", conformance::isolation::CASES);
+        }
 
-            #[test]
-            fn isolation() {
-                conformance::run_group(&SUBJECT, "isolation", conformance::isolation::CASES);
-            }
+        #[test]
+        fn durability() {
+            conformance::run_group(&subjects(), "durability", conformance::durability::CASES);
+        }
 
-            #[test]
-            fn durability() {
-                conformance::run_group(&SUBJECT, "durability", conformance::durability::CASES);
-            }
+        #[test]
+        fn model_serial() {
+            conformance::run_each(&subjects(), "model_serial", conformance::model::serial);
+        }
 
-            #[test]
-            fn model_serial() {
-                if let Err(e) = conformance::model::serial(&SUBJECT) {
-                    panic!("{e}");
-                }
-            }
-
-            #[test]
-            fn model_interleaved() {
-                if let Err(e) = conformance::model::interleaved(&SUBJECT) {
-                    panic!("{e}");
-                }
-            }
+        #[test]
+        fn model_interleaved() {
+            conformance::run_each(
+                &subjects(),
+                "model_interleaved",
+                conformance::model::interleaved,
+            );
         }
     };
 }

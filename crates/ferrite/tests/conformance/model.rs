@@ -24,7 +24,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
 
 use ferrite::{
-    Database, Error, Key, Predicate, Projection, ReadTransaction, Row, Scan, TableSchema,
+    Database, Error, Key, Predicate, Projection, Read, ReadTransaction, Row, Scan, TableSchema,
     Transaction, Type, Value,
 };
 
@@ -264,38 +264,8 @@ fn scan_of(
     s
 }
 
-/// The read operations both kinds of transaction offer.
-trait Reads {
-    fn get(&mut self, t: &str, k: Value) -> ferrite::Result<Option<Row>>;
-    fn scan(&mut self, t: &str, s: &Scan) -> ferrite::Result<Vec<Row>>;
-    fn select(&mut self, t: &str, p: &[Predicate]) -> ferrite::Result<Vec<Row>>;
-}
-
-impl Reads for Transaction {
-    fn get(&mut self, t: &str, k: Value) -> ferrite::Result<Option<Row>> {
-        Transaction::get(self, t, k)
-    }
-    fn scan(&mut self, t: &str, s: &Scan) -> ferrite::Result<Vec<Row>> {
-        Transaction::scan(self, t, s)
-    }
-    fn select(&mut self, t: &str, p: &[Predicate]) -> ferrite::Result<Vec<Row>> {
-        Transaction::select(self, t, p, &Projection::All)
-    }
-}
-
-impl Reads for ReadTransaction {
-    fn get(&mut self, t: &str, k: Value) -> ferrite::Result<Option<Row>> {
-        ReadTransaction::get(self, t, k)
-    }
-    fn scan(&mut self, t: &str, s: &Scan) -> ferrite::Result<Vec<Row>> {
-        ReadTransaction::scan(self, t, s)
-    }
-    fn select(&mut self, t: &str, p: &[Predicate]) -> ferrite::Result<Vec<Row>> {
-        ReadTransaction::select(self, t, p, &Projection::All)
-    }
-}
-
-fn run_read(tx: &mut impl Reads, op: &Op) -> Result<Observed, String> {
+/// A read on either kind of transaction (through `ferrite::Read`).
+fn run_read(tx: &mut dyn Read, op: &Op) -> Result<Observed, String> {
     match op {
         Op::Get(t, k) => observe(tx.get(TABLES[*t].name, k.clone()), Observed::Row),
         Op::Scan { table, index, lower, upper, desc, limit } => {
@@ -303,7 +273,8 @@ fn run_read(tx: &mut impl Reads, op: &Op) -> Result<Observed, String> {
             observe(tx.scan(TABLES[*table].name, &s), Observed::Rows)
         }
         Op::Select(t, preds) => {
-            observe(tx.select(TABLES[*t].name, &predicates(*t, preds)), Observed::Rows)
+            let p = predicates(*t, preds);
+            observe(tx.select(TABLES[*t].name, &p, &Projection::All), Observed::Rows)
         }
         _ => Err(format!("{op:?} is not a read")),
     }

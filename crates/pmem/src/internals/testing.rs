@@ -44,3 +44,12 @@ impl Drop for TestDir {
         let _ = std::fs::remove_dir_all(&self.path);
     }
 }
+
+/// Fault injection for soundness tests: the next segment mapping of `set` (by
+/// [`PoolSet::grow`](crate::PoolSet::grow) or [`PoolSet::add_segment`](crate::PoolSet::add_segment))
+/// fails the way a failing `MAP_FIXED` may on Linux before 6.12: after the memory under the
+/// target range was already removed. The pool set must refill the range before returning the
+/// error, so no hole is left in its address space.
+pub fn fail_next_segment_map(set: &crate::PoolSet) {
+    set.inject_map_failure();
+}
