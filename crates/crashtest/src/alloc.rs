@@ -233,7 +233,7 @@ impl Target for AllocSmall {
     }
 
     fn recover(&self, image: &CrashImage) -> Result<Recovered, String> {
-        recover_table(image)
+        recover_table(image, |_| {})
     }
 
     fn check(&self, r: &Recovered, m: &ModelView<AllocOp>) -> Result<(), String> {
@@ -291,7 +291,11 @@ impl Target for AllocSmall {
 
 /// Opens the image's pool set and allocator (recovery), checks the allocator and reads the
 /// pointer table: what both allocator targets compare with their models.
-pub(crate) fn recover_table(image: &CrashImage) -> Result<Recovered, String> {
+/// `inspect` sees the pool set before the allocator recovers it.
+pub(crate) fn recover_table(
+    image: &CrashImage,
+    inspect: impl FnOnce(&PoolSet),
+) -> Result<Recovered, String> {
     let set = match PoolSet::open_sim(image, &opts()) {
         Ok(s) => s,
         Err(ferrite_pmem::Error::Incomplete { .. }) => {
@@ -299,6 +303,7 @@ pub(crate) fn recover_table(image: &CrashImage) -> Result<Recovered, String> {
         }
         Err(x) => return Err(format!("the pool set does not open: {x}")),
     };
+    inspect(&set);
     let a = match PAllocator::open(Arc::new(set)) {
         Ok(a) => a,
         Err(Error::Corrupted { what, .. }) if what.contains("creation did not finish") => {

@@ -24,7 +24,7 @@ use std::sync::{Arc, Barrier};
 
 use ferrite::alloc::PAllocator;
 use ferrite::storage::StorageError as Error;
-use ferrite_pmem::{CrashImage, PoolSet};
+use ferrite_pmem::CrashImage;
 
 use crate::alloc::{AllocOp, READY, Recovered, SLOTS, State, TABLE, opts, recover_table, slot_loc};
 use crate::target::{Ctx, ModelView, Target};
@@ -88,7 +88,7 @@ fn schedule(rng: &mut ferrite_pmem::SplitMix64) -> Vec<[Vec<AllocOp>; 2]> {
                     // allocation would put the block back (what catches a disarm that never
                     // became durable).
                     let spare = SPARE + t * PER_THREAD + j;
-                    if x % 3 == 0 && !held[spare as usize] {
+                    if x.is_multiple_of(3) && !held[spare as usize] {
                         ops.push(AllocOp::Copy { from: slot, to: spare });
                         ops.push(AllocOp::Clear { slot });
                         held[slot as usize] = false;
@@ -100,7 +100,7 @@ fn schedule(rng: &mut ferrite_pmem::SplitMix64) -> Vec<[Vec<AllocOp>; 2]> {
                     // micro-log), then freed from there (by the other slot, their owner).
                     let other = 1 - t;
                     for from in [1 + other * PER_THREAD + j, SPARE + other * PER_THREAD + j] {
-                        if held[from as usize] && rng.next_u64() % 4 != 0 {
+                        if held[from as usize] && !rng.next_u64().is_multiple_of(4) {
                             let to = INBOX + t * PER_THREAD + j;
                             ops.push(AllocOp::Copy { from, to });
                             ops.push(AllocOp::Clear { slot: from });
@@ -238,12 +238,11 @@ impl Target for AllocThreads {
 
     fn recover(&self, image: &CrashImage) -> Result<Recovered, String> {
         self.images.fetch_add(1, Ordering::Relaxed);
-        if let Ok(set) = PoolSet::open_sim(image, &opts()) {
-            if PAllocator::armed_items(&set).is_ok_and(|v| v.len() == 2) {
+        recover_table(image, |set| {
+            if PAllocator::armed_items(set).is_ok_and(|v| v.len() == 2) {
                 self.both_armed.fetch_add(1, Ordering::Relaxed);
             }
-        }
-        recover_table(image)
+        })
     }
 
     fn check(&self, r: &Recovered, m: &ModelView<AllocOp>) -> Result<(), String> {
