@@ -96,28 +96,6 @@ impl Drop for Backing {
     }
 }
 
-/// An owned, zeroed, 4096-aligned heap block (the memory of volatile and sim pools, and of
-/// replayed sim files).
-pub(crate) struct HeapBlock(Backing);
-
-impl HeapBlock {
-    pub(crate) fn new(len: usize) -> Result<HeapBlock> {
-        Backing::heap(len).map(HeapBlock)
-    }
-
-    /// A region over the first `len` bytes of the block (which must not exceed its size).
-    pub(crate) fn region(&self, len: usize) -> Result<Region> {
-        match &self.0 {
-            Backing::Heap { ptr, layout } if len <= layout.size() => {
-                // SAFETY: the block owns `layout.size() >= len` bytes, 4096-aligned, which stay
-                // allocated as long as the HeapBlock (kept alongside every user of the region).
-                Ok(unsafe { Region::new(*ptr, len) })
-            }
-            _ => Err(Error::InvalidArgument(format!("heap block smaller than {len}"))),
-        }
-    }
-}
-
 /// Why a file got the durability mode it got (see [`decide_mode`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ModeDecision {

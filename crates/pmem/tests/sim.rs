@@ -446,3 +446,45 @@ fn images_captured_after_the_pool_is_dropped_read_a_copy() {
         10
     );
 }
+
+/// Environment variable that selects a child role of a test that re-executes this binary.
+const CHILD_ROLE: &str = "FERRITE_SIM_TEST_CHILD";
+
+/// Runs the test `name` of this binary again in a child process with [`CHILD_ROLE`] set to
+/// `name`, and returns its exit status (a crash of the child cannot take the parent down).
+fn run_child(name: &str) -> std::process::ExitStatus {
+    let exe = std::env::current_exe().expect("test binary path");
+    std::process::Command::new(exe)
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(CHILD_ROLE, name)
+        .status()
+        .expect("child test process starts")
+}
+
+/// Regression (item 1b of S1): `replay` returned a `Replay` whose public `domain` field
+/// pointed into heap blocks held by a private sibling field, so moving the domain out of the
+/// `Replay` freed the memory of its working images and the next capture that evicts a dirty
+/// line read freed memory. With a 1 MiB file (allocated by `mmap`, so freeing it unmaps it)
+/// the child died with SIGSEGV before the fix (checked by reverting it); now the domain owns
+/// the memory of its replayed files and the child exits normally.
+#[test]
+fn replayed_domain_moved_out_of_its_replay_stays_valid() {
+    const NAME: &str = "replayed_domain_moved_out_of_its_replay_stays_valid";
+    if std::env::var(CHILD_ROLE).as_deref() != Ok(NAME) {
+        let status = run_child(NAME);
+        assert!(status.success(), "the child capturing from a moved-out replay died: {status}");
+        return;
+    }
+    // Child: record a pool's whole life, with one line left dirty at the end.
+    let d = Arc::new(SimDomain::new(false));
+    d.record_trace();
+    let p = Pool::create_sim_with(d.clone(), 1 << 20, &Options::default()).unwrap();
+    p.store_u64(4096, 0xfeed, Relaxed).unwrap(); // dirty, never flushed
+    let trace = d.take_trace();
+    let domain: SimDomain = {
+        let r = replay(&trace, false).unwrap();
+        r.domain // the rest of the Replay is dropped here
+    };
+    let img = domain.capture(&spec(Pick::None, Pick::All));
+    assert_eq!(word(&img, 4096), 0xfeed);
+}
