@@ -42,12 +42,18 @@ pub struct Config {
     pub nested: bool,
     /// Fraction of images whose recovery is crashed when `nested` is on.
     pub nested_rate: f64,
-    /// Most depth-2 images per crashed recovery.
+    /// Key crash points inside a recovery by the pair (top-level crash point, site inside
+    /// recovery) instead of the inner site alone, so that the call-stack policy crashes every
+    /// such pair on its first visit (more images; the mutation check uses it for sites only
+    /// recoveries reach).
+    pub nested_by_outer: bool,
+    /// Most images tested at one crash point inside a recovery (depth 2); the images are
+    /// those of a top-level crash point (stash subsets, eviction, tearing), in that order.
     pub nested_max: usize,
     /// Corrupted variants (bit flips, truncation) recovered per crash (0: off).
     pub corrupt_samples: usize,
     /// Persist sites (keys, see `Site::key`) whose flushes and fences are made no-ops
-    /// (mutation checks).
+    /// (mutation checks), in the workload's domain and in every domain a recovery opens.
     pub drop_sites: Vec<String>,
     /// How long one recovery plus check may take.
     pub watchdog: Duration,
@@ -98,7 +104,8 @@ impl Default for Config {
             tear_samples: 2,
             nested: true,
             nested_rate: 0.25,
-            nested_max: 8,
+            nested_max: 16,
+            nested_by_outer: false,
             corrupt_samples: 0,
             drop_sites: Vec::new(),
             watchdog: Duration::from_secs(30),

@@ -12,14 +12,13 @@
 //! outlives the watchdog.
 
 use std::path::Path;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
-use ferrite_pmem::sim::{Event, set_new_domain_hook};
-use ferrite_pmem::{CrashImage, SimDomain};
+use ferrite_pmem::CrashImage;
+use ferrite_pmem::sim::{set_new_domain_drops, set_new_domain_hook};
 
-use super::{Explorer, Failure, Kind, Progress, lock};
+use super::{Explorer, Failure, Kind, Progress, Stop, lock};
 use crate::target::{ModelView, Target};
 
 pub(super) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
@@ -82,8 +81,7 @@ impl<T: Target> Explorer<T> {
                 replay,
             });
             if self.cfg.stop_at_first_failure {
-                self.stop.store(true, Ordering::Relaxed);
-                st.report.stopped_early = true;
+                Self::halt(&self.stop, &mut st.report, Stop::Failure);
             }
         }
         if let Some(p) = &self.cfg.progress {
@@ -96,8 +94,10 @@ impl<T: Target> Explorer<T> {
         }
     }
 
-    /// Recovers (and checks, unless corrupted) on a fresh thread; with `nest`, that thread's
-    /// new domains start with a hook that crashes the recovery at its crash points.
+    /// Recovers (and checks, unless corrupted) on a fresh thread. That thread's new domains
+    /// (the ones recovery opens) drop the run's dropped persist sites too, and, except for
+    /// corrupted images, start with the recovery hook: coverage of recovery's persist sites
+    /// and, with `nest`, crashes inside the recovery (`nested.rs`).
     fn recover_and_check(
         self: &Arc<Self>,
         image: CrashImage,
@@ -106,23 +106,21 @@ impl<T: Target> Explorer<T> {
         kind: Kind,
     ) -> Result<(), String> {
         let nest = matches!(kind, Kind::Check { nest: true });
-        let hook: Option<ferrite_pmem::sim::Hook> = nest.then(|| {
-            let ex = self.clone();
-            let outer = key.to_owned();
-            let m = model.clone();
-            let left = Arc::new(Mutex::new(self.cfg.nested_max));
-            Arc::new(move |d: &SimDomain, e: &Event| ex.nested_point(d, e, &outer, &m, &left)) as _
-        });
+        let hook = (kind != Kind::Corrupt).then(|| self.recovery_hook(key, &model, nest));
+        let drops = self.cfg.drop_sites.clone();
         let target = self.target.clone();
         let watchdog = if nest {
-            self.cfg.watchdog.saturating_mul(1 + self.cfg.nested_max as u32)
+            // The nested images are recovered on threads of their own, each with the watchdog.
+            self.cfg.watchdog.saturating_mul(1 + self.cfg.nested_max.min(1 << 16) as u32)
         } else {
             self.cfg.watchdog
         };
         run_guarded(watchdog, move || {
             set_new_domain_hook(hook);
+            set_new_domain_drops(&drops);
             let recovered = target.recover(&image);
             set_new_domain_hook(None);
+            set_new_domain_drops(&[]);
             match kind {
                 Kind::Corrupt => {
                     // Any typed error is fine; recovery that returns is fine.

@@ -8,7 +8,7 @@
 //! # Concurrency
 //! Called by the explorer while it holds the world lock (no workload thread runs).
 
-use ferrite_pmem::{CrashImage, ImageSpec, Pick, SplitMix64};
+use ferrite_pmem::{CrashImage, ImageSpec, Pick, SimDomain, SplitMix64};
 
 use super::{Config, Explorer, lock};
 use crate::target::Target;
@@ -65,6 +65,76 @@ pub(super) fn describe(s: &ImageSpec, k: usize) -> String {
 }
 
 impl<T: Target> Explorer<T> {
+    /// The images to test at a crash point of `thread` with `pending` lines pending, at the
+    /// top level or inside a recovery: every subset of the pending lines (sampled beyond
+    /// `max_exhaustive_lines`), each dirty line evicted alone (up to `max_exhaustive_lines`)
+    /// plus `evict_samples` seeded evictions, and for targets without M2 each word of small
+    /// stashes alone and each alone missing plus `tear_samples` seeded tears.
+    pub(super) fn specs_at(
+        &self,
+        domain: &SimDomain,
+        thread: u32,
+        pending: usize,
+        rng: &mut SplitMix64,
+    ) -> Vec<ImageSpec> {
+        let mut specs: Vec<ImageSpec> = subsets(pending, &self.cfg, rng)
+            .into_iter()
+            .map(|pick| ImageSpec { thread: Some(thread), pending: pick, ..ImageSpec::default() })
+            .collect();
+        let n_dirty = domain.dirty_lines().len();
+        let dirty = n_dirty > 0;
+        if dirty && self.cfg.evict_samples > 0 {
+            // Each dirty line written back early on its own (systematic for small sets),
+            // then seeded random combinations.
+            if n_dirty <= self.cfg.max_exhaustive_lines {
+                for i in 0..n_dirty {
+                    specs.push(ImageSpec {
+                        thread: Some(thread),
+                        evict: Pick::Indices(vec![i]),
+                        ..ImageSpec::default()
+                    });
+                }
+            }
+            for _ in 0..self.cfg.evict_samples {
+                specs.push(ImageSpec {
+                    thread: Some(thread),
+                    pending: Pick::Random(0.5),
+                    evict: Pick::Random(0.5),
+                    seed: rng.next_u64(),
+                    ..ImageSpec::default()
+                });
+            }
+        }
+        if !self.target.axioms().m2 && (dirty || pending > 0) && self.cfg.tear_samples > 0 {
+            // Each 8-byte word of the pending lines persisting on its own, and each word
+            // alone missing (systematic for small stashes), then seeded random tears.
+            if pending > 0 && pending <= 4 {
+                for w in 0..8 {
+                    for words in [1u8 << w, !(1u8 << w)] {
+                        specs.push(ImageSpec {
+                            thread: Some(thread),
+                            pending: Pick::All,
+                            tear: true,
+                            tear_words: Some(words),
+                            ..ImageSpec::default()
+                        });
+                    }
+                }
+            }
+            for _ in 0..self.cfg.tear_samples {
+                specs.push(ImageSpec {
+                    thread: Some(thread),
+                    pending: Pick::All,
+                    evict: if self.cfg.evict_samples > 0 { Pick::Random(0.5) } else { Pick::None },
+                    tear: true,
+                    seed: rng.next_u64(),
+                    ..ImageSpec::default()
+                });
+            }
+        }
+        specs
+    }
+
     /// A corrupted copy of `image`: random bit flips, or a truncated file.
     pub(super) fn corrupt(&self, mut image: CrashImage, n: usize) -> (CrashImage, String) {
         let mut st = lock(&self.state);

@@ -43,7 +43,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use ferrite_pmem::sim::{Event, EventKind};
-use ferrite_pmem::{ImageSpec, Pick, SimDomain, SplitMix64};
+use ferrite_pmem::{SimDomain, SplitMix64};
 
 use crate::target::{Ctx, Expect, Log, Target};
 
@@ -57,10 +57,10 @@ mod report;
 pub use config::{Config, Progress, ProgressFn};
 pub use executor::replay;
 pub use mutation::{MutationOutcome, MutationReport, mutate};
-pub use report::{Failure, KeyStats, Report, SiteStats};
+pub use report::{Failure, KeyStats, Report, SiteStats, Stop, Verdict};
 
 use executor::panic_message;
-use images::{describe, subsets};
+use images::describe;
 
 /// A target with its types erased, for the registry and the CLI.
 pub trait DynTarget: Send + Sync {
@@ -123,6 +123,12 @@ struct Explorer<T: Target> {
     world: RwLock<()>,
 }
 
+/// The rule of a site's label: `P-PM-10:offset` (one of several persists of one call) is a
+/// step of rule `P-PM-10`.
+fn rule_of(label: &str) -> &str {
+    label.split_once(':').map_or(label, |(r, _)| r)
+}
+
 fn lock<X>(m: &Mutex<X>) -> std::sync::MutexGuard<'_, X> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -143,16 +149,26 @@ impl<T: Target> Explorer<T> {
         self.cfg.out_dir.join(format!("{}-{tag}", self.target.name()))
     }
 
-    fn on_event(self: &Arc<Self>, domain: &SimDomain, e: &Event) {
-        if matches!(e.kind, EventKind::Flush | EventKind::Fence) {
-            let mut st = lock(&self.state);
-            let s = st.report.sites.entry(e.site.key()).or_default();
-            if e.kind == EventKind::Flush {
-                s.flushes += 1;
-            } else {
-                s.fences += 1;
-            }
+    /// Coverage: a flush or fence at `e`'s site, by the workload or inside a recovery.
+    fn record_site(&self, e: &Event, in_recovery: bool) {
+        if !matches!(e.kind, EventKind::Flush | EventKind::Fence) {
+            return;
         }
+        let mut st = lock(&self.state);
+        let s = st.report.sites.entry(e.site.key()).or_default();
+        match (e.kind == EventKind::Flush, in_recovery) {
+            (true, false) => s.flushes += 1,
+            (false, false) => s.fences += 1,
+            (true, true) => s.recovery_flushes += 1,
+            (false, true) => s.recovery_fences += 1,
+        }
+        if e.fresh > 0 {
+            s.effective += 1;
+        }
+    }
+
+    fn on_event(self: &Arc<Self>, domain: &SimDomain, e: &Event) {
+        self.record_site(e, false);
         let point = match e.kind {
             EventKind::Fence => e.pending > 0,
             EventKind::FileCreate | EventKind::FileRemove | EventKind::FilePunch => true,
@@ -184,6 +200,10 @@ impl<T: Target> Explorer<T> {
 
     fn crash_point(self: &Arc<Self>, domain: &SimDomain, thread: u32, key: &str, pending: usize) {
         if self.stop.load(Ordering::Relaxed) {
+            // Reached, never examined: the report must not claim it.
+            let mut st = lock(&self.state);
+            st.report.visited += 1;
+            st.report.unexamined += 1;
             return;
         }
         let _world = self.world.write().unwrap_or_else(|p| p.into_inner());
@@ -203,69 +223,7 @@ impl<T: Target> Explorer<T> {
                 s.crashes += 1;
             }
             let State { rng, .. } = &mut *st;
-            let mut specs: Vec<ImageSpec> = subsets(pending, &self.cfg, rng)
-                .into_iter()
-                .map(|pick| ImageSpec {
-                    thread: Some(thread),
-                    pending: pick,
-                    ..ImageSpec::default()
-                })
-                .collect();
-            let n_dirty = domain.dirty_lines().len();
-            let dirty = n_dirty > 0;
-            if dirty && self.cfg.evict_samples > 0 {
-                // Each dirty line written back early on its own (systematic for small sets),
-                // then seeded random combinations.
-                if n_dirty <= self.cfg.max_exhaustive_lines {
-                    for i in 0..n_dirty {
-                        specs.push(ImageSpec {
-                            thread: Some(thread),
-                            evict: Pick::Indices(vec![i]),
-                            ..ImageSpec::default()
-                        });
-                    }
-                }
-                for _ in 0..self.cfg.evict_samples {
-                    specs.push(ImageSpec {
-                        thread: Some(thread),
-                        pending: Pick::Random(0.5),
-                        evict: Pick::Random(0.5),
-                        seed: rng.next_u64(),
-                        ..ImageSpec::default()
-                    });
-                }
-            }
-            if !self.target.axioms().m2 && (dirty || pending > 0) && self.cfg.tear_samples > 0 {
-                // Each 8-byte word of the pending lines persisting on its own, and each word
-                // alone missing (systematic for small stashes), then seeded random tears.
-                if pending > 0 && pending <= 4 {
-                    for w in 0..8 {
-                        for words in [1u8 << w, !(1u8 << w)] {
-                            specs.push(ImageSpec {
-                                thread: Some(thread),
-                                pending: Pick::All,
-                                tear: true,
-                                tear_words: Some(words),
-                                ..ImageSpec::default()
-                            });
-                        }
-                    }
-                }
-                for _ in 0..self.cfg.tear_samples {
-                    specs.push(ImageSpec {
-                        thread: Some(thread),
-                        pending: Pick::All,
-                        evict: if self.cfg.evict_samples > 0 {
-                            Pick::Random(0.5)
-                        } else {
-                            Pick::None
-                        },
-                        tear: true,
-                        seed: rng.next_u64(),
-                        ..ImageSpec::default()
-                    });
-                }
-            }
+            let specs = self.specs_at(domain, thread, pending, rng);
             let draws: Vec<f64> = specs.iter().map(|_| rng.next_f64()).collect();
             (specs, draws)
         };
@@ -296,16 +254,30 @@ impl<T: Target> Explorer<T> {
         }
     }
 
+    /// Whether the budget or the time is spent (then the run stops, saying why).
     fn out_of_budget(&self) -> bool {
-        let st = lock(&self.state);
-        let out = self.cfg.budget.is_some_and(|b| st.report.images >= b)
-            || self.cfg.time.is_some_and(|t| st.started.elapsed() >= t);
-        drop(st);
-        if out {
-            self.stop.store(true, Ordering::Relaxed);
-            lock(&self.state).report.stopped_early = true;
+        let mut st = lock(&self.state);
+        let why = if self.cfg.budget.is_some_and(|b| st.report.images >= b) {
+            Some(Stop::Budget)
+        } else if self.cfg.time.is_some_and(|t| st.started.elapsed() >= t) {
+            Some(Stop::Time)
+        } else {
+            None
+        };
+        match why {
+            Some(why) => {
+                Self::halt(&self.stop, &mut st.report, why);
+                true
+            }
+            None => false,
         }
-        out
+    }
+
+    /// Stops crashing, recording the first reason.
+    fn halt(stop: &AtomicBool, report: &mut Report, why: Stop) {
+        stop.store(true, Ordering::Relaxed);
+        report.stopped_early = true;
+        report.stop.get_or_insert(why);
     }
 }
 
@@ -357,8 +329,12 @@ pub fn explore<T: Target>(target: Arc<T>, cfg: &Config) -> Report {
     let stats = domain.stats();
     st.report.fences = stats.fences;
     st.report.double_flushes = stats.double_flushes;
-    let reached: BTreeSet<&str> =
-        st.report.sites.keys().filter_map(|k| k.rsplit_once('#').map(|(_, r)| r)).collect();
+    let reached: BTreeSet<&str> = st
+        .report
+        .sites
+        .keys()
+        .filter_map(|k| k.rsplit_once('#').map(|(_, r)| rule_of(r)))
+        .collect();
     let missing: Vec<String> =
         target.rules().iter().filter(|r| !reached.contains(*r)).map(|r| (*r).to_owned()).collect();
     st.report.rules_not_reached = missing;

@@ -434,12 +434,14 @@ impl SimDomain {
             let g = self.read_gate();
             g.locate(addr).map(|(file, off)| {
                 let end = (off + len).min(file.len);
+                let mut fresh = 0;
                 if !dropped && !self.eadr {
                     let mut p = lock(&self.pending);
                     let v = p.entry(me).or_default();
                     let mut doubles = 0;
                     for line in off / CACHE_LINE..end.div_ceil(CACHE_LINE) {
                         let content = file.working_line(line).unwrap_or([0; 64]);
+                        fresh += usize::from(content != file.durable_line(line));
                         doubles += u64::from(v.upsert(&file.name, line, content, 0xff, true));
                     }
                     drop(p);
@@ -447,11 +449,11 @@ impl SimDomain {
                         lock(&self.stats).double_flushes += doubles;
                     }
                 }
-                (file.name.clone(), off, end - off)
+                (file.name.clone(), off, end - off, fresh)
             })
         };
-        if let Some((name, off, n)) = located {
-            self.emit_as(me, EventKind::Flush, &name, off, n, site, 0, None);
+        if let Some((name, off, n, fresh)) = located {
+            self.emit_as(me, EventKind::Flush, &name, off, n, site, (0, fresh), None);
         }
     }
 
@@ -462,9 +464,9 @@ impl SimDomain {
     }
 
     pub(super) fn fence_as(&self, me: u32, site: Site) {
-        let pending = lock(&self.pending).get(&me).map_or(0, PendingSet::len);
+        let (pending, fresh) = self.fence_effect(me);
         lock(&self.stats).fences += 1;
-        self.emit_as(me, EventKind::Fence, "", 0, 0, site, pending, None);
+        self.emit_as(me, EventKind::Fence, "", 0, 0, site, (pending, fresh), None);
         if self.is_dropped(&site) {
             return;
         }
@@ -490,6 +492,43 @@ impl SimDomain {
         }
     }
 
+    /// What a fence by `me` would do now: its pending lines, and how many lines it would
+    /// change in the durable image (pending content, or under eADR the working content of
+    /// dirty lines, that differs from the durable content).
+    fn fence_effect(&self, me: u32) -> (usize, usize) {
+        let g = self.read_gate();
+        let p = lock(&self.pending);
+        let Some(v) = p.get(&me) else {
+            return (0, if self.eadr { Self::eadr_fresh(&g) } else { 0 });
+        };
+        let mut fresh = 0;
+        for l in &v.lines {
+            if let Some(f) = g.files.get(&l.file) {
+                let durable = f.durable_line(l.line);
+                fresh += usize::from((0..8).any(|w| {
+                    l.mask & (1 << w) != 0
+                        && l.content[w * 8..w * 8 + 8] != durable[w * 8..w * 8 + 8]
+                }));
+            }
+        }
+        if self.eadr {
+            fresh += Self::eadr_fresh(&g);
+        }
+        (v.len(), fresh)
+    }
+
+    fn eadr_fresh(g: &Files) -> usize {
+        g.files
+            .values()
+            .map(|f| {
+                f.dirty_lines()
+                    .into_iter()
+                    .filter(|&l| f.working_line(l).is_some_and(|w| w != f.durable_line(l)))
+                    .count()
+            })
+            .sum()
+    }
+
     fn tracing(&self) -> bool {
         lock(&self.trace).is_some()
     }
@@ -505,7 +544,7 @@ impl SimDomain {
         pending: usize,
         data: Option<Vec<u8>>,
     ) {
-        self.emit_as(thread_index(), kind, file, offset, len, site, pending, data);
+        self.emit_as(thread_index(), kind, file, offset, len, site, (pending, 0), data);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -517,7 +556,7 @@ impl SimDomain {
         offset: u64,
         len: u64,
         site: Site,
-        pending: usize,
+        (pending, fresh): (usize, usize),
         data: Option<Vec<u8>>,
     ) {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
@@ -549,7 +588,17 @@ impl SimDomain {
                 }
             }
             let _reset = Reset;
-            let ev = Event { seq, thread, kind, file: file.to_owned(), offset, len, site, pending };
+            let ev = Event {
+                seq,
+                thread,
+                kind,
+                file: file.to_owned(),
+                offset,
+                len,
+                site,
+                pending,
+                fresh,
+            };
             h(self, &ev);
         }
     }

@@ -132,6 +132,11 @@ pub struct Event {
     /// For fences: how many lines the thread had pending (a fence with none cannot change the
     /// durable image outside eADR).
     pub pending: usize,
+    /// For flushes: how many flushed lines hold content that differs from their durable
+    /// content; for fences: how many lines the fence changes in the durable image. A persist
+    /// whose flushes and fences all have `fresh == 0` changed nothing durable (dropping it
+    /// cannot be observed in that run).
+    pub fresh: usize,
 }
 
 /// A hook: called with the domain and the event (see the module docs for when).
