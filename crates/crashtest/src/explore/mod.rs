@@ -7,7 +7,7 @@
 //! flush, and the end of the workload — the explorer decides whether to crash there:
 //!
 //! - *call-stack-aware* (default): each crash-point key starts at probability 1 and halves after
-//!   every crash there (Alg. 7.2), so a site visited n times is crashed about log2(n) times;
+//!   every crash there (Alg. 7.2), so a site visited n times is crashed about log2(n)+1 times;
 //! - *exhaustive*: every visit crashes.
 //!
 //! Keys are the `#[track_caller]` site of the persistence call plus its ordering-rule id
@@ -23,10 +23,17 @@
 //! return `Ok` or a typed error — never panic or hang.
 //!
 //! Each image is written to the current-image directory, then recovered and checked on a fresh
-//! thread under `catch_unwind` and a watchdog; its DRAM state is dropped afterwards. With
-//! `nested`, a sampled fraction of recoveries run with a hook on the domain they open, so the
-//! recovery itself is crashed at its own crash points (depth 2) and each such image is
-//! recovered again and checked against the same model.
+//! thread under `catch_unwind` and a watchdog; its DRAM state is dropped afterwards. Every
+//! recovery runs with a hook on the domains it opens (`nested.rs`), which records the persist
+//! sites recovery reaches; with `nested`, for a sampled fraction of recoveries it also crashes
+//! the recovery at its own crash points (depth 2), with the same image set as above, and each
+//! such image is recovered again and checked against the same model. Dropped persist sites
+//! (mutation checks) apply in those domains too.
+//!
+//! # Invariants
+//! - A crash point reached after the run stopped (budget, time, first failure) is counted as
+//!   visited and unexamined, never as checked; a stopped run without a failure is `STOPPED`,
+//!   not passed.
 //!
 //! Threads: one crash is tested at a time; while it is, every other workload thread is paused
 //! at its next persistence event (stores included). Multi-threaded runs are not reproducible
