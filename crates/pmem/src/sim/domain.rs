@@ -441,7 +441,13 @@ impl SimDomain {
                     let mut doubles = 0;
                     for line in off / CACHE_LINE..end.div_ceil(CACHE_LINE) {
                         let content = file.working_line(line).unwrap_or([0; 64]);
-                        fresh += usize::from(content != file.durable_line(line));
+                        // Fresh: the flush makes a difference to what becomes durable —
+                        // new content, or content replacing a different pending one.
+                        let before = v.content_of(&file.name, line);
+                        fresh += usize::from(
+                            content != file.durable_line(line)
+                                || before.is_some_and(|b| b != content),
+                        );
                         doubles += u64::from(v.upsert(&file.name, line, content, 0xff, true));
                     }
                     drop(p);

@@ -133,7 +133,8 @@ pub struct Event {
     /// durable image outside eADR).
     pub pending: usize,
     /// For flushes: how many flushed lines hold content that differs from their durable
-    /// content; for fences: how many lines the fence changes in the durable image. A persist
+    /// content or from the content already pending for them; for fences: how many lines the
+    /// fence changes in the durable image. A persist
     /// whose flushes and fences all have `fresh == 0` changed nothing durable (dropping it
     /// cannot be observed in that run).
     pub fresh: usize,

@@ -175,6 +175,11 @@ impl PendingSet {
             self.lines.iter().enumerate().map(|(i, l)| ((l.file.clone(), l.line), i)).collect();
     }
 
+    /// The content pending for `(file, line)`, if the line is pending.
+    pub(super) fn content_of(&self, file: &str, line: u64) -> Option<[u8; 64]> {
+        self.index.get(&(file.to_owned(), line)).map(|&i| self.lines[i].content)
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.lines.len()
     }
