@@ -132,6 +132,9 @@ impl Target for AllocThreads {
     fn min_images(&self) -> u64 {
         200
     }
+    fn benign_sites(&self) -> &'static [(&'static str, &'static str)] {
+        &[crate::alloc::REPLAY_DISARM]
+    }
 
     fn workload(&self, ctx: &mut Ctx<AllocOp>) -> Result<(), String> {
         let e = |e: Error| e.to_string();

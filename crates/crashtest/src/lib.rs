@@ -36,7 +36,7 @@ pub mod toys;
 
 pub use explore::{
     Config, DynTarget, Failure, KeyStats, MutationOutcome, MutationReport, Progress, ProgressFn,
-    Report, SiteStats, explore, mutate, replay,
+    Report, SiteStats, Stop, Verdict, explore, mutate, replay,
 };
 pub use target::{Axioms, Ctx, Expect, Mode, ModelOp, ModelView, OpToken, Target};
 
