@@ -195,13 +195,17 @@ pub struct CheckReport {
 #[derive(Debug)]
 pub struct FPTree {
     alloc: Arc<PAllocator>,
+    /// The allocator's pool set, held directly (one pointer less on every access).
+    set: Arc<PoolSet>,
     /// Where the caller keeps the root pointer.
     root_slot: PPtr,
     /// The root block, and its global offset.
     root: PPtr,
     rg: u64,
-    /// Lower bound → leaf (T5).
-    index: BTreeMap<u64, Leaf>,
+    /// Lower bound → the leaf's global offset (T5). Only offsets, so that the DRAM index stays
+    /// as small as a DRAM B-tree of `u64`s; the leaf's `PPtr` is derived when a split or a
+    /// leaf deletion needs it.
+    index: BTreeMap<u64, u64>,
     len: u64,
     /// Set when a modification failed half-way: every later call returns `Poisoned`.
     poisoned: bool,
@@ -298,11 +302,27 @@ impl FPTree {
 
     fn new(alloc: Arc<PAllocator>, root_slot: PPtr, root: PPtr) -> StorageResult<FPTree> {
         let rg = resolve_block(alloc.pool(), root, ROOT_SIZE, "root")?;
-        Ok(FPTree { alloc, root_slot, root, rg, index: BTreeMap::new(), len: 0, poisoned: false })
+        Ok(FPTree {
+            set: alloc.pool().clone(),
+            alloc,
+            root_slot,
+            root,
+            rg,
+            index: BTreeMap::new(),
+            len: 0,
+            poisoned: false,
+        })
     }
 
     fn set(&self) -> &PoolSet {
-        self.alloc.pool()
+        &self.set
+    }
+
+    /// The leaf at global offset `g` (a leaf of the index), with its persistent pointer.
+    fn leaf_at(&self, g: u64) -> StorageResult<Leaf> {
+        let p =
+            self.set.to_pptr(g).map_err(|e| corrupt(format!("leaf at {g:#x}: {e}"), self.root))?;
+        Ok(Leaf { g, p })
     }
 
     /// Creation (P-FPT-13), resumable: the first persist writes the whole root with magic 0
@@ -456,10 +476,10 @@ impl FPTree {
             }
             match min {
                 Some(mn) => {
-                    self.index.insert(if first { 0 } else { mn }, leaf);
+                    self.index.insert(if first { 0 } else { mn }, leaf.g);
                 }
                 None if first && l.next.is_null() => {
-                    self.index.insert(0, leaf); // the only leaf, empty (T3)
+                    self.index.insert(0, leaf.g); // the only leaf, empty (T3)
                 }
                 None => return Err(corrupt("an empty leaf that is not the only leaf", at)),
             }
@@ -473,8 +493,8 @@ impl FPTree {
 
     // ----- lookups -----
 
-    /// The leaf that holds (or would hold) `key`, with its bound.
-    fn route(&self, key: u64) -> StorageResult<(u64, Leaf)> {
+    /// The leaf (global offset) that holds (or would hold) `key`, with its bound.
+    fn route(&self, key: u64) -> StorageResult<(u64, u64)> {
         self.index
             .range(..=key)
             .next_back()
@@ -483,10 +503,10 @@ impl FPTree {
     }
 
     /// The slot of `key` in `leaf`, probing full keys only where fingerprints match.
-    fn find_in_leaf(&self, leaf: Leaf, key: u64) -> StorageResult<Option<usize>> {
+    fn find_in_leaf(&self, leaf: u64, key: u64) -> StorageResult<Option<usize>> {
         let set = self.set();
         let mut line0 = [0u8; 40];
-        set.read_into(leaf.g, &mut line0)?;
+        set.read_into(leaf, &mut line0)?;
         let mut bm = [0u8; 8];
         bm.copy_from_slice(&line0[32..40]);
         let bitmap = u64::from_le_bytes(bm);
@@ -494,7 +514,7 @@ impl FPTree {
         for (slot, &fp) in line0[..M].iter().enumerate() {
             if bitmap & (1 << slot) != 0
                 && fp == f
-                && set.load_u64(leaf.g + L_KV + slot as u64 * 16, Ordering::Acquire)? == key
+                && set.load_u64(leaf + L_KV + slot as u64 * 16, Ordering::Acquire)? == key
             {
                 return Ok(Some(slot));
             }
@@ -510,7 +530,7 @@ impl FPTree {
         let (_, leaf) = self.route(key)?;
         match self.find_in_leaf(leaf, key)? {
             Some(slot) => Ok(Some(
-                self.set().load_u64(leaf.g + L_KV + slot as u64 * 16 + 8, Ordering::Acquire)?,
+                self.set().load_u64(leaf + L_KV + slot as u64 * 16 + 8, Ordering::Acquire)?,
             )),
             None => Ok(None),
         }
@@ -550,7 +570,9 @@ impl FPTree {
     /// every user of the allocator checks T6 (no leak) by comparing the union of their blocks
     /// with [`PAllocator::check`]'s allocated blocks.
     pub fn blocks(&self) -> Vec<PPtr> {
-        std::iter::once(self.root).chain(self.index.values().map(|l| l.p)).collect()
+        std::iter::once(self.root)
+            .chain(self.index.values().filter_map(|&g| self.set.to_pptr(g).ok()))
+            .collect()
     }
 
     /// Whether inserting `key` (absent) would split its leaf, i.e. needs a new leaf from the
@@ -560,7 +582,7 @@ impl FPTree {
             return Err(StorageError::Poisoned);
         }
         let (_, leaf) = self.route(key)?;
-        Ok(self.set().load_u64(leaf.g + L_BITMAP, Ordering::Acquire)? & FULL == FULL)
+        Ok(self.set().load_u64(leaf + L_BITMAP, Ordering::Acquire)? & FULL == FULL)
     }
 
     /// Up to `limit` pairs with `lo <= key <= hi`, in ascending key order.
@@ -577,7 +599,7 @@ impl FPTree {
             if bound > hi {
                 break;
             }
-            let l = self.read_leaf(leaf)?;
+            let l: LeafImage = self.set().read_struct(leaf)?;
             let mut kv: Vec<(u64, u64)> = l
                 .valid()
                 .map(|s| (l.kv[s][0], l.kv[s][1]))
@@ -598,12 +620,12 @@ impl FPTree {
 
     /// Writes `(key, value)` into free slot `slot` of `leaf` and persists it with its
     /// fingerprint, still invisible (P-FPT-1).
-    fn write_slot(&self, leaf: Leaf, slot: usize, key: u64, value: u64) -> StorageResult<()> {
+    fn write_slot(&self, leaf: u64, slot: usize, key: u64, value: u64) -> StorageResult<()> {
         let set = self.set();
-        let kv = leaf.g + L_KV + slot as u64 * 16;
+        let kv = leaf + L_KV + slot as u64 * 16;
         set.store_u64(kv, key, Ordering::Relaxed)?;
         set.store_u64(kv + 8, value, Ordering::Relaxed)?;
-        let word = leaf.g + L_FP + (slot as u64 / 8) * 8;
+        let word = leaf + L_FP + (slot as u64 / 8) * 8;
         let mut bytes = set.load_u64(word, Ordering::Acquire)?.to_le_bytes();
         bytes[slot % 8] = fingerprint(key);
         set.store_u64(word, u64::from_le_bytes(bytes), Ordering::Relaxed)?;
@@ -614,25 +636,25 @@ impl FPTree {
     }
 
     /// The commit point of an insert, update or delete (P-FPT-2 / P-FPT-9).
-    fn publish_bitmap(&self, leaf: Leaf, bitmap: u64, rule: &'static str) -> StorageResult<()> {
+    fn publish_bitmap(&self, leaf: u64, bitmap: u64, rule: &'static str) -> StorageResult<()> {
         let set = self.set();
-        set.store_u64(leaf.g + L_BITMAP, bitmap, Ordering::Release)?;
-        Ok(set.persist_rule(rule, leaf.g + L_BITMAP, 8)?) // ORDER(P-FPT-2/9): the single commit store
+        set.store_u64(leaf + L_BITMAP, bitmap, Ordering::Release)?;
+        Ok(set.persist_rule(rule, leaf + L_BITMAP, 8)?) // ORDER(P-FPT-2/9): the single commit store
     }
 
     /// The leaf a key goes to after a possible split of its full leaf: returns (target leaf,
     /// its bitmap).
-    fn make_room(&mut self, bound: u64, leaf: Leaf, key: u64) -> StorageResult<(Leaf, u64)> {
-        let bitmap = self.set().load_u64(leaf.g + L_BITMAP, Ordering::Acquire)?;
+    fn make_room(&mut self, bound: u64, leaf: u64, key: u64) -> StorageResult<(u64, u64)> {
+        let bitmap = self.set().load_u64(leaf + L_BITMAP, Ordering::Acquire)?;
         if bitmap & FULL != FULL {
             return Ok((leaf, bitmap));
         }
-        let (split_key, new) = self.split(leaf)?;
+        let (split_key, new) = self.split(self.leaf_at(leaf)?)?;
         // split_key < u64::MAX: the upper half of a full leaf holds keys above it.
-        self.index.insert(split_key + 1, new);
+        self.index.insert(split_key + 1, new.g);
         debug_assert!(split_key + 1 > bound);
-        let target = if key > split_key { new } else { leaf };
-        Ok((target, self.set().load_u64(target.g + L_BITMAP, Ordering::Acquire)?))
+        let target = if key > split_key { new.g } else { leaf };
+        Ok((target, self.set().load_u64(target + L_BITMAP, Ordering::Acquire)?))
     }
 
     /// Runs a modification; a failure other than a clean `PoolFull` poisons the handle
@@ -695,11 +717,14 @@ impl FPTree {
     fn delete_inner(&mut self, key: u64) -> StorageResult<bool> {
         let (bound, leaf) = self.route(key)?;
         let Some(slot) = self.find_in_leaf(leaf, key)? else { return Ok(false) };
-        let bitmap = self.set().load_u64(leaf.g + L_BITMAP, Ordering::Acquire)?;
+        let bitmap = self.set().load_u64(leaf + L_BITMAP, Ordering::Acquire)?;
         if bitmap.count_ones() == 1 && self.index.len() > 1 {
             // The leaf empties: unlink and free it instead (its last key goes with it).
-            let prev = self.index.range(..bound).next_back().map(|(_, &l)| l);
-            self.delete_leaf(leaf, prev)?;
+            let prev = match self.index.range(..bound).next_back() {
+                Some((_, &g)) => Some(self.leaf_at(g)?),
+                None => None,
+            };
+            self.delete_leaf(self.leaf_at(leaf)?, prev)?;
             self.index.remove(&bound);
             if bound == 0 {
                 // The next leaf became the head: its bound becomes 0 (T5).
@@ -866,15 +891,15 @@ impl FPTree {
             keys += leaf_keys.len() as u64;
             // T5: the index routes every key of this leaf here.
             for &k in &leaf_keys {
-                if self.route(k)?.1 != leaf {
+                if self.route(k)?.1 != leaf.g {
                     return Err(corrupt(format!("the index routes key {k} elsewhere"), at));
                 }
             }
             listed.push(leaf);
             at = l.next;
         }
-        let indexed: Vec<Leaf> = self.index.values().copied().collect();
-        if indexed != listed {
+        let indexed: Vec<u64> = self.index.values().copied().collect();
+        if indexed != listed.iter().map(|l| l.g).collect::<Vec<u64>>() {
             return Err(corrupt(
                 "the DRAM index and the leaf list name different leaves",
                 self.root,
