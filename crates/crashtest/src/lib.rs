@@ -31,6 +31,7 @@ pub mod alloc;
 pub mod alloc_threads;
 mod explore;
 pub mod fptree;
+pub mod poolset;
 mod target;
 pub mod toys;
 
@@ -46,6 +47,7 @@ pub fn registry() -> Vec<Box<dyn DynTarget>> {
     v.push(Box::new(std::sync::Arc::new(fptree::FptreeFixed)));
     v.push(Box::new(std::sync::Arc::new(alloc::AllocSmall)));
     v.push(Box::new(std::sync::Arc::new(alloc_threads::AllocThreads::default())));
+    v.push(Box::new(std::sync::Arc::new(poolset::PoolSetFiles)));
     v
 }
 
