@@ -405,6 +405,9 @@ mod tests {
         fn close(&self) -> Result<()> {
             Ok(())
         }
+        fn check(&self) -> Result<String> {
+            Ok("test engine: nothing stored".into())
+        }
     }
 
     impl EngineTxn for ConflictingTxn {

@@ -313,3 +313,14 @@ fn open_reports_recovery_times() {
     let db = Database::open(&path, options(1 << 20)).expect("reopen");
     assert_eq!(db.recovery_report().expect("a report").live_rows, 41);
 }
+
+#[test]
+fn check_summarises_a_sound_database() {
+    let (_dir, path) = populated("sofort-check", 1 << 20);
+    let db = Database::open(&path, options(1 << 20)).expect("open");
+    let summary = db.check().expect("a sound database checks");
+    assert!(summary.starts_with("sofort:") && summary.contains("40 live"), "{summary}");
+    let reference = Database::create("unused", Options::new().engine(EngineKind::Reference))
+        .expect("reference");
+    assert!(reference.check().expect("reference").starts_with("reference:"));
+}

@@ -70,6 +70,11 @@ pub(crate) trait Engine: Send + Sync + fmt::Debug {
     /// `Database::close`.
     fn close(&self) -> Result<()>;
 
+    /// Checks the engine's stored invariants (run it with no transaction open) and returns a
+    /// one-line summary of what it checked. Errors: `Corrupted` naming the first broken
+    /// invariant. With transactions open, their in-flight rows may be reported as broken.
+    fn check(&self) -> Result<String>;
+
     /// What the open that built this engine recovered and how long it took (`None`: created,
     /// or an engine that keeps nothing).
     fn recovery_report(&self) -> Option<crate::db::RecoveryReport> {

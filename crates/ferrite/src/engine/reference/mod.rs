@@ -210,6 +210,11 @@ impl Engine for Reference {
         // Nothing to flush; surface a poisoned state as an error.
         read(&self.shared.data).map(drop)
     }
+
+    fn check(&self) -> Result<String> {
+        read(&self.shared.data).map(drop)?;
+        Ok("reference: in memory, nothing stored to check".into())
+    }
 }
 
 /// A transaction: the lifted state ([`TxnState`]) plus this engine's snapshot registration.

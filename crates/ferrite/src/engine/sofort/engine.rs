@@ -270,6 +270,14 @@ impl Engine for Sofort {
         }
     }
 
+    fn check(&self) -> Result<String> {
+        let r = self.with_store(|s| s.check().map_err(|e| map_err(e, "")))?;
+        Ok(format!(
+            "sofort: allocator and {} tables checked: {} rows in use, {} live, {} reusable, {} index entries, {} free heap bytes",
+            r.tables, r.rows_in_use, r.live_rows, r.reusable, r.index_entries, r.heap_free
+        ))
+    }
+
     fn recovery_report(&self) -> Option<RecoveryReport> {
         self.report.clone()
     }
