@@ -28,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 pub mod alloc;
+pub mod db;
 mod explore;
 pub mod fptree;
 mod target;
@@ -44,6 +45,7 @@ pub fn registry() -> Vec<Box<dyn DynTarget>> {
     let mut v = toys::toys();
     v.push(Box::new(std::sync::Arc::new(fptree::FptreeFixed)));
     v.push(Box::new(std::sync::Arc::new(alloc::AllocSmall)));
+    v.extend(db::targets());
     v
 }
 
