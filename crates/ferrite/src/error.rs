@@ -103,6 +103,21 @@ pub enum Error {
     #[error("the database handle is poisoned by an earlier failure; reopen it")]
     Poisoned,
 
+    /// A `str`/`bytes` value is longer than the engine stores (SOFORT: 15360 bytes, one heap
+    /// chunk, until a large-value allocator exists). The operation had no effect; the
+    /// transaction stays usable.
+    #[error("table {table:?} column {column:?}: a value of {len} bytes exceeds the limit of {max}")]
+    ValueTooLarge {
+        /// The table.
+        table: String,
+        /// The column.
+        column: String,
+        /// The value's length in bytes.
+        len: u64,
+        /// The largest length stored.
+        max: u64,
+    },
+
     /// The engine does not support the request (for example `open` of an engine that keeps
     /// nothing on disk).
     #[error("unsupported: {0}")]

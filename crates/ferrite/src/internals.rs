@@ -21,11 +21,22 @@ pub fn reference_database(config: ReferenceConfig) -> crate::Result<Database> {
     Database::create("in-memory", options)
 }
 
-/// The SOFORT storage core (issue [E1] phase 1), reachable for tests and tools until the
-/// engine glue puts it behind the `Database` API.
+/// Runs a persistent engine (the one chosen in `options`) on a pre-made pool set, e.g. a
+/// simulated one of the crash tester: `create` formats a new database on the empty set;
+/// otherwise the set is opened and the database recovered. The reference engine returns
+/// `Unsupported`.
+pub fn database_on_pool_set(
+    set: ferrite_pmem::PoolSet,
+    options: &Options,
+    create: bool,
+) -> crate::Result<Database> {
+    Ok(Database::from_engine(crate::engine::registry::on_pool_set(set, options, create)?))
+}
+
+/// The SOFORT storage core, for tests and tools that work below the `Database` API.
 pub mod sofort {
     pub use crate::engine::sofort::{
-        CheckReport, DEFAULT_SLOTS, HEAP_CHUNK, INF, K_MIN_TS, MAX_SLOTS, PTable, RecoveryReport,
-        SofortError, SofortOptions, SofortResult, SofortStore, TableRef, TxHandle,
+        CheckReport, DEFAULT_SLOTS, HEAP_CHUNK, INF, K_MIN_TS, KeyState, MAX_SLOTS, PTable,
+        RecoveryReport, SofortError, SofortOptions, SofortResult, SofortStore, TableRef, TxHandle,
     };
 }

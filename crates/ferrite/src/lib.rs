@@ -17,14 +17,20 @@
 //!
 //! The contract (isolation, durability acknowledgement, error semantics, what each engine does
 //! to concurrent transactions) is written down in `docs/design/api.md`. The engines:
-//! [`EngineKind::Reference`], in memory and **not persistent**, the oracle of the conformance
-//! suite (`tests/conformance/`). The persistence layer is [`ferrite_pmem`], re-exported as
-//! [`pmem`].
+//! [`EngineKind::Sofort`], **the default**, persistent (a pool-set directory on persistent
+//! memory or a DAX/tmpfs file system; a commit is durable when it returns; `open` recovers);
+//! and [`EngineKind::Reference`], in memory and **not persistent**, the oracle of the
+//! conformance suite (`tests/conformance/`). The persistence layer is [`ferrite_pmem`],
+//! re-exported as [`pmem`].
 //!
 //! ```
 //! use ferrite::{Database, Error, Options, Predicate, Projection, Scan, TableSchema, Type, row};
 //!
-//! let db = Database::create("/tmp/unused", Options::default())?;
+//! // A new database directory (SOFORT, the default engine); small 8 MiB pool segments.
+//! let dir = std::env::temp_dir().join(format!("ferrite-doc-{}", std::process::id()));
+//! # let _ = std::fs::remove_dir_all(&dir);
+//! let options = Options::default().pmem(ferrite::pmem::Options::new().segment_size(8 << 20));
+//! let db = Database::create(&dir, options)?;
 //! db.create_table(
 //!     TableSchema::new("account")
 //!         .column("id", Type::I64)
@@ -56,6 +62,9 @@
 //! assert_eq!(bobs, vec![row![15.0]]);
 //! let richest_first = r.scan("account", &Scan::primary().descending().limit(1))?;
 //! assert_eq!(richest_first.len(), 1);
+//! drop(r);
+//! db.close()?;
+//! std::fs::remove_dir_all(&dir).ok();
 //! # Ok::<(), Error>(())
 //! ```
 #![forbid(unsafe_code)]
@@ -75,9 +84,9 @@ pub mod storage;
 mod txn;
 mod value;
 
-pub use db::Database;
+pub use db::{Database, RecoveryReport};
 pub use error::{Error, Result, SchemaError};
-pub use options::{Concurrency, EngineKind, Options, WhileWriting};
+pub use options::{Concurrency, EngineKind, Options, SofortConfig, WhileWriting};
 pub use query::{Direction, Predicate, Projection, Scan};
 pub use schema::{Column, IndexSchema, PRIMARY, TableSchema};
 pub use txn::{CommitTicket, Read, ReadTransaction, Transaction};

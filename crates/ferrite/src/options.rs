@@ -13,10 +13,16 @@ use crate::error::Error;
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum EngineKind {
+    /// SOFORT, **the default**: a persistent multi-version column store on persistent memory
+    /// (a pool-set directory at the database path), updated in place without a write-ahead
+    /// log; serializable read-write transactions (MVOCC, validated at commit), snapshot
+    /// read-only ones; a commit is durable when it returns. Design: `docs/design/sofort.md`.
+    #[default]
+    Sofort,
     /// The in-memory reference engine: **not persistent** (nothing survives the process), a
     /// `BTreeMap` per table and index, multi-version snapshots and optimistic, serializable
-    /// validation at commit. It is the test oracle and the baseline of the benchmark harness.
-    #[default]
+    /// validation at commit. It is the test oracle of the conformance suite, reachable with
+    /// `Options::new().engine(EngineKind::Reference)`.
     Reference,
 }
 
@@ -30,7 +36,7 @@ struct KindInfo {
 impl EngineKind {
     /// Every engine this build knows. The conformance suite and the benchmark harness iterate
     /// this list, so a new engine is tested and benchmarked without further changes.
-    pub const ALL: &'static [EngineKind] = &[EngineKind::Reference];
+    pub const ALL: &'static [EngineKind] = &[EngineKind::Sofort, EngineKind::Reference];
 
     /// Every engine this build knows (the same as [`EngineKind::ALL`]).
     pub fn all() -> impl Iterator<Item = EngineKind> {
@@ -45,6 +51,14 @@ impl EngineKind {
     // Adding an engine: one arm here, one line in `engine/registry.rs`.
     fn info(self) -> KindInfo {
         match self {
+            EngineKind::Sofort => KindInfo {
+                name: "sofort",
+                persistent: true,
+                concurrency: Concurrency {
+                    writers: WhileWriting::Proceed,
+                    readers: WhileWriting::Proceed,
+                },
+            },
             EngineKind::Reference => KindInfo {
                 name: "reference",
                 persistent: false,
@@ -56,7 +70,7 @@ impl EngineKind {
         }
     }
 
-    /// Stable lower-case name (`reference`).
+    /// Stable lower-case name (`sofort`, `reference`).
     pub fn name(self) -> &'static str {
         self.info().name
     }
@@ -137,6 +151,24 @@ impl Default for ReferenceConfig {
     }
 }
 
+/// Settings of the SOFORT engine ([`EngineKind::Sofort`]), used when a database is
+/// **created** (they are stored in its catalog; `open` reads them back and ignores these).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SofortConfig {
+    /// Transaction slots: the most transactions (read-only ones included) open at once;
+    /// `begin` beyond that returns `Error::Busy`. 1..=960, default 64.
+    pub slots: u32,
+    /// Slots of the persistent allocator (concurrent allocations). Default 4.
+    pub alloc_slots: u32,
+}
+
+impl Default for SofortConfig {
+    fn default() -> Self {
+        let d = crate::engine::sofort::SofortOptions::default();
+        SofortConfig { slots: d.slots, alloc_slots: d.alloc_slots }
+    }
+}
+
 /// Options of a database: the engine, the persistence layer's options, and per-engine
 /// settings (one field per engine that has any; the registry hands every engine the whole
 /// `Options`).
@@ -155,6 +187,7 @@ pub struct Options {
     engine: EngineKind,
     pmem: ferrite_pmem::Options,
     reference: ReferenceConfig,
+    sofort: SofortConfig,
 }
 
 impl Options {
@@ -169,8 +202,20 @@ impl Options {
         self
     }
 
-    /// Sets the persistence layer's options (durability mode, flush instruction, layout name),
-    /// used by persistent engines when they create or open their pools.
+    /// Sets the SOFORT engine's settings (used when a database is created).
+    pub fn sofort(mut self, config: SofortConfig) -> Self {
+        self.sofort = config;
+        self
+    }
+
+    /// The SOFORT engine's settings.
+    pub fn sofort_config(&self) -> SofortConfig {
+        self.sofort
+    }
+
+    /// Sets the persistence layer's options (durability mode, flush instruction, layout name,
+    /// segment size, maximum pool size), used by persistent engines when they create or open
+    /// their pool sets.
     pub fn pmem(mut self, pmem: ferrite_pmem::Options) -> Self {
         self.pmem = pmem;
         self
@@ -192,6 +237,17 @@ impl Options {
     pub fn engine_settings(&self) -> Vec<(String, String)> {
         let mut v = vec![("engine".to_owned(), self.engine.name().to_owned())];
         match self.engine {
+            EngineKind::Sofort => {
+                let pm = &self.pmem;
+                v.push(("sofort.slots".to_owned(), self.sofort.slots.to_string()));
+                v.push(("sofort.alloc_slots".to_owned(), self.sofort.alloc_slots.to_string()));
+                v.push(("pmem.segment_size".to_owned(), pm.segment_size_bytes().to_string()));
+                let max =
+                    pm.max_pool_size_explicit().map_or("default".to_owned(), |b| b.to_string());
+                v.push(("pmem.max_pool_size".to_owned(), max));
+                let mode = pm.durability_mode().map_or("detect".to_owned(), |m| format!("{m:?}"));
+                v.push(("pmem.durability".to_owned(), mode));
+            }
             EngineKind::Reference => {
                 let on = if self.reference.validation { "on" } else { "off (broken, tests only)" };
                 v.push(("reference.validation".to_owned(), on.to_owned()));
@@ -224,6 +280,11 @@ mod tests {
         }
         assert!(matches!("nope".parse::<EngineKind>(), Err(Error::InvalidArgument(_))));
         assert!(!EngineKind::Reference.is_persistent());
+        assert!(EngineKind::Sofort.is_persistent());
+        assert_eq!(EngineKind::default(), EngineKind::Sofort);
+        let s = Options::new().engine_settings();
+        assert_eq!(s[0], ("engine".to_owned(), "sofort".to_owned()));
+        assert!(s.iter().any(|(k, v)| k == "sofort.slots" && v == "64"));
         assert_eq!(EngineKind::all().count(), EngineKind::ALL.len());
         assert!(EngineKind::persistent().all(EngineKind::is_persistent));
     }

@@ -1,5 +1,6 @@
 //! The conformance suite on every engine of this build (`EngineKind::ALL`): a new engine is
-//! picked up here by itself. Today: the reference engine (in memory, not persistent).
+//! picked up here by itself. Today: SOFORT (persistent, the default; reopened in the durability
+//! group and the serial model test) and the reference engine (in memory, not persistent).
 
 mod conformance;
 

@@ -69,6 +69,12 @@ pub(crate) trait Engine: Send + Sync + fmt::Debug {
     /// Makes everything committed durable and reports any error; called by
     /// `Database::close`.
     fn close(&self) -> Result<()>;
+
+    /// What the open that built this engine recovered and how long it took (`None`: created,
+    /// or an engine that keeps nothing).
+    fn recovery_report(&self) -> Option<crate::db::RecoveryReport> {
+        None
+    }
 }
 
 /// One transaction of an engine. Writes are only called on read-write transactions.

@@ -29,7 +29,7 @@
 pub(crate) mod api;
 pub(crate) mod common;
 pub(crate) mod reference;
-pub(crate) mod sofort;
 pub(crate) mod registry;
+pub(crate) mod sofort;
 
 pub(crate) use api::{CommitMode, Engine, EngineTxn};

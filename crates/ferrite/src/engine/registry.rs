@@ -13,14 +13,31 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::api::Engine;
-use super::reference;
-use crate::error::Result;
+use super::{reference, sofort};
+use crate::error::{Error, Result};
 use crate::options::{EngineKind, Options};
 
 /// Creates (`create = true`) or opens the engine chosen in `options` at `path`.
 pub(crate) fn open(path: &Path, options: &Options, create: bool) -> Result<Arc<dyn Engine>> {
     match options.engine_kind() {
+        EngineKind::Sofort => sofort::engine::build(path, options, create),
         EngineKind::Reference => reference::build(path, options, create),
+    }
+}
+
+/// Runs the persistent engine chosen in `options` on a pre-made pool set (the crash tester's
+/// simulated ones): `create` formats a new database on the empty set, otherwise it is opened
+/// and recovered. Engines that keep nothing return `Unsupported`.
+pub(crate) fn on_pool_set(
+    set: ferrite_pmem::PoolSet,
+    options: &Options,
+    create: bool,
+) -> Result<Arc<dyn Engine>> {
+    match options.engine_kind() {
+        EngineKind::Sofort => sofort::engine::on_pool_set(set, options, create),
+        EngineKind::Reference => {
+            Err(Error::Unsupported("the reference engine keeps nothing in a pool set".into()))
+        }
     }
 }
 
@@ -32,7 +49,8 @@ mod tests {
     fn every_kind_builds_the_engine_it_names() {
         for &kind in EngineKind::ALL {
             let dir = ferrite_pmem::internals::testing::TestDir::new(&format!("registry-{kind}"));
-            let engine = open(&dir.path().join("db"), &Options::new().engine(kind), true);
+            let pm = ferrite_pmem::Options::new().segment_size(1 << 20);
+            let engine = open(&dir.path().join("db"), &Options::new().engine(kind).pmem(pm), true);
             assert_eq!(engine.map(|e| e.kind()).ok(), Some(kind));
         }
     }

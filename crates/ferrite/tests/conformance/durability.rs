@@ -10,6 +10,7 @@ pub const CASES: &[Case] = &[
     Case { name: "commit_tickets", run: commit_tickets },
     Case { name: "reopen_keeps_committed_only", run: reopen_keeps_committed_only },
     Case { name: "reopen_after_drop", run: reopen_after_drop },
+    Case { name: "deferred_commits_on_reopen", run: deferred_commits_on_reopen },
 ];
 
 fn table(db: &Database) -> Result<(), String> {
@@ -119,5 +120,49 @@ fn reopen_after_drop(s: &Subject) -> Outcome {
     let db = open(dir.path()).ctx("open")?;
     let mut r = db.begin_read().ctx("begin_read")?;
     ensure_eq!(r.scan("t", &Scan::primary()).ctx("scan")?.len(), 20, "rows after reopen");
+    Ok(())
+}
+
+/// Persistent engines: deferred commits never waited for survive `close` (it makes everything
+/// durable). After a drop without close, each deferred transaction is whole or absent, and the
+/// ones present are a prefix of the commit order (a later one never survives without an
+/// earlier one it may depend on).
+fn deferred_commits_on_reopen(s: &Subject) -> Outcome {
+    let Some(open) = s.open.clone() else { return Ok(()) };
+    let f = s.fresh("deferred-reopen")?;
+    table(&f.db)?;
+    let deferred = |db: &Database, ks: std::ops::Range<i64>| -> Result<(), String> {
+        for k in ks {
+            let mut tx = db.begin().ctx("begin")?;
+            tx.insert("t", row![k, format!("v{k}")]).ctx("insert")?;
+            tx.insert("t", row![1000 + k, format!("w{k}")]).ctx("insert")?;
+            // Deliberately never waited for.
+            let _ticket = tx.commit_deferred().ctx("commit_deferred")?;
+        }
+        Ok(())
+    };
+    deferred(&f.db, 0..10)?;
+    let dir = f.dir;
+    f.db.close().ctx("close")?;
+    let db = open(dir.path()).ctx("open after close")?;
+    let mut r = db.begin_read().ctx("begin_read")?;
+    ensure_eq!(r.scan("t", &Scan::primary()).ctx("scan")?.len(), 20, "deferred rows after close");
+    drop(r);
+    deferred(&db, 10..20)?;
+    drop(db);
+    let db = open(dir.path()).ctx("open after drop")?;
+    let mut r = db.begin_read().ctx("begin_read")?;
+    let mut present = Vec::new();
+    for k in 0..20i64 {
+        let a = r.get("t", k).ctx("get")?.is_some();
+        let b = r.get("t", 1000 + k).ctx("get")?.is_some();
+        ensure_eq!(a, b, "transaction {k} is partial after reopen");
+        present.push(a);
+    }
+    ensure!(present[..10].iter().all(|&p| p), "a deferred commit made durable by close was lost");
+    ensure!(
+        present.windows(2).all(|w| w[0] || !w[1]),
+        "the surviving deferred commits are not a prefix: {present:?}"
+    );
     Ok(())
 }

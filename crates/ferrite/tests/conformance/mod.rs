@@ -71,9 +71,9 @@ pub fn engines_with(options: impl Fn() -> Options + Send + Sync + Clone + 'stati
         .collect()
 }
 
-/// [`engines_with`] default options.
+/// [`engines_with`] default options, with small pool segments (2 MiB: test pools live in RAM).
 pub fn engines() -> Vec<Subject> {
-    engines_with(Options::new)
+    engines_with(|| Options::new().pmem(ferrite::pmem::Options::new().segment_size(2 << 20)))
 }
 
 /// One named case.

@@ -4,7 +4,9 @@
 //! - [`serial`]: transactions one after another (read-write ones commit, abort or are dropped;
 //!   read-only ones read). Every operation's result must equal the model's, including errors
 //!   (`NotFound`, `DuplicateKey`), scans over every index in both directions with limits, and
-//!   selects; at the end every table and index is compared whole.
+//!   selects; at the end every table and index is compared whole. On persistent engines the
+//!   sequence also closes (or drops) and reopens the database at random points, and every
+//!   reopen is followed by the whole comparison.
 //! - [`interleaved`]: up to three sessions whose operations interleave in one thread. The check
 //!   is commit-order serializability: when a read-write transaction commits, replaying its
 //!   operations on the model of everything committed before it must reproduce every result it
@@ -542,21 +544,55 @@ pub fn serial(subject: &Subject) -> Result<(), String> {
     serial_with(subject, seed, cases())
 }
 
+/// One step of the serial sequence.
+#[derive(Clone, Debug)]
+enum Item {
+    Txn(TxnPlan),
+    /// Persistent engines: `close` (true) or drop (false) the database, then reopen it and
+    /// compare it whole with the model. A no-op on engines that keep nothing.
+    Reopen(bool),
+}
+
+fn item() -> impl Strategy<Value = Item> {
+    prop_oneof![6 => txn_plan().prop_map(Item::Txn), 1 => any::<bool>().prop_map(Item::Reopen)]
+}
+
 /// The serial model test with an explicit seed and case count.
 pub fn serial_with(subject: &Subject, seed: u64, cases: u32) -> Result<(), String> {
     let mut runner = runner(seed, cases);
-    let strategy = prop::collection::vec(txn_plan(), 1..10);
-    let r = runner.run(&strategy, |plans| run_serial(subject, &plans).map_err(TestCaseError::fail));
+    let strategy = prop::collection::vec(item(), 1..12);
+    let r = runner.run(&strategy, |items| run_serial(subject, &items).map_err(TestCaseError::fail));
     report("model_serial", subject, seed, r)
 }
 
-fn run_serial(subject: &Subject, plans: &[TxnPlan]) -> Result<(), String> {
-    let f = subject.fresh("model-serial")?;
-    create_tables(&f.db)?;
+fn run_serial(subject: &Subject, items: &[Item]) -> Result<(), String> {
+    let super::Fixture { mut db, dir } = subject.fresh("model-serial")?;
+    create_tables(&db)?;
     let mut model = Model::new();
-    for (i, plan) in plans.iter().enumerate() {
+    for (i, item) in items.iter().enumerate() {
+        let plan = match item {
+            Item::Txn(plan) => plan,
+            Item::Reopen(close) => {
+                let Some(open) = subject.open.as_ref() else { continue };
+                if *close {
+                    db.close().map_err(|e| format!("item {i}: close: {e}"))?;
+                } else {
+                    drop(db);
+                }
+                db = open(dir.path()).map_err(|e| format!("item {i}: reopen: {e}"))?;
+                check_whole(&db, &model).map_err(|e| format!("item {i}: after reopen: {e}"))?;
+                continue;
+            }
+        };
+        run_plan(&db, i, plan, &mut model)?;
+    }
+    check_whole(&db, &model)
+}
+
+fn run_plan(db: &Database, i: usize, plan: &TxnPlan, model: &mut Model) -> Result<(), String> {
+    {
         if plan.read_only {
-            let mut r = f.db.begin_read().ctx("begin_read")?;
+            let mut r = db.begin_read().ctx("begin_read")?;
             for (j, op) in plan.ops.iter().enumerate() {
                 let got =
                     run_read(&mut r, op).map_err(|e| format!("txn {i} op {j} {op:?}: {e}"))?;
@@ -567,9 +603,9 @@ fn run_serial(subject: &Subject, plans: &[TxnPlan]) -> Result<(), String> {
                     ));
                 }
             }
-            continue;
+            return Ok(());
         }
-        let mut tx = f.db.begin().ctx("begin")?;
+        let mut tx = db.begin().ctx("begin")?;
         let mut work = model.clone();
         for (j, op) in plan.ops.iter().enumerate() {
             let got = run_op(&mut tx, op).map_err(|e| format!("txn {i} op {j} {op:?}: {e}"))?;
@@ -582,13 +618,13 @@ fn run_serial(subject: &Subject, plans: &[TxnPlan]) -> Result<(), String> {
             End::Commit => {
                 tx.commit()
                     .map_err(|e| format!("txn {i}: commit without concurrency failed: {e}"))?;
-                model = work;
+                *model = work;
             }
             End::Abort => tx.abort(),
             End::Drop => drop(tx),
         }
     }
-    check_whole(&f.db, &model)
+    Ok(())
 }
 
 /// The interleaved model test, with the seed from the environment.

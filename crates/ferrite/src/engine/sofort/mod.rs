@@ -26,6 +26,7 @@
 //! slot (`TxInfo`), one for staged allocations.
 
 mod codec;
+pub(crate) mod engine;
 mod heap;
 mod layout;
 mod pm;
@@ -40,7 +41,7 @@ use std::sync::Arc;
 pub use layout::{DEFAULT_SLOTS, HEAP_CHUNK, INF, K_MIN_TS, MAX_SLOTS};
 pub use recovery::{CheckReport, RecoveryReport};
 pub use table::{PTable, TableRef};
-pub use txn::TxHandle;
+pub use txn::{KeyState, TxHandle};
 
 use crate::alloc::PAllocator;
 use crate::error::SchemaError;

@@ -53,6 +53,9 @@ pub struct RecoveryReport {
     pub garbage_rows: u64,
     /// Tables.
     pub tables: u64,
+    /// Time from the start of the store's open until every DRAM index is rebuilt (the full
+    /// scan's end; allocator excluded).
+    pub index_rebuild: Duration,
     /// Time of the whole open (allocator excluded).
     pub duration: Duration,
 }
@@ -372,6 +375,7 @@ pub(super) fn open(alloc: PAllocator) -> SofortResult<(Inner, RecoveryReport)> {
         }
         *lock(&t.rows) = RowAlloc { next: rows, reusable: reusable.into() };
     }
+    report.index_rebuild = t0.elapsed();
 
     let slots: Box<[Slot]> = areas.into_iter().map(|(a, ext)| Slot::new(a, epoch, ext)).collect();
     let free = (0..n as u32).rev().collect();

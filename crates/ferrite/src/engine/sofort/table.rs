@@ -313,10 +313,12 @@ impl PTable {
 
     // ----- indexes -----
 
-    /// The primary-key and secondary keys of a row.
+    /// The primary key and the secondary-index entries (index columns, then the primary key:
+    /// the API's entry order) of a row.
     pub(super) fn keys(&self, row: &[Value]) -> (Vec<u8>, Vec<Vec<u8>>) {
         let pk = self.table.encode_pk(row);
-        let sec = self.table.indexes.iter().map(|ix| self.table.index_prefix(ix, row)).collect();
+        let sec =
+            self.table.indexes.iter().map(|ix| self.table.index_entry(ix, row, &pk)).collect();
         (pk, sec)
     }
 
@@ -349,11 +351,11 @@ impl PTable {
         }
     }
 
-    /// The key of row `row` in index `index`.
+    /// The key of row `row` in index `index` (an entry: index columns, then primary key).
     pub(super) fn key_of(&self, index: Option<usize>, row: &[Value]) -> Vec<u8> {
         match index.and_then(|i| self.table.indexes.get(i)) {
             None => self.table.encode_pk(row),
-            Some(ix) => self.table.index_prefix(ix, row),
+            Some(ix) => self.table.index_entry(ix, row, &self.table.encode_pk(row)),
         }
     }
 

@@ -116,6 +116,32 @@ enum LockState {
     Uncommitted,
     Retry,
     Wait,
+}
+
+/// Who holds a TXID found in an MVCC field, as far as the field's owner can tell.
+enum Locker {
+    /// This transaction.
+    Own,
+    /// A committed transaction (finalizing) with this commit timestamp.
+    Committed(u64),
+    /// An active transaction with this (transient) commit timestamp (`INF`: none yet).
+    Active(u64),
+    /// An aborting transaction, or one of a previous run that never committed.
+    Uncommitted,
+    /// The locker finished: re-read the field.
+    Retry,
+}
+
+/// What a version of a key means for a uniqueness check (see [`TxHandle::key_state`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyState {
+    /// The version does not hold the key for anyone: dead, aborted, or created and deleted by
+    /// this transaction.
+    Free,
+    /// The version is visible to this transaction: the key is taken (`DuplicateKey`).
+    Visible,
+    /// Another transaction holds the version (an uncommitted insert), or it was committed
+    /// after this transaction's snapshot: the insert must abort (`Conflict`).
     Conflict,
 }
 
@@ -231,6 +257,7 @@ impl Inner {
                 txid,
                 sts,
                 read_only,
+                committed_only: false,
                 doomed: false,
                 created: Vec::new(),
                 deleted: Vec::new(),
@@ -490,6 +517,9 @@ pub struct TxHandle {
     txid: u64,
     sts: u64,
     read_only: bool,
+    /// Validation view: this transaction's own locks count as uncommitted (its creations
+    /// invisible, its deletions not effective), so a re-run read sees committed data only.
+    committed_only: bool,
     /// `willAbort`: a conflict was met; the transaction can only abort.
     doomed: bool,
     created: Vec<(u16, u64)>,
@@ -570,35 +600,58 @@ impl TxHandle {
         Ok(())
     }
 
+    /// Dooms the transaction (`willAbort`): an engine-level check met a conflict.
+    pub fn doom(&mut self) {
+        self.doomed = true;
+    }
+
     fn conflict(&mut self, what: String) -> SofortError {
         self.doomed = true;
         SofortError::Conflict(what)
     }
 
-    fn lock_state(&self, field: u64, at: u64) -> LockState {
+    fn locker(&self, field: u64) -> Locker {
         if field == self.txid {
-            return LockState::Own;
+            return Locker::Own;
         }
         let inner = &self.inner;
         if epoch_of(field) < inner.open_epoch {
-            return LockState::Uncommitted;
+            return Locker::Uncommitted;
         }
-        let Some(s) = inner.slots.get(slot_of(field)) else { return LockState::Uncommitted };
+        let Some(s) = inner.slots.get(slot_of(field)) else { return Locker::Uncommitted };
         let i = lock(&s.info);
         if i.txid != field || i.status == Status::Invalid {
-            return LockState::Retry;
+            return Locker::Retry;
         }
         match i.status {
-            Status::Committed => LockState::Committed(i.commit_ts),
-            _ if !self.read_only => LockState::Conflict,
-            Status::Active if i.commit_ts <= at => LockState::Wait,
-            _ => LockState::Uncommitted,
+            Status::Committed => Locker::Committed(i.commit_ts),
+            Status::Active => Locker::Active(i.commit_ts),
+            _ => Locker::Uncommitted,
+        }
+    }
+
+    /// How a lock in an MVCC field reads at `at` (FIX-5 for every reader): a committed locker
+    /// by its timestamp; an active locker that already holds a commit timestamp `<= at` is
+    /// waited for (it commits or aborts within its `commit` call); any other locker is not
+    /// committed at `at` (creation invisible, deletion not effective). Read-write
+    /// transactions read the same way: a locker that commits later gets a larger timestamp
+    /// than theirs or is caught by their validation (commit timestamps are taken under the
+    /// slot mutex, so a reader never misses one `<= at`).
+    fn lock_state(&self, field: u64, at: u64) -> LockState {
+        match self.locker(field) {
+            Locker::Own if self.committed_only => LockState::Uncommitted,
+            Locker::Own => LockState::Own,
+            Locker::Committed(c) => LockState::Committed(c),
+            Locker::Active(c) if c <= at => LockState::Wait,
+            Locker::Active(_) | Locker::Uncommitted => LockState::Uncommitted,
+            Locker::Retry => LockState::Retry,
         }
     }
 
     /// Whether row `r` of `t` is visible at `at` to this transaction (spec Alg. 5.1/5.2 with
-    /// FIX-1 and FIX-5). A read-write transaction meeting another's uncommitted lock gets
-    /// `Conflict` (and is doomed).
+    /// FIX-1, and FIX-5's rule for every reader: see `lock_state`). Reads never conflict;
+    /// write-write conflicts are caught by `delete`, read-write ones by the engine's
+    /// validation ([`TxHandle::range_changed`]).
     pub fn visible_at(&mut self, t: &PTable, r: u64, at: u64) -> SofortResult<bool> {
         self.live()?;
         let s = self.inner.s();
@@ -623,11 +676,6 @@ impl TxHandle {
                         std::thread::yield_now();
                         continue;
                     }
-                    LockState::Conflict => {
-                        return Err(
-                            self.conflict(format!("row {r} of {:?} is being deleted", t.name()))
-                        );
-                    }
                 }
             }
             if is_ts(cts) {
@@ -641,9 +689,6 @@ impl TxHandle {
                 LockState::Wait => {
                     std::thread::yield_now();
                     continue;
-                }
-                LockState::Conflict => {
-                    Err(self.conflict(format!("row {r} of {:?} is being inserted", t.name())))
                 }
             };
         }
@@ -682,7 +727,7 @@ impl TxHandle {
     }
 
     /// The rows visible at `at` whose key in `index` (`None`: the primary key; `Some(i)`:
-    /// secondary index `i`, keys without the primary key) lies in `(lower, upper)`, in key
+    /// secondary index `i`: its entry, index columns then primary key) lies in `(lower, upper)`, in key
     /// order (then row id), at most `limit`.
     #[allow(clippy::too_many_arguments)]
     pub fn scan_at(
@@ -775,10 +820,117 @@ impl TxHandle {
     }
 
     /// Replaces version `r` with a new one holding `row` (spec §3.10: delete + insert).
+    /// If the insert fails (a value too large, a full pool), the delete is undone: a failed
+    /// update has no effect.
     pub fn update(&mut self, t: &PTable, r: u64, row: &[Value]) -> SofortResult<u64> {
         t.table.check_row(row)?;
         self.delete(t, r)?;
-        self.insert(t, row)
+        match self.insert(t, row) {
+            Ok(n) => Ok(n),
+            Err(e) => {
+                self.undelete(t, r)?;
+                Err(e)
+            }
+        }
+    }
+
+    /// Undoes this transaction's latest `delete` of row `r` (its lock released).
+    fn undelete(&mut self, t: &PTable, r: u64) -> SofortResult<()> {
+        if self.deleted.last() == Some(&(t.id, r)) {
+            self.deleted.pop();
+            let off = t.mvcc_at(r)? + 8;
+            let s = self.inner.s();
+            let _ = s.cas_u64(off, self.txid, INF, Ordering::AcqRel, Ordering::Acquire)?;
+        }
+        Ok(())
+    }
+
+    /// What version `r` of `t` means for inserting its key (a uniqueness check; the engine
+    /// runs it under its per-table key lock, see [`KeyState`]).
+    pub fn key_state(&mut self, t: &PTable, r: u64) -> SofortResult<KeyState> {
+        let sts = self.sts;
+        if self.visible_at(t, r, sts)? {
+            return Ok(KeyState::Visible);
+        }
+        let s = self.inner.s();
+        let off = t.mvcc_at(r)?;
+        for _ in 0..MAX_RETRIES {
+            let cts = s.load_u64(off, Ordering::Acquire)?;
+            if is_ts(cts) || cts == 0 {
+                // Committed (or dead): it conflicts only if committed after the snapshot.
+                let newer = cts != INF && cts != 0 && cts > sts;
+                return Ok(if newer { KeyState::Conflict } else { KeyState::Free });
+            }
+            return Ok(match self.locker(cts) {
+                Locker::Own | Locker::Uncommitted => KeyState::Free,
+                Locker::Committed(c) if c <= sts => KeyState::Free,
+                Locker::Committed(_) | Locker::Active(_) => KeyState::Conflict,
+                Locker::Retry => continue,
+            });
+        }
+        Err(corrupt(format!("row {r}: a lock that never resolves"), t.name().to_owned()).into())
+    }
+
+    /// Validation of one read (spec Alg. 5.9 with FIX-3, as a comparison of two snapshots):
+    /// whether the **committed** rows (this transaction's own writes ignored) of `index`'s
+    /// range `(lower, upper)` that pass `keep` differ between the snapshot and `at` (the commit
+    /// timestamp). A version changed if it is visible at one time and not at the other. A
+    /// locker holding a commit timestamp `<= at` is waited for, so a concurrent committer that
+    /// precedes `at` is never missed (FIX-3's case).
+    #[allow(clippy::too_many_arguments)]
+    pub fn range_changed(
+        &mut self,
+        t: &PTable,
+        index: Option<usize>,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        keep: &dyn Fn(&[Value]) -> bool,
+        at: u64,
+    ) -> SofortResult<bool> {
+        const BATCH: usize = 256;
+        let sts = self.sts;
+        self.committed_only = true;
+        let (mut lo, hi) = entry_bounds(lower, upper);
+        let mut result = Ok(false);
+        'outer: loop {
+            let batch = match t.candidates(index, &lo, &hi, true, BATCH) {
+                Ok(b) => b,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
+            for (k, r) in &batch {
+                let before = self.visible_at(t, *r, sts);
+                let after = self.visible_at(t, *r, at);
+                match (before, after) {
+                    (Ok(a), Ok(b)) if a == b => {}
+                    (Ok(_), Ok(_)) => {
+                        let row = match t.read_row(self.inner.s(), *r) {
+                            Ok(row) => row,
+                            Err(e) => {
+                                result = Err(e.into());
+                                break 'outer;
+                            }
+                        };
+                        if t.key_of(index, &row) == *k && keep(&row) {
+                            result = Ok(true);
+                            break 'outer;
+                        }
+                    }
+                    (Err(e), _) | (_, Err(e)) => {
+                        result = Err(e);
+                        break 'outer;
+                    }
+                }
+            }
+            match batch.last() {
+                Some(last) if batch.len() == BATCH => lo = Bound::Excluded(last.clone()),
+                _ => break,
+            }
+        }
+        self.committed_only = false;
+        result
     }
 
     /// Commits without validation (for tests and callers that validated already).
@@ -819,15 +971,24 @@ impl TxHandle {
             self.finish_abort();
             return Err(e);
         }
-        let c = match inner.next_commit_ts() {
-            Ok(c) => c,
-            Err(e) => {
-                inner.poison();
-                self.finish_abort();
-                return Err(e);
+        // The timestamp is taken and published under the slot mutex: a reader that locks the
+        // mutex after reading a clock value `>= c` then finds `commit_ts = c` and waits
+        // (FIX-5), instead of the `INF` of a locker that has not stored it yet.
+        let c = {
+            let mut info = lock(&inner.slots[self.slot as usize].info);
+            match inner.next_commit_ts() {
+                Ok(c) => {
+                    info.commit_ts = c;
+                    c
+                }
+                Err(e) => {
+                    drop(info);
+                    inner.poison();
+                    self.finish_abort();
+                    return Err(e);
+                }
             }
         };
-        lock(&inner.slots[self.slot as usize].info).commit_ts = c;
         let v = validate(&mut self, c);
         if let Err(e) = v.and_then(|()| {
             if self.doomed {

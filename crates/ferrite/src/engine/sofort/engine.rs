@@ -1,0 +1,537 @@
+//! The SOFORT engine behind the `Database` API: the glue between the typed layer
+//! ([`Engine`]/[`EngineTxn`]) and the storage core ([`SofortStore`], [`TxHandle`]).
+//! Design: `docs/design/sofort.md` §11.
+//!
+//! SOFORT writes in place: an insert locks a new version (`CTS = txid`), a delete locks the old
+//! one (`DTS = txid`), and the core's reads already show a transaction its own writes. So this
+//! glue buffers no writes (the `engine/common` overlay and write set do not fit); it adds what
+//! the core leaves to the engine:
+//!
+//! - **Serializability** (spec Alg. 5.9 with FIX-3): a read-write transaction records every
+//!   key it looked up and every range it scanned (narrowed to what a limited scan examined,
+//!   with the scan's filters); inside `commit_with`, at the commit timestamp `c`, each is
+//!   re-run over **committed** data only and compared with the same read at the snapshot
+//!   ([`TxHandle::range_changed`]); any difference is `Conflict`. Own writes are left out of
+//!   the comparison, so a transaction never conflicts with itself.
+//! - **Uniqueness** of the primary key and unique indexes: checked under a per-table key lock
+//!   held until the new version's index entries are in ([`TxHandle::key_state`]): a version
+//!   visible to the transaction is `DuplicateKey`; one locked by another active transaction or
+//!   committed after the snapshot is `Conflict`.
+//! - Error mapping, `commit_deferred` (= a durable commit), `wait_durable` (returns at once),
+//!   `close`, and the [`RecoveryReport`] of `open`.
+//!
+//! # Invariants
+//! - G1: a read-write transaction that commits read, in every recorded read, the same committed
+//!   versions at its snapshot and at its commit timestamp; with write-write conflicts caught by
+//!   the core's `DTS` CAS, committed read-write transactions are equivalent to running serially
+//!   in commit-timestamp order.
+//! - G2: no two live versions share a primary key or a unique-index value: every insert of a
+//!   key (and every update that changes a unique value) checks all versions holding it under
+//!   the table's key lock, and leaves its own locked version in the index before releasing it.
+//! - G3: a failed operation has no effect (checks run before the core writes; a failed update
+//!   releases its delete lock).
+//!
+//! # Ordering (durability)
+//! The core's (P-SOF-1..11): `commit` and `commit_deferred` both return after the commit point
+//! (F2), so `wait_durable` has nothing to wait for. `close` makes pending finalizations durable
+//! and marks the pool set cleanly closed (P-SOF-11); dropping the database does the same
+//! silently.
+//!
+//! # Concurrency
+//! Lock order: a table's key lock, then the core's locks (table, heap, staging, allocator). The
+//! catalog map is read-locked per lookup; each transaction caches its tables. Readers never
+//! wait for writers, except for a committer that already holds a commit timestamp `<=` the
+//! reader's time (FIX-5), which finishes within its own `commit` call.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+use ferrite_pmem::PoolSet;
+
+use super::{KeyState, SofortError, SofortOptions, SofortStore, TableRef, TxHandle};
+use crate::db::RecoveryReport;
+use crate::encoding::ByteRange;
+use crate::engine::api::{CommitMode, Engine, EngineTxn};
+use crate::engine::common::unique::{duplicate_index, duplicate_pk};
+use crate::error::{Error, Result, SchemaError};
+use crate::options::{EngineKind, Options};
+use crate::query::{AccessPath, Direction, Filter, LoweredScan, matches_all};
+use crate::schema::Table;
+use crate::value::{Row, Value};
+
+/// Builds the engine for the registry: creates a pool-set directory at `path` (`Io` of kind
+/// `AlreadyExists` if something is there) or opens and recovers the one there.
+pub(crate) fn build(path: &Path, options: &Options, create: bool) -> Result<Arc<dyn Engine>> {
+    let t0 = Instant::now();
+    let pm = options.pmem_options();
+    let set = if create { PoolSet::create(path, pm)? } else { PoolSet::open(path, pm)? };
+    Ok(Arc::new(Sofort::start(set, options, create, t0)?))
+}
+
+/// Runs the engine on a pre-made pool set (a simulated one for crash tests): `create` formats
+/// a new database on the empty set, otherwise the set is opened and recovered.
+pub(crate) fn on_pool_set(
+    set: PoolSet,
+    options: &Options,
+    create: bool,
+) -> Result<Arc<dyn Engine>> {
+    Ok(Arc::new(Sofort::start(set, options, create, Instant::now())?))
+}
+
+/// Maps a core error; `table` names the table for `ValueTooLarge`.
+fn map_err(e: SofortError, table: &str) -> Error {
+    match e {
+        SofortError::Storage(s) => s.into(),
+        SofortError::Busy(m) => Error::Busy(m),
+        SofortError::Conflict(m) => Error::conflict(m),
+        SofortError::ValueTooLarge { column, len, max } => {
+            Error::ValueTooLarge { table: table.to_owned(), column, len, max }
+        }
+        SofortError::Schema(s) => Error::Schema(s),
+    }
+}
+
+/// One table: its checked schema (the `Arc` handed to the typed layer), the core's table, and
+/// the key lock of G2.
+#[derive(Debug)]
+struct TableEntry {
+    schema: Arc<Table>,
+    p: TableRef,
+    key_lock: Mutex<()>,
+}
+
+impl TableEntry {
+    fn new(p: TableRef) -> Arc<TableEntry> {
+        Arc::new(TableEntry { schema: Arc::new(p.table.clone()), p, key_lock: Mutex::new(()) })
+    }
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    tables: RwLock<BTreeMap<String, Arc<TableEntry>>>,
+}
+
+impl Shared {
+    fn entry(&self, name: &str) -> Result<Arc<TableEntry>> {
+        let map = self.tables.read().map_err(|_| Error::Poisoned)?;
+        map.get(name).cloned().ok_or_else(|| SchemaError::UnknownTable(name.to_owned()).into())
+    }
+}
+
+/// The engine.
+pub(crate) struct Sofort {
+    store: RwLock<Option<SofortStore>>,
+    shared: Arc<Shared>,
+    report: Option<RecoveryReport>,
+}
+
+impl fmt::Debug for Sofort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sofort").field("report", &self.report).finish_non_exhaustive()
+    }
+}
+
+impl Sofort {
+    fn start(set: PoolSet, options: &Options, create: bool, t0: Instant) -> Result<Sofort> {
+        let err = |e| map_err(e, "");
+        let clean = set.was_clean_shutdown();
+        let (store, report) = if create {
+            let c = options.sofort_config();
+            let opts = SofortOptions { slots: c.slots, alloc_slots: c.alloc_slots };
+            (SofortStore::create(set, opts).map_err(err)?, None)
+        } else {
+            let (store, core) = SofortStore::open(set).map_err(err)?;
+            let total = t0.elapsed();
+            let opened = total.saturating_sub(core.duration);
+            let report = RecoveryReport {
+                time_to_open: opened,
+                time_to_index_rebuild: opened + core.index_rebuild,
+                time_to_first_transaction: total,
+                clean_shutdown: clean,
+                committed_areas: core.committed_areas,
+                rolled_forward: core.rolled_forward,
+                undone: core.undone,
+                live_rows: core.live_rows,
+                garbage_rows: core.garbage_rows,
+                tables: core.tables,
+            };
+            (store, Some(report))
+        };
+        let shared = Arc::new(Shared::default());
+        {
+            let mut map = shared.tables.write().map_err(|_| Error::Poisoned)?;
+            for p in store.tables() {
+                map.insert(p.name().to_owned(), TableEntry::new(p));
+            }
+        }
+        let mut engine = Sofort { store: RwLock::new(Some(store)), shared, report };
+        if let Some(r) = engine.report.as_mut() {
+            // E1 recovery is synchronous: the first transaction can start now.
+            r.time_to_first_transaction = t0.elapsed().max(r.time_to_index_rebuild);
+        }
+        Ok(engine)
+    }
+
+    fn with_store<T>(&self, f: impl FnOnce(&SofortStore) -> Result<T>) -> Result<T> {
+        let g = self.store.read().map_err(|_| Error::Poisoned)?;
+        match g.as_ref() {
+            Some(s) => f(s),
+            None => Err(Error::InvalidArgument("the database is closed".into())),
+        }
+    }
+
+    fn start_txn(&self, read_only: bool) -> Result<Box<dyn EngineTxn>> {
+        let h = self.with_store(|s| s.begin(read_only).map_err(|e| map_err(e, "")))?;
+        Ok(Box::new(SofortTxn {
+            shared: Arc::clone(&self.shared),
+            h: Some(h),
+            read_only,
+            cache: Vec::new(),
+            reads: Vec::new(),
+            keys: HashSet::new(),
+        }))
+    }
+}
+
+impl Drop for Sofort {
+    fn drop(&mut self) {
+        // Dropping closes silently (api.md §1); a failure leaves an unclean shutdown state,
+        // which the next open recovers from like from a crash.
+        if let Ok(mut g) = self.store.write()
+            && let Some(s) = g.take()
+        {
+            let _ = s.close();
+        }
+    }
+}
+
+impl Engine for Sofort {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Sofort
+    }
+
+    fn create_table(&self, table: Table) -> Result<()> {
+        let name = table.name().to_owned();
+        let p = self.with_store(|s| s.create_table(table.schema).map_err(|e| map_err(e, &name)))?;
+        self.shared.tables.write().map_err(|_| Error::Poisoned)?.insert(name, TableEntry::new(p));
+        Ok(())
+    }
+
+    fn table(&self, name: &str) -> Result<Arc<Table>> {
+        Ok(Arc::clone(&self.shared.entry(name)?.schema))
+    }
+
+    fn table_names(&self) -> Result<Vec<String>> {
+        Ok(self.shared.tables.read().map_err(|_| Error::Poisoned)?.keys().cloned().collect())
+    }
+
+    fn begin(&self) -> Result<Box<dyn EngineTxn>> {
+        self.start_txn(false)
+    }
+
+    fn begin_read(&self) -> Result<Box<dyn EngineTxn>> {
+        self.start_txn(true)
+    }
+
+    fn wait_durable(&self, seq: u64) -> Result<()> {
+        // Every commit is durable when it returns (deferred ones too).
+        let now = self.with_store(|s| Ok(s.current_time()))?;
+        if seq <= now {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument(format!("commit ticket {seq} was never issued")))
+        }
+    }
+
+    fn close(&self) -> Result<()> {
+        let store = self.store.write().map_err(|_| Error::Poisoned)?.take();
+        match store {
+            Some(s) => s.close().map_err(|e| map_err(e, "")),
+            None => Ok(()),
+        }
+    }
+
+    fn recovery_report(&self) -> Option<RecoveryReport> {
+        self.report.clone()
+    }
+}
+
+/// One recorded read of a read-write transaction (validated at commit, G1).
+#[derive(Debug)]
+struct ReadRec {
+    entry: Arc<TableEntry>,
+    index: Option<usize>,
+    range: ByteRange,
+    filters: Vec<Filter>,
+}
+
+/// A transaction.
+struct SofortTxn {
+    shared: Arc<Shared>,
+    /// `None` once committed or aborted.
+    h: Option<TxHandle>,
+    read_only: bool,
+    /// Tables used so far (looked up by `Arc` identity, then by name).
+    cache: Vec<Arc<TableEntry>>,
+    reads: Vec<ReadRec>,
+    /// Primary keys already recorded, `(table id, key)`.
+    keys: HashSet<(u16, Vec<u8>)>,
+}
+
+impl fmt::Debug for SofortTxn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SofortTxn")
+            .field("h", &self.h)
+            .field("read_only", &self.read_only)
+            .field("reads", &self.reads.len())
+            .finish()
+    }
+}
+
+fn ended() -> Error {
+    Error::InvalidArgument("the transaction has ended".into())
+}
+
+impl SofortTxn {
+    fn entry(&mut self, table: &Arc<Table>) -> Result<Arc<TableEntry>> {
+        if let Some(e) = self.cache.iter().find(|e| Arc::ptr_eq(&e.schema, table)) {
+            return Ok(Arc::clone(e));
+        }
+        let e = self.shared.entry(table.name())?;
+        self.cache.push(Arc::clone(&e));
+        Ok(e)
+    }
+
+    fn record_key(&mut self, e: &Arc<TableEntry>, pk: &[u8]) {
+        if !self.read_only && self.keys.insert((e.p.id(), pk.to_vec())) {
+            let range = ByteRange {
+                lower: Bound::Included(pk.to_vec()),
+                upper: Bound::Included(pk.to_vec()),
+            };
+            self.reads.push(ReadRec { entry: Arc::clone(e), index: None, range, filters: vec![] });
+        }
+    }
+
+    fn record_range(
+        &mut self,
+        e: &Arc<TableEntry>,
+        index: Option<usize>,
+        range: ByteRange,
+        f: &[Filter],
+    ) {
+        if !self.read_only && !range.is_empty() {
+            let filters = f.to_vec();
+            self.reads.push(ReadRec { entry: Arc::clone(e), index, range, filters });
+        }
+    }
+
+    /// Checks the primary key (if `pk`) and the unique indexes `unique` for `row`, ignoring
+    /// version `skip` (the row an update replaces). The caller holds the table's key lock.
+    fn check_unique(
+        &mut self,
+        e: &Arc<TableEntry>,
+        row: &[Value],
+        pk: Option<&[u8]>,
+        unique: &[usize],
+        skip: Option<u64>,
+    ) -> Result<()> {
+        let t = &e.p;
+        let name = t.name().to_owned();
+        let mut probes: Vec<(Option<usize>, ByteRange)> = Vec::new();
+        if let Some(pk) = pk {
+            let r = ByteRange {
+                lower: Bound::Included(pk.to_vec()),
+                upper: Bound::Included(pk.to_vec()),
+            };
+            probes.push((None, r));
+        }
+        for &i in unique {
+            let ix = &e.schema.indexes[i];
+            probes.push((Some(i), ByteRange::prefix(e.schema.index_prefix(ix, row))));
+        }
+        for (index, range) in probes {
+            if index.is_some() {
+                self.record_range(e, index, range.clone(), &[]);
+            }
+            let h = self.h.as_mut().ok_or_else(ended)?;
+            let (lo, hi) = range.as_slices();
+            let (lo, hi) = super::table::entry_bounds(lo, hi);
+            let cands =
+                t.candidates(index, &lo, &hi, true, usize::MAX).map_err(|x| map_err(x, &name))?;
+            for (k, r) in cands {
+                if Some(r) == skip {
+                    continue;
+                }
+                let state = h.key_state(t, r).map_err(|x| map_err(x, &name))?;
+                if state == KeyState::Free {
+                    continue;
+                }
+                // A candidate read before a collected slot was reused may hold another key.
+                let held = h.read_row(t, r).map_err(|x| map_err(x, &name))?;
+                if t.key_of(index, &held) != k {
+                    continue;
+                }
+                return Err(match (state, index) {
+                    (KeyState::Visible, None) => duplicate_pk(&e.schema, row),
+                    (KeyState::Visible, Some(i)) => duplicate_index(&e.schema, i, row),
+                    _ => {
+                        h.doom();
+                        Error::conflict(format!(
+                            "a concurrent transaction inserted the same key into {name:?}"
+                        ))
+                    }
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl EngineTxn for SofortTxn {
+    fn get(&mut self, table: &Arc<Table>, pk: &[u8]) -> Result<Option<Row>> {
+        let e = self.entry(table)?;
+        let h = self.h.as_mut().ok_or_else(ended)?;
+        let found = h.get(&e.p, pk).map_err(|x| map_err(x, table.name()))?;
+        self.record_key(&e, pk);
+        Ok(found.map(|(_, row)| row))
+    }
+
+    fn scan(
+        &mut self,
+        table: &Arc<Table>,
+        scan: &LoweredScan,
+        filters: &[Filter],
+    ) -> Result<Vec<Row>> {
+        if scan.limit == Some(0) || scan.range.is_empty() {
+            return Ok(Vec::new());
+        }
+        let e = self.entry(table)?;
+        let index = match scan.path {
+            AccessPath::Primary => None,
+            AccessPath::Index(i) => Some(i),
+        };
+        let asc = scan.direction == Direction::Ascending;
+        let want = scan.limit.unwrap_or(usize::MAX);
+        // With filters the limit counts rows that pass them, so the core scans unlimited.
+        let core_limit = if filters.is_empty() { want } else { usize::MAX };
+        let h = self.h.as_mut().ok_or_else(ended)?;
+        let (lo, hi) = scan.range.as_slices();
+        let sts = h.sts();
+        let found = h
+            .scan_at(&e.p, index, lo, hi, asc, core_limit, sts)
+            .map_err(|x| map_err(x, table.name()))?;
+        let mut rows = Vec::new();
+        let mut examined = scan.range.clone();
+        for (_, row) in found {
+            if matches_all(filters, &row) {
+                rows.push(row);
+                if rows.len() >= want {
+                    let k = e.p.key_of(index, &rows[rows.len() - 1]);
+                    examined = scan.range.narrowed(&k, asc);
+                    break;
+                }
+            }
+        }
+        self.record_range(&e, index, examined, filters);
+        Ok(rows)
+    }
+
+    fn insert(&mut self, table: &Arc<Table>, row: Row) -> Result<()> {
+        let e = self.entry(table)?;
+        let pk = e.schema.encode_pk(&row);
+        self.record_key(&e, &pk);
+        let unique: Vec<usize> = e
+            .schema
+            .indexes
+            .iter()
+            .enumerate()
+            .filter(|(_, ix)| ix.unique)
+            .map(|(i, _)| i)
+            .collect();
+        let _g = e.key_lock.lock().map_err(|_| Error::Poisoned)?;
+        self.check_unique(&e, &row, Some(&pk), &unique, None)?;
+        let h = self.h.as_mut().ok_or_else(ended)?;
+        h.insert(&e.p, &row).map_err(|x| map_err(x, table.name()))?;
+        Ok(())
+    }
+
+    fn update(
+        &mut self,
+        table: &Arc<Table>,
+        pk: &[u8],
+        key: &Value,
+        assignments: &[(usize, Value)],
+    ) -> Result<()> {
+        let e = self.entry(table)?;
+        self.record_key(&e, pk);
+        let h = self.h.as_mut().ok_or_else(ended)?;
+        let Some((r, old)) = h.get(&e.p, pk).map_err(|x| map_err(x, table.name()))? else {
+            return Err(Error::NotFound { table: table.name().to_owned(), key: key.clone() });
+        };
+        let mut new = old.clone();
+        for (pos, v) in assignments {
+            if let Some(cell) = new.get_mut(*pos) {
+                *cell = v.clone();
+            }
+        }
+        let s = &e.schema;
+        let changed: Vec<usize> = s
+            .indexes
+            .iter()
+            .enumerate()
+            .filter(|(_, ix)| ix.unique && s.index_prefix(ix, &old) != s.index_prefix(ix, &new))
+            .map(|(i, _)| i)
+            .collect();
+        let _g = if changed.is_empty() {
+            None
+        } else {
+            let g = e.key_lock.lock().map_err(|_| Error::Poisoned)?;
+            self.check_unique(&e, &new, None, &changed, Some(r))?;
+            Some(g)
+        };
+        let h = self.h.as_mut().ok_or_else(ended)?;
+        h.update(&e.p, r, &new).map_err(|x| map_err(x, table.name()))?;
+        Ok(())
+    }
+
+    fn delete(&mut self, table: &Arc<Table>, pk: &[u8], key: &Value) -> Result<()> {
+        let e = self.entry(table)?;
+        self.record_key(&e, pk);
+        let h = self.h.as_mut().ok_or_else(ended)?;
+        let Some((r, _)) = h.get(&e.p, pk).map_err(|x| map_err(x, table.name()))? else {
+            return Err(Error::NotFound { table: table.name().to_owned(), key: key.clone() });
+        };
+        h.delete(&e.p, r).map_err(|x| map_err(x, table.name()))
+    }
+
+    fn commit(mut self: Box<Self>, _mode: CommitMode) -> Result<u64> {
+        // Deferred = durable: SOFORT's commit point is a single persisted line, so there is
+        // nothing to batch and no dependency to track.
+        let h = self.h.take().ok_or_else(ended)?;
+        let reads = std::mem::take(&mut self.reads);
+        h.commit_with(|h, c| {
+            for rd in &reads {
+                let (lo, hi) = rd.range.as_slices();
+                let keep = |row: &[Value]| matches_all(&rd.filters, row);
+                if h.range_changed(&rd.entry.p, rd.index, lo, hi, &keep, c)? {
+                    return Err(SofortError::Conflict(format!(
+                        "a concurrent commit changed what this transaction read in {:?}",
+                        rd.entry.p.name()
+                    )));
+                }
+            }
+            Ok(())
+        })
+        .map_err(|e| map_err(e, ""))
+    }
+
+    fn abort(mut self: Box<Self>) {
+        if let Some(h) = self.h.take() {
+            h.abort();
+        }
+    }
+}
