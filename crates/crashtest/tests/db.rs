@@ -40,10 +40,10 @@ fn every_persistent_engine_has_a_db_target() {
 fn small_workload_passes_exhaustively() {
     let dir = TestDir::new("crashtest-db-exhaustive");
     for kind in EngineKind::persistent() {
-        let t = Arc::new(DbTarget::with_txns(kind, 14));
+        let t = Arc::new(DbTarget::with_txns(kind, 6));
         let r = ferrite_crashtest::explore(
             t.clone(),
-            &Config { exhaustive: true, corrupt_samples: 1, ..cfg(&dir, 6_000) },
+            &Config { exhaustive: true, nested_rate: 0.05, ..cfg(&dir, 10_000) },
         );
         eprint!("{r}");
         assert!(r.passed(), "{r}");
