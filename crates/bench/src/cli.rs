@@ -327,8 +327,11 @@ fn build_spec(args: &BenchArgs, mode: Mode) -> anyhow::Result<(RunSpec, String)>
         EngineId::parse_list(&args.engines).map_err(anyhow::Error::msg)?
     } else if mode == Mode::Calibrate {
         EngineId::baselines()
-    } else {
+    } else if mode == Mode::Smoke {
+        // The smoke pass checks every engine, the in-memory oracle included (labelled).
         EngineId::available()
+    } else {
+        EngineId::defaults()
     };
     if mode == Mode::Calibrate && engines.iter().any(|e| e.family() == Family::Ferrite) {
         bail!("--calibrate runs baselines only (the anchors are theirs)");
@@ -540,7 +543,10 @@ mod tests {
     fn defaults_are_the_quick_suite() {
         let (s, r) = spec(&[]).unwrap();
         assert_eq!(s.workloads.len(), 2);
-        assert_eq!(s.engines, EngineId::available());
+        assert_eq!(s.engines, EngineId::defaults());
+        // SOFORT is the first row; the in-memory reference engine only runs on request.
+        assert_eq!(s.engines[0], EngineId::Ferrite(ferrite::EngineKind::Sofort));
+        assert!(!s.engines.contains(&EngineId::Ferrite(ferrite::EngineKind::Reference)));
         assert_eq!(s.threads, vec![1]);
         assert_eq!(s.stop, Stop::Duration(Duration::from_secs(3)));
         assert_eq!(r, "sqlite-wal-full");

@@ -1,8 +1,9 @@
-//! Quick start: create a database, define a table with indexes, insert, query, scan, update in
-//! a retried transaction, and read a snapshot.
+//! Quick start: create a database in a fresh directory, define a table with indexes, insert,
+//! query, scan, update in a retried transaction, read a snapshot, close, reopen and read it
+//! back, then remove the directory.
 //!
-//! Run with `cargo run -p ferrite --example quickstart [engine]` (default engine: `reference`,
-//! which is in memory and keeps nothing on disk).
+//! Run with `cargo run -p ferrite --example quickstart [engine]` (default engine: `sofort`,
+//! persistent; `reference` is in memory and cannot be reopened).
 
 use ferrite::{
     Database, Direction, Error, Options, Predicate, Projection, Read, Row, Scan, TableSchema, Type,
@@ -30,9 +31,14 @@ fn total_of(r: &mut dyn Read, customer: &str) -> Result<f64, Error> {
 }
 
 fn main() -> Result<(), Error> {
-    let engine = std::env::args().nth(1).unwrap_or_else(|| "reference".into()).parse()?;
-    let path = std::env::temp_dir().join("ferrite-quickstart");
-    let db = Database::create(&path, Options::new().engine(engine))?;
+    let engine: ferrite::EngineKind =
+        std::env::args().nth(1).unwrap_or_else(|| "sofort".into()).parse()?;
+    // A fresh directory: `create` refuses a path where something is.
+    let path = std::env::temp_dir().join(format!("ferrite-quickstart-{}", std::process::id()));
+    // Small pool segments (8 MiB) for an example; the default is 128 MiB.
+    let options =
+        Options::new().engine(engine).pmem(ferrite::pmem::Options::new().segment_size(8 << 20));
+    let db = Database::create(&path, options.clone())?;
     println!("engine {} (persistent: {})", db.engine(), db.engine().is_persistent());
 
     db.create_table(
@@ -94,5 +100,29 @@ fn main() -> Result<(), Error> {
     println!("remaining ids: {}", show(&r.select("orders", &[], &Projection::columns(["id"]))?));
     println!("ann's total in a snapshot now: {}", total_of(&mut r, "ann")?);
     drop(r);
-    db.close()
+    db.close()?;
+
+    // Reopen (recovering if needed) and read back what was committed.
+    if engine.is_persistent() {
+        let db = Database::open(&path, options)?;
+        if let Some(report) = db.recovery_report() {
+            println!(
+                "reopened: {} live rows, first transaction after {:?}",
+                report.live_rows, report.time_to_first_transaction
+            );
+        }
+        let mut r = db.begin_read()?;
+        println!(
+            "after reopen, ids: {}",
+            show(&r.select("orders", &[], &Projection::columns(["id"]))?)
+        );
+        drop(r);
+        db.close()?;
+        std::fs::remove_dir_all(&path).map_err(|e| Error::Io {
+            op: "remove_dir_all",
+            at: path.display().to_string(),
+            source: e,
+        })?;
+    }
+    Ok(())
 }

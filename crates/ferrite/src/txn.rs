@@ -54,13 +54,14 @@ impl CommitTicket {
 /// as `use ferrite::Read as _;` where it would clash with `std::io::Read`.
 ///
 /// ```
-/// use ferrite::{Database, Options, Read, Scan, TableSchema, Type, Value, row};
+/// use ferrite::{Database, EngineKind, Options, Read, Scan, TableSchema, Type, Value, row};
 ///
 /// fn count(r: &mut dyn Read, table: &str) -> ferrite::Result<usize> {
 ///     Ok(r.scan(table, &Scan::primary())?.len())
 /// }
 ///
-/// let db = Database::create("/unused", Options::default())?;
+/// // The in-memory reference engine ignores the path and writes nothing.
+/// let db = Database::create("unused", Options::new().engine(EngineKind::Reference))?;
 /// db.create_table(TableSchema::new("t").column("k", Type::I64).primary_key("k"))?;
 /// let mut tx = db.begin()?;
 /// tx.insert("t", row![1])?;
@@ -188,8 +189,9 @@ impl Core {
 /// uncommitted.
 ///
 /// ```
-/// use ferrite::{Database, Options, Predicate, Projection, Scan, TableSchema, Type, row};
-/// let db = Database::create("/unused-by-the-reference-engine", Options::default())?;
+/// use ferrite::{Database, EngineKind, Options, Predicate, Projection, Scan, TableSchema, Type, row};
+/// // The in-memory reference engine ignores the path and writes nothing.
+/// let db = Database::create("unused", Options::new().engine(EngineKind::Reference))?;
 /// db.create_table(TableSchema::new("t").column("k", Type::I64).column("v", Type::Str).primary_key("k"))?;
 /// let mut tx = db.begin()?;
 /// tx.insert("t", row![1, "one"])?;

@@ -71,7 +71,10 @@ fn serial_model_passes_without_validation() {
 #[test]
 fn the_knob_reaches_the_engine_through_options() {
     // The setting travels in `Options` (no side channel) and shows in the engine's settings.
-    let off = with_reference_config(Options::new(), ReferenceConfig { validation: false });
+    let off = with_reference_config(
+        Options::new().engine(EngineKind::Reference),
+        ReferenceConfig { validation: false },
+    );
     assert!(
         off.engine_settings()
             .iter()

@@ -216,6 +216,16 @@ impl EngineId {
         EngineId::all().into_iter().filter(|e| e.is_available()).collect()
     }
 
+    /// What `ferrite bench` runs by default: every available engine except non-persistent
+    /// Ferrite engines (the in-memory reference engine is the test oracle, not a contender; it
+    /// runs on request, `--engines reference`, labelled non-persistent).
+    pub fn defaults() -> Vec<EngineId> {
+        EngineId::available()
+            .into_iter()
+            .filter(|e| !matches!(e, EngineId::Ferrite(k) if !k.is_persistent()))
+            .collect()
+    }
+
     /// The baselines this build can run.
     pub fn baselines() -> Vec<EngineId> {
         EngineId::available().into_iter().filter(|e| e.family() == Family::Baseline).collect()

@@ -144,7 +144,22 @@ impl Sofort {
             let opts = SofortOptions { slots: c.slots, alloc_slots: c.alloc_slots };
             (SofortStore::create(set, opts).map_err(err)?, None)
         } else {
-            let (store, core) = SofortStore::open(set).map_err(err)?;
+            // Opening the set marked it "open"; if SOFORT refuses it (corrupt, newer), put the
+            // clean state back so that a refused open changes nothing.
+            let set = Arc::new(set);
+            let opened = SofortStore::open_shared(Arc::clone(&set));
+            let (store, core) = match opened {
+                Ok(x) => {
+                    drop(set);
+                    x
+                }
+                Err(e) => {
+                    if clean && let Ok(set) = Arc::try_unwrap(set) {
+                        let _ = set.close();
+                    }
+                    return Err(err(e));
+                }
+            };
             let total = t0.elapsed();
             let opened = total.saturating_sub(core.duration);
             let report = RecoveryReport {

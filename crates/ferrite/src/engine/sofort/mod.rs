@@ -123,7 +123,15 @@ impl SofortStore {
 
     /// Opens (and recovers) the store on `set`. Returns what recovery did.
     pub fn open(set: ferrite_pmem::PoolSet) -> SofortResult<(SofortStore, RecoveryReport)> {
-        let alloc = PAllocator::open(Arc::new(set))?;
+        SofortStore::open_shared(Arc::new(set))
+    }
+
+    /// [`SofortStore::open`] on a shared pool set: when it fails, the caller still holds the
+    /// set (to mark it cleanly closed again, so a refused open changes nothing).
+    pub fn open_shared(
+        set: Arc<ferrite_pmem::PoolSet>,
+    ) -> SofortResult<(SofortStore, RecoveryReport)> {
+        let alloc = PAllocator::open(set)?;
         let (inner, report) = recovery::open(alloc)?;
         Ok((SofortStore { inner: Arc::new(inner) }, report))
     }
