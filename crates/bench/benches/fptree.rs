@@ -1,23 +1,25 @@
 //! FPTree ([D1]) against DRAM baselines, on 1 M random `u64` keys (set `FERRITE_BENCH_KEYS` for
 //! another count): insert, point lookup and full ordered scan against `std::collections::BTreeMap`;
-//! recovery (`Slab::open` + `FPTree::open`: log replay and DRAM index rebuild from the leaf list)
-//! against the honest rebuild baseline of a DRAM-only design — read every pair from the leaves,
-//! sort, and bulk-load a `BTreeMap`.
+//! recovery (`PAllocator::open` + `FPTree::open`: redo replay, segment lists, micro-log replay
+//! and DRAM index rebuild from the leaf list) against the honest rebuild baseline of a DRAM-only
+//! design — read every pair from the leaves, sort, and bulk-load a `BTreeMap`.
 //!
-//! The tree lives in a pool on `/dev/shm` (Emulated mode: real `CLWB`/`SFENCE` on DRAM, no PM
-//! media latency). Run: `cargo bench -p ferrite-bench --bench fptree`.
+//! The tree lives on PAllocator (one slot, 128 MiB segments) in a pool set on `/dev/shm`
+//! (Emulated mode: real `CLWB`/`SFENCE` on DRAM, no PM media latency). Before timing, the
+//! segments the inserts will need are created and touched (leaf-sized blocks allocated in a
+//! chain and freed again), as the pools of the other benchmarks are prefaulted.
+//! Run: `cargo bench -p ferrite-bench --bench fptree`.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use ferrite::fptree::{FPTree, Slab, read_all_pairs};
+use ferrite::alloc::PAllocator;
+use ferrite::fptree::{FPTree, LEAF_SIZE, read_all_pairs};
 use ferrite::pmem::internals::testing::TestDir;
-use ferrite::pmem::{Options, Pool, SplitMix64};
-
-const ROOT: u64 = 64;
-const SLAB: u64 = 4096;
+use ferrite::pmem::{Options, PPtr, PoolSet, SplitMix64};
 
 fn keys() -> Vec<u64> {
     let n: u64 =
@@ -26,17 +28,32 @@ fn keys() -> Vec<u64> {
     (0..n).map(|_| r.next_u64()).collect()
 }
 
-fn pool(dir: &TestDir, name: &str, n: usize) -> Pool {
-    // ~22 keys per leaf after random inserts, 640-byte blocks, generous headroom.
-    let size = ((n as u64 / 10 + 64) * 640 + SLAB + (1 << 20)).div_ceil(4096) * 4096;
-    let p = Pool::create(dir.join(name), size, &Options::default()).expect("pool");
-    p.fill(0, p.size(), 0).expect("prefault");
-    p
+/// A new pool set with an allocator whose segments already hold room for `n` random inserts
+/// (~22 keys per leaf, generous headroom), created and touched outside any timing.
+fn allocator(dir: &TestDir, name: &str, n: usize) -> Arc<PAllocator> {
+    let set = PoolSet::create(dir.join(name), &Options::default()).expect("pool set");
+    let a = PAllocator::create(Arc::new(set), 1).expect("allocator");
+    // A chain of leaf-sized blocks (each one's first 16 bytes hold the next one's pointer),
+    // allocated into the anchor's root and freed in reverse: the segments exist, are touched,
+    // and the free lists are back to where they were.
+    let set = a.pool().clone();
+    let mut slots = vec![a.root_location()];
+    for _ in 0..n / 10 + 64 {
+        let b = a.allocate(LEAF_SIZE, *slots.last().unwrap()).expect("prefault");
+        let g = set.resolve_range(b, LEAF_SIZE).unwrap();
+        set.fill(g, LEAF_SIZE, 0).unwrap();
+        set.persist_pptr_null(g).unwrap();
+        slots.push(b);
+    }
+    slots.pop();
+    for s in slots.into_iter().rev() {
+        a.deallocate(s).expect("prefault free");
+    }
+    Arc::new(a)
 }
 
-fn build<'p>(p: &'p Pool, keys: &[u64]) -> FPTree<'p, Slab> {
-    let slab = Slab::create(p, SLAB, p.size() - SLAB, 640).expect("slab");
-    let mut t = FPTree::create(p, ROOT, slab).expect("tree");
+fn build(a: &Arc<PAllocator>, keys: &[u64]) -> FPTree {
+    let mut t = FPTree::create(a.clone(), a.root_location()).expect("tree");
     for (i, &k) in keys.iter().enumerate() {
         t.insert(k, i as u64).expect("insert");
     }
@@ -55,17 +72,16 @@ fn bench(c: &mut Criterion) {
             let mut total = Duration::ZERO;
             for i in 0..iters {
                 let name = format!("ins{i}");
-                let p = pool(&dir, &name, n);
-                let slab = Slab::create(&p, SLAB, p.size() - SLAB, 640).unwrap();
-                let mut t = FPTree::create(&p, ROOT, slab).unwrap();
+                let a = allocator(&dir, &name, n);
+                let mut t = FPTree::create(a.clone(), a.root_location()).unwrap();
                 let start = Instant::now();
                 for (j, &k) in keys.iter().enumerate() {
                     t.insert(k, j as u64).unwrap();
                 }
                 total += start.elapsed();
                 drop(t);
-                drop(p);
-                let _ = std::fs::remove_file(dir.join(&name));
+                drop(a);
+                let _ = std::fs::remove_dir_all(dir.join(&name));
             }
             total
         });
@@ -86,8 +102,9 @@ fn bench(c: &mut Criterion) {
         });
     });
 
-    let p = pool(&dir, "main", n);
-    let t = build(&p, &keys);
+    let a = allocator(&dir, "main", n);
+    let t = build(&a, &keys);
+    let slot: PPtr = a.root_location();
     let m: BTreeMap<u64, u64> = keys.iter().enumerate().map(|(j, &k)| (k, j as u64)).collect();
     let mut probe = keys.clone();
     let mut r = SplitMix64::new(7);
@@ -120,15 +137,15 @@ fn bench(c: &mut Criterion) {
     // Recovery: what FPTree does at open, against a DRAM-only design's rebuild.
     g.bench_function("recover/fptree_open", |b| {
         b.iter(|| {
-            let slab = Slab::open(&p, SLAB).unwrap();
-            black_box(FPTree::open(&p, ROOT, slab).unwrap().leaves())
+            let a = Arc::new(PAllocator::open(a.pool().clone()).unwrap());
+            black_box(FPTree::open(a, slot).unwrap().leaves())
         })
     });
     g.bench_function("recover/bulk_load_btreemap_from_leaves", |b| {
         b.iter(|| {
             // What a DRAM-only design must do at restart: read every pair back from PM (one walk
             // of the leaf list), sort, and bulk-load a DRAM B-tree from the sorted pairs.
-            let mut pairs = read_all_pairs(&p, ROOT).unwrap();
+            let mut pairs = read_all_pairs(a.pool(), slot).unwrap();
             pairs.sort_unstable();
             let m: BTreeMap<u64, u64> = pairs.into_iter().collect();
             black_box(m.len())

@@ -7,8 +7,12 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use ferrite_crashtest::{Config, Progress, find, registry};
+use ferrite_crashtest::{Config, Progress, Verdict, find, registry};
 use indicatif::{ProgressBar, ProgressStyle};
+
+/// Exit status of a run stopped by `--budget` or `--time` before the end of the workload
+/// without a failure (0: passed, 1: a failure, 2: usage or internal error).
+pub const EXIT_STOPPED: u8 = 3;
 
 #[derive(Debug, Args)]
 pub struct CrashtestArgs {
@@ -23,10 +27,11 @@ pub struct CrashtestArgs {
     /// Seed of every random choice (printed in the report; default: a fresh one).
     #[arg(long, value_parser = parse_seed)]
     seed: Option<u64>,
-    /// Stop crashing after this many images were tested.
+    /// Stop crashing after this many images were tested (a run stopped before the end of
+    /// its workload reports how much it checked and exits 3, never "PASSED").
     #[arg(long)]
     budget: Option<u64>,
-    /// Stop crashing after this many seconds.
+    /// Stop crashing after this many seconds (as --budget: exit 3 if stopped).
     #[arg(long)]
     time: Option<u64>,
     /// Crash at every visit of every crash point (no call-stack halving).
@@ -169,5 +174,10 @@ pub fn run(a: &CrashtestArgs) -> anyhow::Result<ExitCode> {
     if let (Some(e), true) = (&report.workload_error, report.failures.is_empty()) {
         bail!("the workload of {name} failed: {e}");
     }
-    Ok(if report.passed() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(match report.verdict() {
+        Verdict::Passed => ExitCode::SUCCESS,
+        Verdict::Failed => ExitCode::from(1),
+        // No failure, but part of the workload's crash points were never checked.
+        Verdict::Stopped(_) => ExitCode::from(EXIT_STOPPED),
+    })
 }

@@ -1,5 +1,6 @@
 //! `ferrite crashtest` end to end: the list, a seeded defect found (exit 1) and replayed from
-//! the printed command, a twin passing (exit 0), usage errors (exit 2).
+//! the printed command, a twin passing (exit 0), usage errors (exit 2), a run stopped by its
+//! budget (exit 3, never "PASSED").
 
 use std::process::Command;
 
@@ -57,4 +58,24 @@ fn a_twin_passes_and_usage_errors_exit_2() {
     assert_eq!(ferrite(&["crashtest"]).0, 2);
     assert_eq!(ferrite(&["crashtest", "toy-wrong-order", "--seed", "zz"]).0, 2);
     assert_eq!(ferrite(&["crashtest", "toy-wrong-order", "--replay", "/no/such/dir"]).0, 2);
+}
+
+#[test]
+fn a_run_stopped_by_its_budget_says_how_much_it_checked_and_exits_3() {
+    let dir = TestDir::new("cli-crashtest-budget");
+    let out = dir.path().to_str().unwrap();
+    let (code, stdout, _) = ferrite(&[
+        "crashtest",
+        "toy-commit-first-fixed",
+        "--budget",
+        "5",
+        "--seed",
+        "1",
+        "--quiet",
+        "--out",
+        out,
+    ]);
+    assert_eq!(code, 3, "{stdout}");
+    assert!(!stdout.contains("PASSED"), "{stdout}");
+    assert!(stdout.contains("STOPPED (budget): checked "), "{stdout}");
 }

@@ -28,15 +28,17 @@
 #![forbid(unsafe_code)]
 
 pub mod alloc;
+pub mod alloc_threads;
 pub mod db;
 mod explore;
 pub mod fptree;
+pub mod poolset;
 mod target;
 pub mod toys;
 
 pub use explore::{
     Config, DynTarget, Failure, KeyStats, MutationOutcome, MutationReport, Progress, ProgressFn,
-    Report, SiteStats, explore, mutate, replay,
+    Report, SiteStats, Stop, Verdict, explore, mutate, replay,
 };
 pub use target::{Axioms, Ctx, Expect, Mode, ModelOp, ModelView, OpToken, Target};
 
@@ -45,6 +47,8 @@ pub fn registry() -> Vec<Box<dyn DynTarget>> {
     let mut v = toys::toys();
     v.push(Box::new(std::sync::Arc::new(fptree::FptreeFixed)));
     v.push(Box::new(std::sync::Arc::new(alloc::AllocSmall)));
+    v.push(Box::new(std::sync::Arc::new(alloc_threads::AllocThreads::default())));
+    v.push(Box::new(std::sync::Arc::new(poolset::PoolSetFiles)));
     v.extend(db::targets());
     v
 }

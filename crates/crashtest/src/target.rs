@@ -208,7 +208,9 @@ pub trait Target: Send + Sync + 'static {
         &[]
     }
     /// Persist sites whose removal the mutation check cannot detect, each with the reason, as
-    /// (substring of the site key, reason).
+    /// (substring, reason). The substring is matched against the site key (`file:line:col`
+    /// then `#rule` if named), followed by ` [recovery only]` when only recoveries reach the
+    /// site: `"#P-X-3 [recovery only]"` excuses rule P-X-3's persists inside recovery only.
     fn benign_sites(&self) -> &'static [(&'static str, &'static str)] {
         &[]
     }

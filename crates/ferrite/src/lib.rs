@@ -71,6 +71,7 @@
 
 pub use ferrite_pmem as pmem;
 
+// Building blocks: deliberately public with documented APIs (ARCHITECTURE.md, "Public surface").
 pub mod alloc;
 mod db;
 mod encoding;

@@ -367,3 +367,106 @@ fn threads_returning_and_taking_segments_keep_the_lists_apart() {
     let r = a.check().unwrap();
     assert_eq!(r.allocated_blocks, 1, "{r:?}");
 }
+
+/// Two slots' recovery items armed at the same time, deterministically: each of two threads
+/// (bound to slots 0 and 1) stops at the first fence of its allocation's write-back (P-ALLOC-2,
+/// so its item is committed and durable, its words not yet), the threads meet there, and the
+/// durable image is captured before either goes on. Recovering that image replays both
+/// operations: both pointers are in place and `check()` finds every block allocated once.
+#[test]
+fn two_armed_items_recover_together() {
+    use ferrite::pmem::sim::{Event, EventKind};
+    use ferrite::pmem::{CrashImage, ImageSpec, SimDomain};
+    use std::cell::Cell;
+    use std::sync::{Barrier, Mutex};
+
+    thread_local! { static STOP_AT_WRITE_BACK: Cell<bool> = const { Cell::new(false) }; }
+    let o = Options::default().layout("alloc-test").segment_size(5 * 64 * 1024 + 4096);
+    let o = o.max_pool_size(8 << 20);
+    let domain = Arc::new(SimDomain::new(false));
+    let set = PoolSet::create_sim_with(domain.clone(), &o).unwrap();
+    let a = PAllocator::create(Arc::new(set), 2).unwrap();
+    let table = a.allocate(TABLE, a.root_location()).unwrap();
+    let g = a.pool().resolve_range(table, TABLE).unwrap();
+    for i in 0..TABLE / 16 {
+        a.pool().store_u64(g + i * 16, u64::MAX, Ordering::Relaxed).unwrap();
+    }
+    a.pool().persist(g, TABLE).unwrap();
+    let met = Arc::new((Barrier::new(2), Barrier::new(2)));
+    let image: Arc<Mutex<Option<CrashImage>>> = Arc::new(Mutex::new(None));
+    {
+        let (met, image) = (met.clone(), image.clone());
+        domain.set_hook(Some(Arc::new(move |d: &SimDomain, e: &Event| {
+            if e.kind != EventKind::Fence
+                || e.site.rule != Some("P-ALLOC-2")
+                || !STOP_AT_WRITE_BACK.with(|s| s.replace(false))
+            {
+                return;
+            }
+            // Both items are armed and durable here; neither operation's words are.
+            if met.0.wait().is_leader() {
+                *image.lock().unwrap() = Some(d.capture(&ImageSpec::durable()));
+            }
+            met.1.wait();
+        })));
+    }
+    let blocks: Vec<PPtr> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..2u64)
+            .map(|t| {
+                let a = &a;
+                s.spawn(move || {
+                    PAllocator::bind_thread_to_slot(t as u32);
+                    // Warm the slot's 64-byte class (its page), so the next allocation is one
+                    // transaction.
+                    a.allocate(64, slot(table, 10 + t)).unwrap();
+                    STOP_AT_WRITE_BACK.with(|s| s.set(true));
+                    a.allocate(64, slot(table, 1 + t)).unwrap()
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    domain.set_hook(None);
+    let image = image.lock().unwrap().take().expect("both threads met at their write-back");
+    let set = PoolSet::open_sim(&image, &o).unwrap();
+    assert_eq!(PAllocator::armed_items(&set).unwrap(), [0, 1], "both items armed in the image");
+    let r = PAllocator::open(Arc::new(set)).unwrap();
+    let s = r.pool();
+    for t in 0..2u64 {
+        let p = s.load_pptr(s.resolve(slot(table, 1 + t)).unwrap()).unwrap();
+        assert_eq!(p, blocks[t as usize], "slot {t}'s allocation was replayed");
+    }
+    let report = r.check().unwrap();
+    assert_eq!(report.allocated_blocks, 5, "the table, two warm-ups, two replayed: {report:?}");
+    assert!(PAllocator::armed_items(s).unwrap().is_empty(), "recovery disarmed both");
+}
+
+/// Releasing free segments: the pool set loses their files, the allocator stays consistent
+/// across a reopen, and later growth reuses the released ids.
+#[test]
+fn free_segments_are_released_and_ids_reused() {
+    let dir = TestDir::new("alloc-release");
+    let o = Options::default().layout("alloc-test").segment_size(3 * 64 * 1024 + 4096);
+    let (a, table) = fresh_with(&dir, 1, &o);
+    for k in 0..40 {
+        a.allocate(MAX_SMALL, slot(table, k)).unwrap();
+    }
+    let grown = a.pool().segment_count();
+    for k in 0..40 {
+        a.deallocate(slot(table, k)).unwrap();
+    }
+    let free = a.check().unwrap().segments.2;
+    assert!(free >= 3, "{:?}", a.check().unwrap());
+    assert_eq!(a.release_free_segments(1).unwrap() as u64, free - 1);
+    assert_eq!(a.check().unwrap().segments.2, 1);
+    assert_eq!(a.pool().segment_count() as u64, grown as u64 - (free - 1));
+    assert_eq!(a.release_free_segments(1).unwrap(), 0, "nothing beyond the kept one");
+    a.close().unwrap();
+    let a = PAllocator::open(Arc::new(PoolSet::open(dir.join("set"), &o).unwrap())).unwrap();
+    assert_eq!(a.check().unwrap().allocated_blocks, 1);
+    for k in 0..40 {
+        a.allocate(MAX_SMALL, slot(table, k)).unwrap();
+    }
+    assert_eq!(a.pool().segment_count(), grown, "released ids are reused by growth");
+    assert_eq!(a.check().unwrap().allocated_blocks, 41);
+}

@@ -8,6 +8,16 @@
 //! by (file, line). Pending lines carry their content at flush time (M3); evicted dirty lines
 //! carry their newest content (M5). With `tear`, each chosen line persists only a random
 //! subset of its 8-byte words (M1 holds; M2 does not).
+//!
+//! # Invariants
+//! - An [`ImageFile`] is its durable pages (shared, never written through) plus an overlay of
+//!   whole lines, each with the mask of the 8-byte words that persisted: the same image
+//!   always reads the same bytes.
+//! - This module knows nothing of the domain that captures images (`sim::capture` builds
+//!   them) nor of the pools that open them: dependencies go `pool` → `sim` → `image`.
+//!
+//! # Concurrency
+//! Images are plain values (pages behind `Arc`, copied on write).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -16,7 +26,12 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::region::CACHE_LINE;
-use crate::sim::{PAGE, Page, SimDomain, thread_index};
+
+/// Bytes per durable-image page (the copy-on-write unit of images and of the sim domain).
+pub const PAGE: u64 = 4096;
+
+/// One durable-image page.
+pub(crate) type Page = [u8; PAGE as usize];
 
 /// Which of a set of candidate lines to include.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -35,7 +50,7 @@ pub enum Pick {
 }
 
 impl Pick {
-    fn chooses(&self, i: usize, rng: &mut SplitMix64) -> bool {
+    pub(crate) fn chooses(&self, i: usize, rng: &mut SplitMix64) -> bool {
         match self {
             Pick::None => false,
             Pick::All => true,
@@ -300,6 +315,30 @@ impl CrashImage {
 }
 
 impl ImageFile {
+    /// An image file whose base is `pages` (a domain's durable image), with no overlay.
+    pub(crate) fn from_pages(name: &str, len: u64, pages: Vec<Arc<Page>>) -> ImageFile {
+        ImageFile { name: name.to_owned(), len, pages, overlay: BTreeMap::new() }
+    }
+
+    /// Overlays the words of `content` that `mask` selects (bit w = bytes 8w..8w+8) on line
+    /// `line`; the line's other words keep what the image held before.
+    pub(crate) fn put_words(&mut self, line: u64, content: &[u8; 64], mask: u8) {
+        let lpp = PAGE / CACHE_LINE;
+        let pages = &self.pages;
+        let e = self.overlay.entry(line).or_insert_with(|| {
+            let page = &pages[(line / lpp) as usize];
+            let at = ((line % lpp) * CACHE_LINE) as usize;
+            let mut base = [0u8; 64];
+            base.copy_from_slice(&page[at..at + 64]);
+            (base, 0xff)
+        });
+        for w in 0..8 {
+            if mask & (1 << w) != 0 {
+                e.0[w * 8..w * 8 + 8].copy_from_slice(&content[w * 8..w * 8 + 8]);
+            }
+        }
+    }
+
     /// An image file holding `bytes` (no overlay).
     pub fn from_bytes(name: &str, bytes: &[u8]) -> ImageFile {
         let pages = bytes
@@ -316,92 +355,5 @@ impl ImageFile {
             pages,
             overlay: BTreeMap::new(),
         }
-    }
-}
-
-impl SimDomain {
-    /// Captures a crash image per `spec` (see the module docs). Takes the gate exclusively, so
-    /// the image is a state some crash could produce even while other threads run (D3).
-    pub fn capture(&self, spec: &ImageSpec) -> CrashImage {
-        let g = self.write_gate();
-        let me = spec.thread.unwrap_or_else(thread_index);
-        let mut rng = SplitMix64::new(spec.seed);
-        let mut files: BTreeMap<String, ImageFile> = g
-            .files
-            .values()
-            .map(|f| {
-                (
-                    f.name.clone(),
-                    ImageFile {
-                        name: f.name.clone(),
-                        len: f.len,
-                        pages: f.durable.clone(),
-                        overlay: BTreeMap::new(),
-                    },
-                )
-            })
-            .collect();
-        let mut put = |file: &str, line: u64, content: [u8; 64], mask: u8, rng: &mut SplitMix64| {
-            let mask = match (spec.tear, spec.tear_words) {
-                (false, _) => mask,
-                (true, Some(words)) => mask & words,
-                (true, None) => mask & (rng.next_u64() as u8),
-            };
-            if mask == 0 {
-                return;
-            }
-            if let Some(f) = files.get_mut(file) {
-                let e = f.overlay.entry(line).or_insert_with(|| {
-                    let lpp = PAGE / CACHE_LINE;
-                    let page = &f.pages[(line / lpp) as usize];
-                    let at = ((line % lpp) * CACHE_LINE) as usize;
-                    let mut base = [0u8; 64];
-                    base.copy_from_slice(&page[at..at + 64]);
-                    (base, 0xff)
-                });
-                for w in 0..8 {
-                    if mask & (1 << w) != 0 {
-                        e.0[w * 8..w * 8 + 8].copy_from_slice(&content[w * 8..w * 8 + 8]);
-                    }
-                }
-            }
-        };
-        {
-            let pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(mine) = pending.get(&me) {
-                for (i, l) in mine.lines.iter().enumerate() {
-                    if spec.pending.chooses(i, &mut rng) {
-                        put(&l.file, l.line, l.content, l.mask, &mut rng);
-                    }
-                }
-            }
-            let mut others: Vec<_> = pending.iter().filter(|(t, _)| **t != me).collect();
-            others.sort_by_key(|(t, _)| **t);
-            let mut i = 0;
-            for (_, v) in others {
-                for l in &v.lines {
-                    if spec.others_pending.chooses(i, &mut rng) {
-                        put(&l.file, l.line, l.content, l.mask, &mut rng);
-                    }
-                    i += 1;
-                }
-            }
-        }
-        if spec.evict != Pick::None {
-            let mut i = 0;
-            for f in g.files.values() {
-                for line in f.dirty_lines() {
-                    if spec.evict.chooses(i, &mut rng)
-                        && let Some(w) = f.working_line(line)
-                    {
-                        put(&f.name, line, w, 0xff, &mut rng);
-                    }
-                    i += 1;
-                }
-            }
-        }
-        drop(g);
-        self.count_image();
-        CrashImage { files: files.into_values().collect(), note: String::new() }
     }
 }

@@ -119,6 +119,21 @@ impl Mapping {
         matches!(self.kind, Kind::Mapped)
     }
 
+    /// A region over the first `len` bytes of the memory (which must not exceed its size). The
+    /// caller keeps this mapping alive alongside every use of the region (MP2).
+    pub(crate) fn sub_region(&self, len: usize) -> Result<Region> {
+        if len > self.len {
+            return Err(Error::InvalidArgument(format!(
+                "memory of {} bytes is smaller than {len}",
+                self.len
+            )));
+        }
+        // SAFETY: the mapping owns `self.len >= len` bytes at `ptr`, released only when it is
+        // dropped (MP1); the caller keeps it alive while the region is used (MP2); the memory
+        // is accessed only through Region.
+        Ok(unsafe { Region::new(self.ptr, len) })
+    }
+
     /// A region over the whole memory. The caller keeps an `Arc` of this mapping alongside
     /// every use of the region (MP2).
     pub(crate) fn region(&self) -> Region {
@@ -142,24 +157,5 @@ impl Drop for Mapping {
             // SAFETY: allocated with exactly this layout in `Mapping::heap`; no longer used.
             Kind::Heap(layout) => unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) },
         }
-    }
-}
-
-/// An owned, zeroed, 4096-aligned heap block (the memory of replayed sim files).
-pub(crate) struct HeapBlock(Mapping);
-
-impl HeapBlock {
-    pub(crate) fn new(len: usize) -> Result<HeapBlock> {
-        Mapping::heap(len).map(HeapBlock)
-    }
-
-    /// A region over the first `len` bytes of the block (which must not exceed its size).
-    pub(crate) fn region(&self, len: usize) -> Result<Region> {
-        if len > self.0.len {
-            return Err(Error::InvalidArgument(format!("heap block smaller than {len}")));
-        }
-        // SAFETY: the block owns `len` bytes (checked), 4096-aligned, which stay allocated as
-        // long as the HeapBlock (kept alongside every user of the region).
-        Ok(unsafe { Region::new(self.0.ptr, len) })
     }
 }

@@ -50,9 +50,6 @@ use crate::sim::SimDomain;
 use crate::space::Space;
 use std::sync::Arc;
 
-/// The memory of replayed sim files (kept under this path for `sim`).
-pub(crate) use crate::mapping::HeapBlock;
-
 /// Why a file got the durability mode it got (see `map_deciding_mode`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ModeDecision {

@@ -133,9 +133,11 @@ impl Space {
             return Err(crate::Error::Misaligned { off: loc, align: 16 });
         }
         self.store_u64(loc + 8, p.offset, Ordering::Relaxed)?;
-        self.persist(loc + 8, 8)?; // ORDER(P-PM-10): offset durable before the segment word
+        // Each persist is a site of its own (`#P-PM-10:offset`, `#P-PM-10:segment` after the
+        // caller's location), so a mutation check can drop one without the other.
+        self.persist_rule("P-PM-10:offset", loc + 8, 8)?; // ORDER(P-PM-10): offset durable before the segment word
         self.store_u64(loc, p.segment, Ordering::Release)?;
-        self.persist(loc, 8) // ORDER(P-PM-10): the segment word commits the pointer
+        self.persist_rule("P-PM-10:segment", loc, 8) // ORDER(P-PM-10): the segment word commits the pointer
     }
 
     /// Durably stores `p` at `loc` relying on axiom M2 (same-line stores persist in program

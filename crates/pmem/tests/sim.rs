@@ -446,3 +446,94 @@ fn images_captured_after_the_pool_is_dropped_read_a_copy() {
         10
     );
 }
+
+/// Environment variable that selects a child role of a test that re-executes this binary.
+const CHILD_ROLE: &str = "FERRITE_SIM_TEST_CHILD";
+
+/// Runs the test `name` of this binary again in a child process with [`CHILD_ROLE`] set to
+/// `name`, and returns its exit status (a crash of the child cannot take the parent down).
+fn run_child(name: &str) -> std::process::ExitStatus {
+    let exe = std::env::current_exe().expect("test binary path");
+    std::process::Command::new(exe)
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(CHILD_ROLE, name)
+        .status()
+        .expect("child test process starts")
+}
+
+/// Regression (item 1b of S1): `replay` returned a `Replay` whose public `domain` field
+/// pointed into heap blocks held by a private sibling field, so moving the domain out of the
+/// `Replay` freed the memory of its working images and the next capture that evicts a dirty
+/// line read freed memory. With a 1 MiB file (allocated by `mmap`, so freeing it unmaps it)
+/// the child died with SIGSEGV before the fix (checked by reverting it); now the domain owns
+/// the memory of its replayed files and the child exits normally.
+#[test]
+fn replayed_domain_moved_out_of_its_replay_stays_valid() {
+    const NAME: &str = "replayed_domain_moved_out_of_its_replay_stays_valid";
+    if std::env::var(CHILD_ROLE).as_deref() != Ok(NAME) {
+        let status = run_child(NAME);
+        assert!(status.success(), "the child capturing from a moved-out replay died: {status}");
+        return;
+    }
+    // Child: record a pool's whole life, with one line left dirty at the end.
+    let d = Arc::new(SimDomain::new(false));
+    d.record_trace();
+    let p = Pool::create_sim_with(d.clone(), 1 << 20, &Options::default()).unwrap();
+    p.store_u64(4096, 0xfeed, Relaxed).unwrap(); // dirty, never flushed
+    let trace = d.take_trace();
+    let domain: SimDomain = {
+        let r = replay(&trace, false).unwrap();
+        r.domain // the rest of the Replay is dropped here
+    };
+    let img = domain.capture(&spec(Pick::None, Pick::All));
+    assert_eq!(word(&img, 4096), 0xfeed);
+}
+
+fn persist_64(p: &Pool) {
+    p.persist(64, 8).unwrap();
+}
+
+/// Domains created on a thread take that thread's defaults (hook, dropped sites): this is how
+/// the crash tester observes a recovery's domain and drops a persist inside recovery. A flush
+/// reports how many lines it would change (`fresh`), and closing a pool raises `Close` first.
+#[test]
+fn new_domains_take_the_threads_defaults_and_report_fresh_lines_and_closes() {
+    let p = sim_pool();
+    persist_word(&p, 0);
+    let img = p.sim().unwrap().capture(&ImageSpec::durable());
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = events.clone();
+    ferrite_pmem::sim::set_new_domain_hook(Some(Arc::new(move |_: &SimDomain, e: &Event| {
+        sink.lock().unwrap().push((e.kind, e.site.key(), e.fresh));
+    })));
+    // The site key of `persist_64`: learnt from one call on a scratch domain.
+    let scratch = sim_pool();
+    let seen = Arc::new(Mutex::new(String::new()));
+    let s2 = seen.clone();
+    scratch.sim().unwrap().set_hook(Some(Arc::new(move |_: &SimDomain, e: &Event| {
+        if e.kind == EventKind::Fence {
+            *s2.lock().unwrap() = e.site.key();
+        }
+    })));
+    persist_64(&scratch);
+    let key = seen.lock().unwrap().clone();
+    ferrite_pmem::sim::set_new_domain_drops(std::slice::from_ref(&key));
+    let q = Pool::open_sim(&img, &Options::default()).unwrap();
+    ferrite_pmem::sim::set_new_domain_hook(None);
+    ferrite_pmem::sim::set_new_domain_drops(&[]);
+    q.store_u64(64, 5, Relaxed).unwrap();
+    persist_64(&q); // dropped: the site is in the thread's defaults
+    let sim = q.sim().unwrap().clone();
+    assert_eq!(word(&sim.capture(&ImageSpec::durable()), 64), 0, "the dropped persist persisted");
+    q.store_u64(128, 6, Relaxed).unwrap();
+    persist_word(&q, 128); // not dropped
+    assert_eq!(word(&sim.capture(&ImageSpec::durable()), 128), 6);
+    persist_word(&q, 128); // again: nothing new to write back
+    drop(q);
+    let ev = events.lock().unwrap();
+    let flushes: Vec<usize> =
+        ev.iter().filter(|(k, s, _)| *k == EventKind::Flush && *s != key).map(|e| e.2).collect();
+    // The open-state persist (already durable), the first persist of 128, the second.
+    assert_eq!(flushes[flushes.len() - 2..], [1, 0], "{ev:?}");
+    assert_eq!(ev.last().map(|e| e.0), Some(EventKind::Close), "{ev:?}");
+}

@@ -1,5 +1,25 @@
-//! On-media layout of PAllocator: the anchor, the per-slot blocks, small segments and pages,
-//! and the size classes (drawn in `docs/design/allocator.md`).
+//! On-media layout of PAllocator (anchor format version 1): the anchor, the per-slot blocks,
+//! small-segment headers and page headers as `#[repr(C)]` structs, the size classes and page
+//! geometry. Drawn in `docs/design/allocator.md` ("Layouts").
+//!
+//! # Invariants
+//! - Every field offset the allocator uses is derived from these structs (`offset_of!`), and the
+//!   asserts below pin each struct's size and each offset to the version-1 format: a change
+//!   fails to compile rather than silently moving bytes (the stored fixture
+//!   `tests/fixtures/alloc-v1.txt` checks the bytes themselves).
+//! - Every `PPtr` field is 16-byte aligned, so both of its words share one cache line; null is
+//!   segment word `u64::MAX`.
+//! - Fields written while other threads read them are whole 8-byte words (conventions §2.3):
+//!   the page state, the segment counts and the BlockEntry words (four `u16` per word).
+//!
+//! # Ordering and concurrency
+//! This module only describes bytes; the protocols that write them (and their rules
+//! P-ALLOC-n) live in `redo.rs`, `segments.rs`, `small.rs` and `mod.rs`.
+
+use core::mem::{offset_of, size_of};
+
+use ferrite_pmem::PPtr;
+use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 
 /// Bytes per page of a small segment (seed 001 §3.4.4).
 pub const PAGE: u64 = 64 * 1024;
@@ -26,11 +46,13 @@ pub fn class_of(size: u64) -> Option<usize> {
 
 /// Blocks per page of class `c`, and the offset of the first block: the page header (64 B) and
 /// one 2-byte BlockEntry per block come first, blocks start 64-byte aligned.
+///
+/// `c` must be a class index (`< CLASSES.len()`): callers validate classes read from PM first.
 pub fn page_geometry(c: usize) -> (u64, u64) {
     let size = CLASSES[c];
-    let mut n = (PAGE - 64) / size;
+    let mut n = (PAGE - P_ENTRIES) / size;
     loop {
-        let start = (64 + 2 * n).div_ceil(64) * 64;
+        let start = (P_ENTRIES + 2 * n).div_ceil(64) * 64;
         if start + n * size <= PAGE {
             return (n, start);
         }
@@ -40,77 +62,217 @@ pub fn page_geometry(c: usize) -> (u64, u64) {
 
 // ----- anchor (segment 0, data offset 0) -----
 
+/// The anchor: segment 0's data area starts with it; the slot blocks follow.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct Anchor {
+    /// [`ANCHOR_MAGIC`] once creation finished (written last, P-ALLOC-5).
+    pub magic: u64,
+    /// Format version (low 32 bits) | slot count (high 32 bits).
+    pub version_slots: u64,
+    /// Page size (low 32 bits) | class count (high 32 bits).
+    pub geometry: u64,
+    /// Compatible feature flags (none yet).
+    pub compat: u64,
+    /// Incompatible feature flags: version 1 rejects any.
+    pub incompat: u64,
+    /// Bytes per small segment (the pool set's segment size at creation; restored at open).
+    pub segment: u64,
+    /// crc32c of bytes 8..48 (the words above, from `version_slots` to `segment`), as u64.
+    pub crc: u64,
+    /// Zero.
+    pub pad0: u64,
+    /// Entry point: the application's root `PPtr`.
+    pub root: PPtr,
+    /// Zero.
+    pub pad1: [u64; 6],
+    /// Head of the shared free-segment list.
+    pub free_segs: PPtr,
+    /// Zero; reserved for the big and huge allocators (part II).
+    pub reserved: [u64; 110],
+}
+
 pub const ANCHOR_MAGIC: u64 = u64::from_le_bytes(*b"FERRPALC");
 pub const ANCHOR_VERSION: u32 = 1;
-pub const A_MAGIC: u64 = 0;
-pub const A_VERSION_SLOTS: u64 = 8; // version u32 | slots u32
-pub const A_GEOMETRY: u64 = 16; // page size u32 | classes u32
-pub const A_COMPAT: u64 = 24;
-pub const A_INCOMPAT: u64 = 32;
-/// Bytes per small segment (the pool set's segment size at creation; restored at open).
-pub const A_SEGMENT: u64 = 40;
-pub const A_CRC: u64 = 48; // crc32c of bytes 8..48 (u32) | 0
-/// Entry point: the application's root `PPtr`.
-pub const A_ROOT: u64 = 64;
-/// Head of the shared free-segment list.
-pub const A_FREE_SEGS: u64 = 128;
+pub const A_MAGIC: u64 = offset_of!(Anchor, magic) as u64;
+pub const A_VERSION_SLOTS: u64 = offset_of!(Anchor, version_slots) as u64;
+pub const A_GEOMETRY: u64 = offset_of!(Anchor, geometry) as u64;
+pub const A_SEGMENT: u64 = offset_of!(Anchor, segment) as u64;
+pub const A_CRC: u64 = offset_of!(Anchor, crc) as u64;
+pub const A_ROOT: u64 = offset_of!(Anchor, root) as u64;
+pub const A_FREE_SEGS: u64 = offset_of!(Anchor, free_segs) as u64;
 /// Start of the slot blocks.
-pub const A_SLOTS: u64 = 1024;
+pub const A_SLOTS: u64 = size_of::<Anchor>() as u64;
+/// The anchor bytes the checksum covers: `version_slots` up to (not including) `crc`.
+pub const A_CRC_RANGE: std::ops::Range<usize> = A_VERSION_SLOTS as usize..A_CRC as usize;
+
+/// The anchor's geometry word for this build.
+pub const GEOMETRY: u64 = PAGE | (CLASSES.len() as u64) << 32;
+
+impl Anchor {
+    /// A version-1 anchor with `slots` slots and null pointers, its checksum set, its magic
+    /// still 0 (creation stores the magic last).
+    pub fn new(slots: u32, segment: u64) -> Anchor {
+        let mut a = Anchor::new_zeroed();
+        a.version_slots = u64::from(ANCHOR_VERSION) | u64::from(slots) << 32;
+        a.geometry = GEOMETRY;
+        a.segment = segment;
+        a.root = PPtr::NULL;
+        a.free_segs = PPtr::NULL;
+        a.crc = u64::from(a.checksum());
+        a
+    }
+
+    /// crc32c of the checksummed bytes.
+    pub fn checksum(&self) -> u32 {
+        crc32c::crc32c(&self.as_bytes()[A_CRC_RANGE])
+    }
+
+    /// Format version.
+    pub fn version(&self) -> u32 {
+        self.version_slots as u32
+    }
+
+    /// Slot count.
+    pub fn slots(&self) -> u32 {
+        (self.version_slots >> 32) as u32
+    }
+}
 
 // ----- slot block -----
 
-/// Bytes per slot block (18 lines).
-pub const SLOT_BYTES: u64 = 1152;
-/// Most slots an anchor page can hold.
-pub const MAX_SLOTS: u32 = ((PAGE - A_SLOTS) / SLOT_BYTES) as u32;
-/// Redo-log header word: 0 when disarmed; when armed, count (bits 0..16) | [`REDO_TAG`]
-/// (bits 16..32) | crc32c of the count and the entries (bits 32..64): see [`redo_header`].
-pub const S_LOG: u64 = 0;
-/// First redo entry (16 bytes each: packed address, value), line-aligned so that a log of up
-/// to four writes (an allocation) is one line.
-pub const S_ENTRIES: u64 = 64;
 /// Most word writes one operation may log (the largest, a free that empties a page of a full
 /// segment and returns the segment, logs 20).
 pub const MAX_REDO: u64 = 24;
-/// Active-segments list head.
-pub const S_ASL: u64 = 448;
-/// Full-segments list head.
-pub const S_FSL: u64 = 464;
-/// The class page lists: one `PPtr` per class (partially free pages).
-pub const S_PLM: u64 = 512;
+
+/// One redo entry: a packed (segment, offset) address (`segment << 40 | offset`, see `redo.rs`)
+/// and the new value of the word there.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct RedoEntry {
+    /// Packed address.
+    pub addr: u64,
+    /// New value.
+    pub value: u64,
+}
+
+/// A slot's block in the anchor (18 lines): its recovery item and its lists.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct SlotBlock {
+    /// Recovery-item header: 0 when disarmed; when armed, count (bits 0..16) | [`REDO_TAG`]
+    /// (bits 16..32) | crc32c of the count and the entries (bits 32..64).
+    pub log: u64,
+    /// Zero (the entries start on their own line).
+    pub pad0: [u64; 7],
+    /// The redo entries, line-aligned so that a log of up to four writes (an allocation) is
+    /// one line.
+    pub entries: [RedoEntry; MAX_REDO as usize],
+    /// Active-segments list head.
+    pub active: PPtr,
+    /// Full-segments list head.
+    pub full: PPtr,
+    /// Zero.
+    pub pad1: [u64; 4],
+    /// One page-list head per class (pages of the class with a free block).
+    pub classes: [PPtr; CLASSES.len()],
+}
+
+impl SlotBlock {
+    /// A disarmed slot block with empty lists.
+    pub fn new() -> SlotBlock {
+        let mut b = SlotBlock::new_zeroed();
+        b.active = PPtr::NULL;
+        b.full = PPtr::NULL;
+        b.classes = [PPtr::NULL; CLASSES.len()];
+        b
+    }
+}
+
+/// Bytes per slot block.
+pub const SLOT_BYTES: u64 = size_of::<SlotBlock>() as u64;
+/// Most slots an anchor page can hold.
+pub const MAX_SLOTS: u32 = ((PAGE - A_SLOTS) / SLOT_BYTES) as u32;
+pub const S_LOG: u64 = offset_of!(SlotBlock, log) as u64;
+pub const S_ENTRIES: u64 = offset_of!(SlotBlock, entries) as u64;
+pub const S_ASL: u64 = offset_of!(SlotBlock, active) as u64;
+pub const S_FSL: u64 = offset_of!(SlotBlock, full) as u64;
+pub const S_PLM: u64 = offset_of!(SlotBlock, classes) as u64;
+/// Bytes per redo entry.
+pub const ENTRY_BYTES: u64 = size_of::<RedoEntry>() as u64;
+/// Bytes per `PPtr`.
+pub const PPTR_BYTES: u64 = size_of::<PPtr>() as u64;
 /// Tag of an armed header ("RL").
 pub const REDO_TAG: u64 = 0x524C;
 
-/// The armed header of a log holding `entries` (packed address, value): the checksum makes
-/// the header commit only the entries it was computed over (P-ALLOC-1).
-pub fn redo_header(entries: &[(u64, u64)]) -> u64 {
-    let n = entries.len() as u64;
-    let mut bytes = Vec::with_capacity(8 + 16 * entries.len());
-    bytes.extend_from_slice(&n.to_le_bytes());
-    for &(k, v) in entries {
-        bytes.extend_from_slice(&k.to_le_bytes());
-        bytes.extend_from_slice(&v.to_le_bytes());
-    }
-    n | REDO_TAG << 16 | u64::from(crc32c::crc32c(&bytes)) << 32
+/// Offset of class `c`'s page-list head in a slot block.
+pub const fn class_head(c: usize) -> u64 {
+    S_PLM + c as u64 * PPTR_BYTES
 }
-
-const _: () = assert!(S_ENTRIES + MAX_REDO * 16 <= S_ASL);
-const _: () = assert!(S_PLM + 40 * 16 == SLOT_BYTES);
 
 // ----- small segment header (data offset 0 of the segment: its page 0) -----
 
-pub const G_NEXT: u64 = 0; // PPtr
-pub const G_OWNER: u64 = 16; // slot + 1 (0: in the free-segment list)
-pub const G_COUNTS: u64 = 24; // used pages u32 | usable pages u32
-pub const G_MAGIC: u64 = 32; // "FERRSMSG" once initialised
-pub const G_BITMAP: u64 = 64; // 2048 bits
+/// The header of a small segment.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct SegmentHeader {
+    /// Next segment of the list the segment is in.
+    pub next: PPtr,
+    /// Slot + 1 of the owner; 0 in the free-segment list.
+    pub owner: u64,
+    /// Used pages (low 32 bits) | usable pages (high 32 bits).
+    pub counts: u64,
+    /// [`SEG_MAGIC`] once initialised.
+    pub magic: u64,
+    /// Zero.
+    pub pad: [u64; 3],
+    /// Bit p set iff page p serves a class.
+    pub bitmap: [u64; (MAX_PAGES / 64) as usize],
+}
+
+impl SegmentHeader {
+    /// A fresh header: no used page, in no list yet.
+    pub fn new(owner: u32, usable_pages: u64) -> SegmentHeader {
+        let mut h = SegmentHeader::new_zeroed();
+        h.next = PPtr::NULL;
+        h.owner = u64::from(owner);
+        h.counts = usable_pages << 32;
+        h.magic = SEG_MAGIC;
+        h
+    }
+}
+
 pub const SEG_MAGIC: u64 = u64::from_le_bytes(*b"FERRSMSG");
+pub const G_NEXT: u64 = offset_of!(SegmentHeader, next) as u64;
+pub const G_OWNER: u64 = offset_of!(SegmentHeader, owner) as u64;
+pub const G_COUNTS: u64 = offset_of!(SegmentHeader, counts) as u64;
+pub const G_MAGIC: u64 = offset_of!(SegmentHeader, magic) as u64;
+pub const G_BITMAP: u64 = offset_of!(SegmentHeader, bitmap) as u64;
+pub const G_BYTES: u64 = size_of::<SegmentHeader>() as u64;
+
+/// Offset of the bitmap word holding page `pg`'s bit.
+pub const fn bitmap_word(pg: u64) -> u64 {
+    G_BITMAP + pg / 64 * 8
+}
 
 // ----- page header -----
 
-pub const P_NEXT: u64 = 0; // PPtr
-pub const P_STATE: u64 = 16; // next_free u16 | num_free u16 | class u8 | 0 u8 | num_blocks u16
-pub const P_ENTRIES: u64 = 64; // u16 per block
+/// The header of a 64 KiB page; the BlockEntry array follows it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct PageHeader {
+    /// Next page of the class list the page is in.
+    pub next: PPtr,
+    /// The [`PageState`] word.
+    pub state: u64,
+    /// Zero.
+    pub pad: [u64; 5],
+}
+
+pub const P_NEXT: u64 = offset_of!(PageHeader, next) as u64;
+pub const P_STATE: u64 = offset_of!(PageHeader, state) as u64;
+/// The BlockEntry array (one `u16` per block, four per word).
+pub const P_ENTRIES: u64 = size_of::<PageHeader>() as u64;
 /// BlockEntry of an allocated block (not a 64-byte aligned offset, so never a free-list link).
 pub const ALLOCATED: u16 = 0xFFFF;
 
@@ -144,15 +306,24 @@ impl PageState {
     }
 }
 
-/// Packs a (segment, offset) address into one redo-entry word.
-pub fn pack_addr(segment: u64, offset: u64) -> Option<u64> {
-    (segment < (1 << 24) && offset < (1 << 40)).then_some(segment << 40 | offset)
-}
+// ----- the version-1 format, pinned -----
 
-/// The inverse of [`pack_addr`].
-pub fn unpack_addr(w: u64) -> (u64, u64) {
-    (w >> 40, w & ((1 << 40) - 1))
-}
+const _: () = assert!(size_of::<Anchor>() == 1024);
+const _: () = assert!(A_MAGIC == 0 && A_VERSION_SLOTS == 8 && A_GEOMETRY == 16);
+const _: () = assert!(offset_of!(Anchor, compat) == 24 && offset_of!(Anchor, incompat) == 32);
+const _: () = assert!(A_SEGMENT == 40 && A_CRC == 48 && A_ROOT == 64 && A_FREE_SEGS == 128);
+const _: () = assert!(offset_of!(Anchor, reserved) == 144);
+const _: () = assert!(size_of::<RedoEntry>() == 16);
+const _: () = assert!(size_of::<SlotBlock>() == 1152 && SLOT_BYTES.is_multiple_of(64));
+const _: () = assert!(S_LOG == 0 && S_ENTRIES == 64 && S_ASL == 448 && S_FSL == 464);
+const _: () = assert!(S_PLM == 512 && class_head(CLASSES.len()) == SLOT_BYTES);
+const _: () = assert!(MAX_SLOTS == 56);
+const _: () = assert!(size_of::<SegmentHeader>() == 320);
+const _: () = assert!(G_NEXT == 0 && G_OWNER == 16 && G_COUNTS == 24 && G_MAGIC == 32);
+const _: () = assert!(G_BITMAP == 64 && G_BITMAP + MAX_PAGES / 8 == G_BYTES);
+const _: () = assert!(size_of::<PageHeader>() == 64);
+const _: () = assert!(P_NEXT == 0 && P_STATE == 16 && P_ENTRIES == 64);
+const _: () = assert!(G_BYTES <= PAGE);
 
 #[cfg(test)]
 mod tests {
@@ -188,6 +359,21 @@ mod tests {
     fn state_word_round_trips() {
         let s = PageState { next_free: 4160, num_free: 17, class: 39, num_blocks: 1006 };
         assert_eq!(PageState::unpack(s.pack()), s);
-        assert_eq!(unpack_addr(pack_addr(7, 123_456).unwrap()), (7, 123_456));
+    }
+
+    #[test]
+    fn new_structs_hold_the_v1_words() {
+        let a = Anchor::new(3, 1 << 20);
+        let b = a.as_bytes();
+        assert_eq!(&b[8..16], &(1u64 | 3 << 32).to_le_bytes());
+        assert_eq!(&b[64..72], &u64::MAX.to_le_bytes(), "null root");
+        assert_eq!(a.crc, u64::from(crc32c::crc32c(&b[8..48])));
+        assert_eq!(a.slots(), 3);
+        let s = SlotBlock::new();
+        let sb = s.as_bytes();
+        assert!(sb[..448].iter().all(|&x| x == 0), "a disarmed item");
+        assert_eq!(&sb[512..520], &u64::MAX.to_le_bytes(), "null class heads");
+        let h = SegmentHeader::new(2, 7);
+        assert_eq!(&h.as_bytes()[24..32], &(7u64 << 32).to_le_bytes());
     }
 }

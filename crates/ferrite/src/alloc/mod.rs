@@ -3,13 +3,19 @@
 //! `../shared/specs/scm-and-pallocator.md` §2.4, §3.1–3.3, §3.7). Layouts and protocols:
 //! `docs/design/allocator.md`.
 //!
-//! The allocator shares a [`PoolSet`] (`Arc`, so an engine can hold the set, the allocator and its trees side by side). Segment 0's data area is the **anchor**: the entry point
-//! (the application's root `PPtr`), the shared free-segment list, and one block per allocator
+//! The allocator shares a [`PoolSet`] (`Arc`, so an engine can hold the set, the allocator and
+//! its trees side by side). Segment 0's data area is the **anchor**: the entry point (the
+//! application's root `PPtr`), the shared free-segment list, and one block per allocator
 //! **slot** (a fixed count chosen at creation, never the creating machine's core count): the
 //! slot's recovery item, its active/full segment lists and one list of partially free pages
 //! per size class. Every other segment is a small-allocator segment: page 0 is its header
 //! (owner, page counts, a page bitmap), the other 64 KiB pages each serve one of 40 size
 //! classes, with an intrusive list of free blocks kept in 2-byte entries outside the blocks.
+//!
+//! Files: `layout.rs` (the on-media structs and classes), `redo.rs` (the redo transaction:
+//! building, committing, replaying), `segments.rs` (segment and page lists, open's owner map,
+//! releasing segments), `small.rs` (allocate and free of small blocks), `check.rs` (the full
+//! integrity walk); this file holds the type, creation, open and the public API.
 //!
 //! # Invariants
 //! - A1: every segment but 0 is in exactly one list: a slot's active list (it has a free page),
@@ -20,6 +26,9 @@
 //! - A3: every block of a used page is free (on the page's free list, exactly once) or
 //!   allocated; `num_free` counts the free list.
 //! - A4: when no operation is in flight every recovery item is disarmed.
+//! - Values read from PM (links, counts, page states, redo addresses, the anchor's fields) are
+//!   validated before they are used as offsets or indexes and combined with checked
+//!   arithmetic: a corrupt pool is `StorageError::Corrupted` in every build profile.
 //!
 //! # Ordering (rules P-ALLOC-n)
 //! Every operation — allocate, deallocate, taking a page, taking or creating a segment — is a
@@ -34,16 +43,22 @@
 //! becomes reachable only through a transaction (a new page's header and free-block entries, a
 //! new segment's header) is persisted before the transaction (P-ALLOC-4). A new segment file is
 //! complete before it joins any list (P-PM-8); a segment in no list is an orphan of a crash and
-//! is moved to the free-segment list at open.
+//! is moved to the free-segment list at open. A released segment leaves the free-segment list
+//! (committed) before its file is removed (P-ALLOC-6).
 //!
 //! # Concurrency
-//! `PAllocator: Send + Sync`. A thread uses slot `thread index % slots`; each slot has a lock;
-//! a free is executed by the slot that owns the block's segment. The free-segment list and
-//! segment creation are under one global lock, taken after a slot lock (never two slot locks).
+//! `PAllocator: Send + Sync`. A thread uses slot `thread index % slots` (or the slot it bound
+//! with [`PAllocator::bind_thread_to_slot`]); each slot has a lock; a free is executed by the
+//! slot that owns the block's segment. The free-segment list, segment creation and release are
+//! under one global lock, taken after a slot lock (never two slot locks).
 
+mod check;
 mod layout;
+mod redo;
+mod segments;
+mod small;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
@@ -51,26 +66,14 @@ use ferrite_pmem::{PPtr, PoolSet, SegmentId};
 
 use crate::storage::{StorageError, StorageResult};
 
+pub use check::AllocReport;
 use layout::*;
 pub use layout::{CLASSES, MAX_SMALL, PAGE, class_of, page_geometry};
 
 /// Slots a new allocator gets by default.
 pub const DEFAULT_SLOTS: u32 = 4;
-
-/// A word write of a transaction: (packed address, value).
-type Write = (u64, u64);
-
-/// A redo transaction being built: the writes, with reads that see them.
-struct Txn {
-    writes: Vec<Write>,
-    overlay: HashMap<u64, u64>,
-}
-
-impl Txn {
-    fn new() -> Txn {
-        Txn { writes: Vec::new(), overlay: HashMap::new() }
-    }
-}
+/// Most slots an allocator can have (the slot blocks fill the anchor's first 64 KiB).
+pub const MAX_ALLOC_SLOTS: u32 = MAX_SLOTS;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -78,23 +81,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 fn corrupt(what: impl Into<String>, at: PPtr) -> StorageError {
     StorageError::Corrupted { what: what.into(), at: format!("allocator {at:?}") }
-}
-
-/// Counts returned by [`PAllocator::check`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct AllocReport {
-    /// Small segments, by list: active, full, free.
-    pub segments: (u64, u64, u64),
-    /// Used pages per class.
-    pub pages: BTreeMap<u64, u64>,
-    /// Allocated blocks, and their bytes (by class size).
-    pub allocated_blocks: u64,
-    /// Bytes of allocated blocks.
-    pub allocated_bytes: u64,
-    /// Free blocks in used pages.
-    pub free_blocks: u64,
-    /// Every allocated block (for leak checks).
-    pub allocated: Vec<PPtr>,
 }
 
 /// The persistent allocator (see the module docs).
@@ -118,7 +104,8 @@ static NEXT_SLOT: AtomicU32 = AtomicU32::new(0);
 impl PAllocator {
     // ----- creation and recovery -----
 
-    /// Formats a new allocator with `slots` slots (1..=47) on the (new) pool set `set`.
+    /// Formats a new allocator with `slots` slots (1..=[`MAX_ALLOC_SLOTS`]) on the (new) pool
+    /// set `set`.
     pub fn create(set: Arc<PoolSet>, slots: u32) -> StorageResult<PAllocator> {
         if slots == 0 || slots > MAX_SLOTS {
             return Err(StorageError::InvalidArgument(format!(
@@ -127,42 +114,23 @@ impl PAllocator {
         }
         let seg0 =
             set.segments().first().copied().ok_or_else(|| corrupt("no segment 0", PPtr::NULL))?;
-        if seg0.data_len < A_SLOTS + u64::from(slots) * SLOT_BYTES {
+        let end = A_SLOTS + u64::from(slots) * SLOT_BYTES;
+        if seg0.data_len < end {
             return Err(StorageError::InvalidArgument(format!(
-                "segment 0 holds {} bytes, the anchor needs {}",
-                seg0.data_len,
-                A_SLOTS + u64::from(slots) * SLOT_BYTES
+                "segment 0 holds {} bytes, the anchor needs {end}",
+                seg0.data_len
             )));
         }
         let pages = Self::pages_of(&set)?;
-        let a = Self::anchor_base(&set)?;
+        let a = set.resolve_range(PPtr::new(0, 0), end)?;
         let s = &*set;
         // P-ALLOC-5: everything but the magic, persisted; the magic last.
-        let end = A_SLOTS + u64::from(slots) * SLOT_BYTES;
-        s.fill(a, end, 0)?;
-        // Every PPtr of the anchor starts null (segment word u64::MAX).
-        for off in [A_ROOT, A_FREE_SEGS] {
-            s.store_u64(a + off, u64::MAX, Ordering::Relaxed)?;
-        }
+        let anchor = Anchor::new(slots, set.segment_size());
+        s.write_struct(a, &anchor)?;
+        let block = SlotBlock::new();
         for i in 0..u64::from(slots) {
-            let b = a + A_SLOTS + i * SLOT_BYTES;
-            for off in [S_ASL, S_FSL] {
-                s.store_u64(b + off, u64::MAX, Ordering::Relaxed)?;
-            }
-            for c in 0..CLASSES.len() as u64 {
-                s.store_u64(b + S_PLM + c * 16, u64::MAX, Ordering::Relaxed)?;
-            }
+            s.write_struct(a + A_SLOTS + i * SLOT_BYTES, &block)?;
         }
-        s.store_u64(
-            a + A_VERSION_SLOTS,
-            u64::from(ANCHOR_VERSION) | u64::from(slots) << 32,
-            Ordering::Relaxed,
-        )?;
-        s.store_u64(a + A_COMPAT, 0, Ordering::Relaxed)?; // no compatible features yet
-        s.store_u64(a + A_INCOMPAT, 0, Ordering::Relaxed)?;
-        s.store_u64(a + A_GEOMETRY, PAGE | (CLASSES.len() as u64) << 32, Ordering::Relaxed)?;
-        s.store_u64(a + A_SEGMENT, set.segment_size(), Ordering::Relaxed)?;
-        s.store_u64(a + A_CRC, u64::from(Self::anchor_crc(s, a)?), Ordering::Relaxed)?;
         s.persist_rule("P-ALLOC-5", a, end)?; // ORDER(P-ALLOC-5): the whole anchor before its magic
         s.store_u64(a + A_MAGIC, ANCHOR_MAGIC, Ordering::Release)?;
         s.persist_rule("P-ALLOC-5", a + A_MAGIC, 8)?; // ORDER(P-ALLOC-5): the magic commits creation
@@ -181,46 +149,57 @@ impl PAllocator {
     /// rebuilds the segment-owner map by walking the segment lists, and moves orphan segments
     /// (created by an interrupted segment creation) to the free-segment list. Reads no block
     /// and no page: the cost grows with the number of segments and slots, not with live blocks.
+    ///
+    /// Errors: `Corrupted` for an anchor that fails validation (no magic: "creation did not
+    /// finish"), a bad link, count or redo item; `Incompatible` for another format version or
+    /// an unknown incompat flag.
     pub fn open(set: Arc<PoolSet>) -> StorageResult<PAllocator> {
-        let a = Self::anchor_base(&set)?;
-        let s = &*set;
-        let magic = s.load_u64(a + A_MAGIC, Ordering::Acquire)?;
-        if magic != ANCHOR_MAGIC {
+        let a = set
+            .resolve_range(PPtr::new(0, 0), A_SLOTS)
+            .map_err(|_| corrupt("segment 0 is too small for an anchor", PPtr::new(0, 0)))?;
+        let anchor: Anchor = set.read_struct(a)?;
+        if anchor.magic != ANCHOR_MAGIC {
             return Err(corrupt(
-                if magic == 0 {
+                if anchor.magic == 0 {
                     "the allocator's creation did not finish (no magic)".to_owned()
                 } else {
-                    format!("bad anchor magic {magic:#x}")
+                    format!("bad anchor magic {:#x}", anchor.magic)
                 },
                 PPtr::new(0, A_MAGIC),
             ));
         }
-        let vs = s.load_u64(a + A_VERSION_SLOTS, Ordering::Acquire)?;
-        let incompat = s.load_u64(a + A_INCOMPAT, Ordering::Acquire)?;
-        if vs as u32 != ANCHOR_VERSION || incompat != 0 {
+        if anchor.version() != ANCHOR_VERSION || anchor.incompat != 0 {
             return Err(StorageError::Incompatible {
-                what: format!("allocator anchor version {} incompat {incompat:#x}", vs as u32),
+                what: format!(
+                    "allocator anchor version {} incompat {:#x}",
+                    anchor.version(),
+                    anchor.incompat
+                ),
                 at: "allocator anchor".into(),
             });
         }
-        let crc = s.load_u64(a + A_CRC, Ordering::Acquire)?;
-        if crc != u64::from(Self::anchor_crc(s, a)?) {
+        if anchor.crc != u64::from(anchor.checksum()) {
             return Err(corrupt("anchor checksum mismatch", PPtr::new(0, A_CRC)));
         }
-        let slots = (vs >> 32) as u32;
-        let geometry = s.load_u64(a + A_GEOMETRY, Ordering::Acquire)?;
-        if slots == 0 || slots > MAX_SLOTS || geometry != PAGE | (CLASSES.len() as u64) << 32 {
+        let slots = anchor.slots();
+        if slots == 0 || slots > MAX_SLOTS || anchor.geometry != GEOMETRY {
             return Err(corrupt(
-                format!("anchor geometry: {slots} slots, {geometry:#x}"),
+                format!("anchor geometry: {slots} slots, {:#x}", anchor.geometry),
                 PPtr::new(0, A_GEOMETRY),
+            ));
+        }
+        let end = A_SLOTS + u64::from(slots) * SLOT_BYTES;
+        if set.resolve_range(PPtr::new(0, 0), end).is_err() {
+            return Err(corrupt(
+                format!("{slots} slot blocks do not fit in segment 0"),
+                PPtr::new(0, A_VERSION_SLOTS),
             ));
         }
         // The anchor's segment size wins over the options the pool set was opened with: every
         // small segment has the same page count.
-        let segment = s.load_u64(a + A_SEGMENT, Ordering::Acquire)?;
-        set.set_segment_size(segment);
+        set.set_segment_size(anchor.segment);
         let pages = Self::pages_of(&set).map_err(|_| {
-            corrupt(format!("anchor segment size {segment}"), PPtr::new(0, A_SEGMENT))
+            corrupt(format!("anchor segment size {}", anchor.segment), PPtr::new(0, A_SEGMENT))
         })?;
         let alloc = PAllocator {
             set,
@@ -236,16 +215,6 @@ impl PAllocator {
         }
         alloc.rebuild_owners()?;
         Ok(alloc)
-    }
-
-    fn anchor_base(set: &PoolSet) -> StorageResult<u64> {
-        Ok(set.resolve_range(PPtr::new(0, 0), A_SLOTS)?)
-    }
-
-    fn anchor_crc(s: &ferrite_pmem::Space, a: u64) -> StorageResult<u32> {
-        let mut b = [0u8; (A_CRC - 8) as usize];
-        s.read_into(a + 8, &mut b)?;
-        Ok(crc32c::crc32c(&b))
     }
 
     /// Pages per small segment (page 0 is the header).
@@ -299,341 +268,43 @@ impl PAllocator {
         PPtr::new(0, A_ROOT)
     }
 
-    // ----- words and pointers -----
-
-    fn addr(&self, p: PPtr, len: u64) -> StorageResult<u64> {
-        Ok(self.set.resolve_range(p, len)?)
+    /// Binds the calling thread to slot `slot % slots` of every allocator it uses (instead of
+    /// the round-robin assignment at its first call). For workers that know their role, and
+    /// for tests that need two threads on two given slots.
+    pub fn bind_thread_to_slot(slot: u32) {
+        SLOT_HINT.with(|h| h.set(slot));
     }
 
-    fn read(&self, txn: &Txn, seg: u64, off: u64) -> StorageResult<u64> {
-        if let Some(w) = pack_addr(seg, off).and_then(|k| txn.overlay.get(&k)) {
-            return Ok(*w);
+    /// The recovery items of `set`'s allocator that are armed, read without opening (or
+    /// recovering) it: the slots whose operation was in flight at a crash. Errors: as
+    /// [`PAllocator::open`] for an anchor that fails validation.
+    pub fn armed_items(set: &PoolSet) -> StorageResult<Vec<u32>> {
+        let a = set
+            .resolve_range(PPtr::new(0, 0), A_SLOTS)
+            .map_err(|_| corrupt("segment 0 is too small for an anchor", PPtr::new(0, 0)))?;
+        let anchor: Anchor = set.read_struct(a)?;
+        if anchor.magic != ANCHOR_MAGIC || anchor.crc != u64::from(anchor.checksum()) {
+            return Err(corrupt("no valid anchor", PPtr::new(0, 0)));
         }
-        let g = self.addr(PPtr::new(seg, off), 8)?;
-        Ok(self.set.load_u64(g, Ordering::Acquire)?)
-    }
-
-    fn write(&self, txn: &mut Txn, seg: u64, off: u64, v: u64) -> StorageResult<()> {
-        self.addr(PPtr::new(seg, off), 8)?;
-        let k = pack_addr(seg, off)
-            .ok_or_else(|| corrupt("address too large to log", PPtr::new(seg, off)))?;
-        txn.writes.push((k, v));
-        txn.overlay.insert(k, v);
-        Ok(())
-    }
-
-    fn read_pptr(&self, txn: &Txn, seg: u64, off: u64) -> StorageResult<PPtr> {
-        Ok(PPtr::new(self.read(txn, seg, off)?, self.read(txn, seg, off + 8)?))
-    }
-
-    fn write_pptr(&self, txn: &mut Txn, seg: u64, off: u64, p: PPtr) -> StorageResult<()> {
-        self.write(txn, seg, off + 8, p.offset)?;
-        self.write(txn, seg, off, p.segment)
+        let slots = anchor.slots().min(MAX_SLOTS);
+        let mut armed = Vec::new();
+        for i in 0..slots {
+            let b = set.resolve_range(PPtr::new(0, A_SLOTS + u64::from(i) * SLOT_BYTES), 8);
+            let b = b.map_err(|_| corrupt("slot blocks outside segment 0", PPtr::new(0, 0)))?;
+            if set.load_u64(b + S_LOG, Ordering::Acquire)? != 0 {
+                armed.push(i);
+            }
+        }
+        Ok(armed)
     }
 
     fn slot_base(&self, slot: u32) -> u64 {
         A_SLOTS + u64::from(slot) * SLOT_BYTES
     }
 
-    // ----- the redo transaction (P-ALLOC-1..3) -----
-
-    fn commit(&self, slot: u32, txn: Txn) -> StorageResult<()> {
-        if txn.writes.is_empty() {
-            return Ok(());
-        }
-        if txn.writes.len() as u64 > MAX_REDO {
-            return Err(StorageError::InvalidArgument(format!(
-                "operation of {} writes exceeds the log",
-                txn.writes.len()
-            )));
-        }
-        let s = &*self.set;
-        let b = self.addr(PPtr::new(0, self.slot_base(slot)), SLOT_BYTES)?;
-        for (i, &(k, v)) in txn.writes.iter().enumerate() {
-            s.store_u64(b + S_ENTRIES + i as u64 * 16, k, Ordering::Relaxed)?;
-            s.store_u64(b + S_ENTRIES + i as u64 * 16 + 8, v, Ordering::Relaxed)?;
-        }
-        s.store_u64(b + S_LOG, redo_header(&txn.writes), Ordering::Release)?;
-        let len = S_ENTRIES + txn.writes.len() as u64 * 16;
-        s.persist_rule("P-ALLOC-1", b, len)?; // ORDER(P-ALLOC-1): entries and checksummed header in one barrier: the commit
-        self.apply(&txn.writes)?;
-        s.store_u64(b + S_LOG, 0, Ordering::Release)?;
-        s.persist_rule("P-ALLOC-3", b + S_LOG, 8)?; // ORDER(P-ALLOC-3): disarm only after the writes are durable
-        Ok(())
-    }
-
-    fn apply(&self, writes: &[Write]) -> StorageResult<()> {
-        let s = &*self.set;
-        let mut lines: Vec<u64> = Vec::with_capacity(writes.len());
-        for &(k, v) in writes {
-            let (seg, off) = unpack_addr(k);
-            let g = self.addr(PPtr::new(seg, off), 8)?;
-            s.store_u64(g, v, Ordering::Release)?;
-            lines.push(g & !63);
-        }
-        lines.sort_unstable();
-        lines.dedup();
-        for l in lines {
-            s.flush_rule("P-ALLOC-2", l, 64)?; // ORDER(P-ALLOC-2): the logged words
-        }
-        s.fence_rule("P-ALLOC-2"); // ORDER(P-ALLOC-2): durable before the item is disarmed
-        Ok(())
-    }
-
-    /// Re-applies slot `slot`'s item if it committed (recovery): its header is armed and its
-    /// checksum matches the entries. A header whose checksum does not match is a commit whose
-    /// barrier did not complete (some entry lines, or the header, never became durable): the
-    /// operation did not happen and wrote nothing outside the item, so the item is discarded.
-    fn replay(&self, slot: u32) -> StorageResult<()> {
-        let s = &*self.set;
-        let b = self.addr(PPtr::new(0, self.slot_base(slot)), SLOT_BYTES)?;
-        let h = s.load_u64(b + S_LOG, Ordering::Acquire)?;
-        if h == 0 {
-            return Ok(());
-        }
-        let n = h & 0xffff;
-        if (h >> 16) & 0xffff != REDO_TAG || n == 0 || n > MAX_REDO {
-            return Err(corrupt(
-                format!("recovery item of slot {slot}: header {h:#x}"),
-                PPtr::new(0, self.slot_base(slot)),
-            ));
-        }
-        let mut writes = Vec::with_capacity(n as usize);
-        for i in 0..n {
-            let k = s.load_u64(b + S_ENTRIES + i * 16, Ordering::Acquire)?;
-            let v = s.load_u64(b + S_ENTRIES + i * 16 + 8, Ordering::Acquire)?;
-            writes.push((k, v));
-        }
-        if redo_header(&writes) == h {
-            self.apply(&writes)?;
-        }
-        // Disarmed either way. (After a discard the disarm need not be durable — a crash before
-        // the slot's next commit leaves the same mismatching item, discarded again — but one
-        // path for both cases costs one barrier per recovered slot.)
-        s.store_u64(b + S_LOG, 0, Ordering::Release)?;
-        Ok(s.persist_rule("P-ALLOC-3", b + S_LOG, 8)?) // ORDER(P-ALLOC-3): disarm after the redo
-    }
-
-    /// Walks every segment list to rebuild SegIDToAllocID; segments of the pool set that are
-    /// in no list (an interrupted creation) are initialised and pushed onto the free list.
-    fn rebuild_owners(&self) -> StorageResult<()> {
-        let mut owner = HashMap::new();
-        let t = Txn::new();
-        let mut walk = |head: PPtr, tag: u32| -> StorageResult<()> {
-            let mut at = head;
-            let mut n = 0;
-            while !at.is_null() {
-                n += 1;
-                if n > MAX_PAGES * 64 || owner.insert(at.segment, tag).is_some() {
-                    return Err(corrupt(
-                        "a segment list has a cycle or a segment in two lists",
-                        at,
-                    ));
-                }
-                at = self.read_pptr(&t, at.segment, G_NEXT)?;
-            }
-            Ok(())
-        };
-        for i in 0..self.slots {
-            let b = self.slot_base(i);
-            walk(self.read_pptr(&t, 0, b + S_ASL)?, i + 1)?;
-            walk(self.read_pptr(&t, 0, b + S_FSL)?, i + 1)?;
-        }
-        walk(self.read_pptr(&t, 0, A_FREE_SEGS)?, 0)?;
-        let orphans: Vec<SegmentId> = self
-            .set
-            .segments()
-            .iter()
-            .map(|s| s.id)
-            .filter(|&id| id != 0 && !owner.contains_key(&id))
-            .collect();
-        *self.owner.write().unwrap_or_else(|p| p.into_inner()) = owner;
-        for id in orphans {
-            self.init_segment_header(id, 0)?;
-            let _g = lock(&self.global);
-            let mut txn = Txn::new();
-            let head = self.read_pptr(&txn, 0, A_FREE_SEGS)?;
-            self.write_pptr(&mut txn, id, G_NEXT, head)?;
-            self.write_pptr(&mut txn, 0, A_FREE_SEGS, PPtr::new(id, 0))?;
-            self.commit(0, txn)?;
-            self.owner.write().unwrap_or_else(|p| p.into_inner()).insert(id, 0);
-        }
-        Ok(())
-    }
-
-    // ----- segments and pages -----
-
-    /// Writes and persists a fresh small-segment header (P-ALLOC-4): not reachable until a
-    /// transaction links the segment.
-    fn init_segment_header(&self, id: SegmentId, owner: u32) -> StorageResult<()> {
-        let s = &*self.set;
-        let g = self.addr(PPtr::new(id, 0), G_BITMAP + MAX_PAGES / 8)?;
-        s.fill(g, G_BITMAP + MAX_PAGES / 8, 0)?;
-        s.store_u64(g + G_NEXT, u64::MAX, Ordering::Relaxed)?;
-        s.store_u64(g + G_OWNER, u64::from(owner), Ordering::Relaxed)?;
-        s.store_u64(g + G_COUNTS, (self.pages_per_segment - 1) << 32, Ordering::Relaxed)?;
-        s.store_u64(g + G_MAGIC, SEG_MAGIC, Ordering::Relaxed)?;
-        Ok(s.persist_rule("P-ALLOC-4", g, G_BITMAP + MAX_PAGES / 8)?) // ORDER(P-ALLOC-4): header before any link
-    }
-
-    /// Gives slot `slot` an active segment: from the free-segment list, or a new one.
-    fn take_segment(&self, slot: u32) -> StorageResult<()> {
-        let _g = lock(&self.global);
-        let mut txn = Txn::new();
-        let b = self.slot_base(slot);
-        let mut seg = self.read_pptr(&txn, 0, A_FREE_SEGS)?;
-        if seg.is_null() {
-            let id = self.set.grow().map_err(|e| match e {
-                ferrite_pmem::Error::PoolFull { requested, available, .. } => {
-                    StorageError::PoolFull {
-                        at: "allocator (no segment left)".into(),
-                        requested,
-                        available,
-                    }
-                }
-                other => other.into(),
-            })?;
-            // A crash from here until the commit leaves an orphan segment, moved to the free
-            // list at the next open.
-            self.init_segment_header(id, slot + 1)?;
-            seg = PPtr::new(id, 0);
-        } else {
-            let next = self.read_pptr(&txn, seg.segment, G_NEXT)?;
-            self.write_pptr(&mut txn, 0, A_FREE_SEGS, next)?;
-        }
-        let head = self.read_pptr(&txn, 0, b + S_ASL)?;
-        self.write_pptr(&mut txn, seg.segment, G_NEXT, head)?;
-        self.write(&mut txn, seg.segment, G_OWNER, u64::from(slot) + 1)?;
-        self.write_pptr(&mut txn, 0, b + S_ASL, PPtr::new(seg.segment, 0))?;
-        self.commit(slot, txn)?;
-        self.owner.write().unwrap_or_else(|p| p.into_inner()).insert(seg.segment, slot + 1);
-        Ok(())
-    }
-
-    /// Gives class `c` of slot `slot` a page with free blocks at the head of its list.
-    fn take_page(&self, slot: u32, c: usize) -> StorageResult<()> {
-        let b = self.slot_base(slot);
-        loop {
-            let t = Txn::new();
-            let seg = self.read_pptr(&t, 0, b + S_ASL)?;
-            if seg.is_null() {
-                self.take_segment(slot)?;
-                continue;
-            }
-            let id = seg.segment;
-            let mut page = None;
-            for w in 0..self.pages_per_segment.div_ceil(64) {
-                let bits = self.read(&t, id, G_BITMAP + w * 8)?;
-                let mut free = !bits;
-                if w == 0 {
-                    free &= !1; // page 0 is the header
-                }
-                if free != 0 {
-                    let p = w * 64 + u64::from(free.trailing_zeros());
-                    if p < self.pages_per_segment {
-                        page = Some(p);
-                    }
-                    break;
-                }
-            }
-            let Some(p) = page else {
-                return Err(corrupt("an active segment has no free page", seg));
-            };
-            // P-ALLOC-4: the page's header and free list, persisted while unreachable.
-            let (n, start) = page_geometry(c);
-            let s = &*self.set;
-            let g = self.addr(PPtr::new(id, p * PAGE), PAGE)?;
-            let head = self.read_pptr(&t, 0, b + S_PLM + c as u64 * 16)?;
-            s.store_u64(g + P_NEXT + 8, head.offset, Ordering::Relaxed)?;
-            s.store_u64(g + P_NEXT, head.segment, Ordering::Relaxed)?;
-            let state = PageState {
-                next_free: start as u16,
-                num_free: n as u16,
-                class: c as u8,
-                num_blocks: n as u16,
-            };
-            s.store_u64(g + P_STATE, state.pack(), Ordering::Relaxed)?;
-            let size = CLASSES[c];
-            let mut entries = vec![0u8; (2 * n) as usize];
-            for k in 0..n {
-                let next = if k + 1 < n { start + (k + 1) * size } else { 0 };
-                entries[(2 * k) as usize..(2 * k + 2) as usize]
-                    .copy_from_slice(&(next as u16).to_le_bytes());
-            }
-            s.write_bytes(g + P_ENTRIES, &entries)?;
-            s.persist_rule("P-ALLOC-4", g, P_ENTRIES + 2 * n)?; // ORDER(P-ALLOC-4): the page before the link
-            // The link, atomically with the segment's bookkeeping.
-            let mut txn = Txn::new();
-            let word = G_BITMAP + p / 64 * 8;
-            let bits = self.read(&txn, id, word)?;
-            self.write(&mut txn, id, word, bits | 1 << (p % 64))?;
-            let counts = self.read(&txn, id, G_COUNTS)?;
-            let used = (counts & 0xffff_ffff) + 1;
-            self.write(&mut txn, id, G_COUNTS, counts & !0xffff_ffff | used)?;
-            self.write_pptr(&mut txn, 0, b + S_PLM + c as u64 * 16, PPtr::new(id, p * PAGE))?;
-            if used == counts >> 32 {
-                // The segment is full: active list → full list.
-                self.move_segment(&mut txn, slot, id, S_ASL, S_FSL)?;
-            }
-            return self.commit(slot, txn);
-        }
-    }
-
-    /// Moves segment `id` of slot `slot` from list `from` to the head of list `to` (slot-block
-    /// offsets), within `txn`.
-    fn move_segment(
-        &self,
-        txn: &mut Txn,
-        slot: u32,
-        id: SegmentId,
-        from: u64,
-        to: u64,
-    ) -> StorageResult<()> {
-        let b = self.slot_base(slot);
-        self.unlink_segment(txn, 0, b + from, id)?;
-        let head = self.read_pptr(txn, 0, b + to)?;
-        self.write_pptr(txn, id, G_NEXT, head)?;
-        self.write_pptr(txn, 0, b + to, PPtr::new(id, 0))
-    }
-
-    /// Unlinks segment `id` from the list whose head `PPtr` is at (0, `head_off`).
-    fn unlink_segment(
-        &self,
-        txn: &mut Txn,
-        head_seg: u64,
-        head_off: u64,
-        id: SegmentId,
-    ) -> StorageResult<()> {
-        let next = self.read_pptr(txn, id, G_NEXT)?;
-        let (mut at_seg, mut at_off) = (head_seg, head_off);
-        for _ in 0..MAX_PAGES * 64 {
-            let cur = self.read_pptr(txn, at_seg, at_off)?;
-            if cur.is_null() {
-                break;
-            }
-            if cur.segment == id {
-                return self.write_pptr(txn, at_seg, at_off, next);
-            }
-            (at_seg, at_off) = (cur.segment, G_NEXT);
-        }
-        Err(corrupt("a segment is not in the list its owner says", PPtr::new(id, 0)))
-    }
-
-    /// Unlinks page `page` from class list `c` of slot `slot`.
-    fn unlink_page(&self, txn: &mut Txn, slot: u32, c: usize, page: PPtr) -> StorageResult<()> {
-        let next = self.read_pptr(txn, page.segment, page.offset + P_NEXT)?;
-        let (mut at_seg, mut at_off) = (0, self.slot_base(slot) + S_PLM + c as u64 * 16);
-        for _ in 0..MAX_PAGES * 1024 {
-            let cur = self.read_pptr(txn, at_seg, at_off)?;
-            if cur.is_null() {
-                break;
-            }
-            if cur == page {
-                return self.write_pptr(txn, at_seg, at_off, next);
-            }
-            (at_seg, at_off) = (cur.segment, cur.offset + P_NEXT);
-        }
-        Err(corrupt("a page with free blocks is not in its class list", page))
+    /// The owner (slot + 1, 0: the free-segment list) of segment `id`.
+    fn owner_of(&self, id: SegmentId) -> Option<u32> {
+        self.owner.read().unwrap_or_else(|e| e.into_inner()).get(&id).copied()
     }
 
     // ----- the leak-free interface -----
@@ -641,7 +312,7 @@ impl PAllocator {
     fn my_slot(&self) -> u32 {
         let hint = SLOT_HINT.with(|h| {
             if h.get() == u32::MAX {
-                h.set(NEXT_SLOT.fetch_add(1, Ordering::Relaxed));
+                h.set(NEXT_SLOT.fetch_add(1, Ordering::Relaxed) % (u32::MAX - 1));
             }
             h.get()
         });
@@ -680,7 +351,7 @@ impl PAllocator {
                 "allocate into {into:?}: not a 16-aligned location in the pool"
             )));
         }
-        if !self.read_pptr(&Txn::new(), into.segment, into.offset)?.is_null() {
+        if !self.read_pptr(&redo::Txn::new(), into.segment, into.offset)?.is_null() {
             return Err(StorageError::InvalidArgument(format!(
                 "allocate into {into:?}: it does not hold the null pointer"
             )));
@@ -690,54 +361,8 @@ impl PAllocator {
         self.guard(|| {
             let slot = self.my_slot();
             let _l = lock(&self.slot_locks[slot as usize]);
-            let plm = self.slot_base(slot) + S_PLM + c as u64 * 16;
-            if self.read_pptr(&Txn::new(), 0, plm)?.is_null() {
-                self.take_page(slot, c)?;
-            }
-            let mut txn = Txn::new();
-            let page = self.read_pptr(&txn, 0, plm)?;
-            let st = PageState::unpack(self.read(&txn, page.segment, page.offset + P_STATE)?);
-            let (n, start) = page_geometry(c);
-            let b = u64::from(st.next_free);
-            if st.num_free == 0
-                || b < start
-                || (b - start) % CLASSES[c] != 0
-                || (b - start) / CLASSES[c] >= n
-            {
-                return Err(corrupt("a listed page has no valid free block", page));
-            }
-            let k = (b - start) / CLASSES[c];
-            let next = self.entry(&txn, page, k)?;
-            if next == ALLOCATED {
-                return Err(corrupt("a free list reaches an allocated block", page));
-            }
-            // Pop: head = entry k; entry k = ALLOCATED (O(1) double-free detection); one less free.
-            self.set_entry(&mut txn, page, k, ALLOCATED)?;
-            let state = PageState { next_free: next, num_free: st.num_free - 1, ..st };
-            self.write(&mut txn, page.segment, page.offset + P_STATE, state.pack())?;
-            let block = PPtr::new(page.segment, page.offset + b);
-            self.write_pptr(&mut txn, into.segment, into.offset, block)?;
-            if state.num_free == 0 {
-                let after = self.read_pptr(&txn, page.segment, page.offset + P_NEXT)?;
-                self.write_pptr(&mut txn, 0, plm, after)?;
-            }
-            self.commit(slot, txn)?;
-            Ok(block)
+            self.allocate_small(slot, c, into)
         })
-    }
-
-    /// BlockEntry `k` of `page`.
-    fn entry(&self, txn: &Txn, page: PPtr, k: u64) -> StorageResult<u16> {
-        let w = self.read(txn, page.segment, page.offset + P_ENTRIES + k / 4 * 8)?;
-        Ok((w >> (16 * (k % 4))) as u16)
-    }
-
-    /// Sets BlockEntry `k` of `page` within `txn` (a logged write of its 8-byte word).
-    fn set_entry(&self, txn: &mut Txn, page: PPtr, k: u64, v: u16) -> StorageResult<()> {
-        let off = page.offset + P_ENTRIES + k / 4 * 8;
-        let w = self.read(txn, page.segment, off)?;
-        let shift = 16 * (k % 4);
-        self.write(txn, page.segment, off, (w & !(0xffff << shift)) | u64::from(v) << shift)
     }
 
     /// Frees the block whose pointer is stored at `from` and durably nulls `from`.
@@ -751,299 +376,47 @@ impl PAllocator {
                 "deallocate from {from:?}: not a 16-aligned location in the pool"
             )));
         }
-        let p = self.read_pptr(&Txn::new(), from.segment, from.offset)?;
+        let p = self.read_pptr(&redo::Txn::new(), from.segment, from.offset)?;
         if p.is_null() {
             return Err(StorageError::InvalidArgument(format!(
                 "deallocate from {from:?}: it holds the null pointer"
             )));
         }
-        let owner = self.owner.read().unwrap_or_else(|e| e.into_inner()).get(&p.segment).copied();
-        let Some(slot) = owner.filter(|&o| o > 0).map(|o| o - 1) else {
+        let Some(slot) = self.owner_of(p.segment).filter(|&o| o > 0).map(|o| o - 1) else {
             return Err(StorageError::InvalidArgument(format!(
                 "deallocate {p:?}: not a block of this allocator"
             )));
         };
+        self.guard(|| self.deallocate_small(slot, from, p))
+    }
+
+    /// Returns the free segments beyond the first `keep` of the free-segment list to the file
+    /// system (the pool set removes their files, P-PM-9) and reports how many went. Each leaves
+    /// the list in a committed transaction first (P-ALLOC-6): a crash before its file is
+    /// removed leaves a segment in no list, which the next open adopts as free again. Segment
+    /// ids are reused by later growth, so a stale pointer into a released segment may later
+    /// resolve into a new one: as with any use after free, the allocator's own state is safe
+    /// (a free through such a pointer is checked like any other) but the caller's is not.
+    ///
+    /// Cost: one transaction and one file removal per released segment, under the global lock.
+    pub fn release_free_segments(&self, keep: usize) -> StorageResult<usize> {
         self.guard(|| {
+            let slot = self.my_slot();
             let _l = lock(&self.slot_locks[slot as usize]);
-            // A concurrent free of the same location got here first: `p` may already be free
-            // or even reallocated to someone else.
-            if self.read_pptr(&Txn::new(), from.segment, from.offset)? != p {
-                return Err(StorageError::InvalidArgument(format!(
-                    "deallocate from {from:?}: freed concurrently"
-                )));
-            }
-            let (page, c, k, st) = self.locate(p)?;
-            let mut txn = Txn::new();
-            // Push: entry k = old head; head = block; one more free.
-            self.set_entry(&mut txn, page, k, st.next_free)?;
-            let state = PageState {
-                next_free: (p.offset - page.offset) as u16,
-                num_free: st.num_free + 1,
-                ..st
-            };
-            self.write(&mut txn, page.segment, page.offset + P_STATE, state.pack())?;
-            self.write(&mut txn, from.segment, from.offset, u64::MAX)?; // null: one 8-byte store
-            let plm = self.slot_base(slot) + S_PLM + c as u64 * 16;
-            if st.num_free == 0 {
-                // The page was full: it rejoins its class list.
-                let head = self.read_pptr(&txn, 0, plm)?;
-                self.write_pptr(&mut txn, page.segment, page.offset + P_NEXT, head)?;
-                self.write_pptr(&mut txn, 0, plm, page)?;
-            }
-            // Held until the commit when the free-segment list is part of the transaction.
-            let mut global = None;
-            if state.num_free == state.num_blocks {
-                self.return_page(&mut txn, slot, c, page, &mut global)?;
-            }
-            self.commit(slot, txn)?;
-            if global.is_some() {
-                self.owner.write().unwrap_or_else(|p| p.into_inner()).insert(page.segment, 0);
-            }
-            Ok(())
+            self.release_segments(slot, keep)
         })
     }
+}
 
-    /// The page, class, block index and page state of allocated block `p`; an error if `p` is
-    /// not an allocated block.
-    fn locate(&self, p: PPtr) -> StorageResult<(PPtr, usize, u64, PageState)> {
-        let bad = |why: &str| StorageError::InvalidArgument(format!("deallocate {p:?}: {why}"));
-        let pg = p.offset / PAGE;
-        if pg == 0 || pg >= self.pages_per_segment {
-            return Err(bad("not in a block page"));
-        }
-        let t = Txn::new();
-        let page = PPtr::new(p.segment, pg * PAGE);
-        let bits = self.read(&t, p.segment, G_BITMAP + pg / 64 * 8)?;
-        if bits & (1 << (pg % 64)) == 0 {
-            return Err(bad("its page is not in use"));
-        }
-        let st = PageState::unpack(self.read(&t, page.segment, page.offset + P_STATE)?);
-        let c = st.class as usize;
-        if c >= CLASSES.len() {
-            return Err(corrupt(format!("page of class {c}"), page));
-        }
-        let (n, start) = page_geometry(c);
-        let rel = p.offset - page.offset;
-        if rel < start
-            || !(rel - start).is_multiple_of(CLASSES[c])
-            || (rel - start) / CLASSES[c] >= n
-        {
-            return Err(bad("not the start of a block"));
-        }
-        // A free block (double free) has a free-list link, not ALLOCATED, in its entry.
-        let k = (rel - start) / CLASSES[c];
-        if self.entry(&t, page, k)? != ALLOCATED {
-            return Err(bad("the block is already free (a double free)"));
-        }
-        Ok((page, c, k, st))
-    }
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zerocopy::IntoBytes;
 
-    /// A completely free page leaves its class list and goes back to its segment; a segment
-    /// that was full becomes active; an empty segment goes to the free-segment list.
-    ///
-    /// When the segment goes to the free-segment list, the global lock is taken and left in
-    /// `global`: the caller holds it until the transaction commits (a concurrent segment take
-    /// must not read the list head this transaction is about to replace), then records the
-    /// new owner.
-    fn return_page<'a>(
-        &'a self,
-        txn: &mut Txn,
-        slot: u32,
-        c: usize,
-        page: PPtr,
-        global: &mut Option<MutexGuard<'a, ()>>,
-    ) -> StorageResult<()> {
-        self.unlink_page(txn, slot, c, page)?;
-        let id = page.segment;
-        let pg = page.offset / PAGE;
-        let word = G_BITMAP + pg / 64 * 8;
-        let bits = self.read(txn, id, word)?;
-        self.write(txn, id, word, bits & !(1 << (pg % 64)))?;
-        let counts = self.read(txn, id, G_COUNTS)?;
-        let used = counts & 0xffff_ffff;
-        let usable = counts >> 32;
-        self.write(txn, id, G_COUNTS, counts & !0xffff_ffff | (used - 1))?;
-        if used == usable {
-            self.move_segment(txn, slot, id, S_FSL, S_ASL)?;
-        }
-        if used == 1 {
-            *global = Some(lock(&self.global));
-            self.unlink_segment(txn, 0, self.slot_base(slot) + S_ASL, id)?;
-            let head = self.read_pptr(txn, 0, A_FREE_SEGS)?;
-            self.write_pptr(txn, id, G_NEXT, head)?;
-            self.write(txn, id, G_OWNER, 0)?;
-            self.write_pptr(txn, 0, A_FREE_SEGS, PPtr::new(id, 0))?;
-        }
-        Ok(())
-    }
-
-    // ----- integrity -----
-
-    /// Verifies A1–A4 by walking every list, segment and page (a full walk, for tests, tools
-    /// and crash checks; recovery never does this) and returns the counts and every allocated
-    /// block.
-    pub fn check(&self) -> StorageResult<AllocReport> {
-        let t = Txn::new();
-        let mut r = AllocReport::default();
-        for i in 0..self.slots {
-            let b = self.slot_base(i);
-            if self.read(&t, 0, b + S_LOG)? != 0 {
-                return Err(corrupt(format!("slot {i}'s recovery item is armed"), PPtr::new(0, b)));
-            }
-        }
-        let mut seen: HashSet<SegmentId> = HashSet::new();
-        // (segment, owner, owned by a slot)
-        let mut segs: Vec<(SegmentId, u32, bool)> = Vec::new();
-        let (mut active, mut full_n, mut free_n) = (0u64, 0u64, 0u64);
-        let mut collect = |head: PPtr, owner: u32, full: Option<bool>| -> StorageResult<()> {
-            let mut at = head;
-            while !at.is_null() {
-                if !seen.insert(at.segment) {
-                    return Err(corrupt("a segment in two lists, or a cycle", at));
-                }
-                if self.read(&t, at.segment, G_MAGIC)? != SEG_MAGIC {
-                    return Err(corrupt("a listed segment has no header", at));
-                }
-                if self.read(&t, at.segment, G_OWNER)? != u64::from(owner) {
-                    return Err(corrupt("a segment's owner is not its list's", at));
-                }
-                let counts = self.read(&t, at.segment, G_COUNTS)?;
-                let (used, usable) = (counts & 0xffff_ffff, counts >> 32);
-                match full {
-                    Some(true) if used != usable => {
-                        return Err(corrupt("a segment in a full list has free pages", at));
-                    }
-                    Some(false) if used == usable => {
-                        return Err(corrupt("a segment in an active list is full", at));
-                    }
-                    None if used != 0 => {
-                        return Err(corrupt("a segment in the free list has used pages", at));
-                    }
-                    _ => {}
-                }
-                match full {
-                    Some(false) => active += 1,
-                    Some(true) => full_n += 1,
-                    None => free_n += 1,
-                }
-                segs.push((at.segment, owner, full.is_some()));
-                at = self.read_pptr(&t, at.segment, G_NEXT)?;
-            }
-            Ok(())
-        };
-        for i in 0..self.slots {
-            let b = self.slot_base(i);
-            collect(self.read_pptr(&t, 0, b + S_ASL)?, i + 1, Some(false))?;
-            collect(self.read_pptr(&t, 0, b + S_FSL)?, i + 1, Some(true))?;
-        }
-        collect(self.read_pptr(&t, 0, A_FREE_SEGS)?, 0, None)?;
-        for s in self.set.segments() {
-            if s.id != 0 && !seen.contains(&s.id) {
-                return Err(corrupt("a segment in no list", PPtr::new(s.id, 0)));
-            }
-        }
-        // Pages: every page listed in a class list, and every used page.
-        let mut listed: HashSet<PPtr> = HashSet::new();
-        for i in 0..self.slots {
-            for c in 0..CLASSES.len() {
-                let mut at = self.read_pptr(&t, 0, self.slot_base(i) + S_PLM + c as u64 * 16)?;
-                while !at.is_null() {
-                    if !listed.insert(at) {
-                        return Err(corrupt("a page listed twice, or a cycle", at));
-                    }
-                    let st = PageState::unpack(self.read(&t, at.segment, at.offset + P_STATE)?);
-                    if st.class as usize != c || st.num_free == 0 {
-                        return Err(corrupt("a listed page of another class, or full", at));
-                    }
-                    if self.owner.read().unwrap_or_else(|p| p.into_inner()).get(&at.segment)
-                        != Some(&(i + 1))
-                    {
-                        return Err(corrupt("a page listed by a slot that does not own it", at));
-                    }
-                    at = self.read_pptr(&t, at.segment, at.offset + P_NEXT)?;
-                }
-            }
-        }
-        for &(id, _, owned) in &segs {
-            let counts = self.read(&t, id, G_COUNTS)?;
-            let mut used = 0;
-            for pg in 1..self.pages_per_segment {
-                if self.read(&t, id, G_BITMAP + pg / 64 * 8)? & (1 << (pg % 64)) == 0 {
-                    continue;
-                }
-                used += 1;
-                let page = PPtr::new(id, pg * PAGE);
-                let st = PageState::unpack(self.read(&t, id, page.offset + P_STATE)?);
-                let c = st.class as usize;
-                if c >= CLASSES.len() {
-                    return Err(corrupt("a used page of no class", page));
-                }
-                let (n, start) = page_geometry(c);
-                if u64::from(st.num_blocks) != n || st.num_free > st.num_blocks {
-                    return Err(corrupt("a page's counts are wrong", page));
-                }
-                if (st.num_free > 0) != listed.contains(&page) {
-                    return Err(corrupt(
-                        "a page with free blocks not listed, or a full page listed",
-                        page,
-                    ));
-                }
-                let mut free = vec![false; n as usize];
-                let mut at = st.next_free;
-                let mut count = 0;
-                while at != 0 {
-                    let rel = u64::from(at);
-                    if rel < start
-                        || (rel - start) % CLASSES[c] != 0
-                        || (rel - start) / CLASSES[c] >= n
-                    {
-                        return Err(corrupt(format!("free list entry {rel} is not a block"), page));
-                    }
-                    let k = (rel - start) / CLASSES[c];
-                    if free[k as usize] {
-                        return Err(corrupt("a block twice on a free list", page));
-                    }
-                    free[k as usize] = true;
-                    count += 1;
-                    at = self.entry(&t, page, k)?;
-                }
-                if count != u64::from(st.num_free) {
-                    return Err(corrupt(
-                        format!("free list of {count} blocks, counted {}", st.num_free),
-                        page,
-                    ));
-                }
-                *r.pages.entry(CLASSES[c]).or_default() += 1;
-                r.free_blocks += count;
-                for (k, f) in free.iter().enumerate() {
-                    if !f && self.entry(&t, page, k as u64)? != ALLOCATED {
-                        return Err(corrupt(
-                            format!("block {k} is neither on the free list nor marked allocated"),
-                            page,
-                        ));
-                    }
-                    if !f {
-                        r.allocated
-                            .push(PPtr::new(id, page.offset + start + k as u64 * CLASSES[c]));
-                        r.allocated_blocks += 1;
-                        r.allocated_bytes += CLASSES[c];
-                    }
-                }
-            }
-            if counts & 0xffff_ffff != used {
-                return Err(corrupt(
-                    format!(
-                        "segment counts {used} used pages, header says {}",
-                        counts & 0xffff_ffff
-                    ),
-                    PPtr::new(id, 0),
-                ));
-            }
-            if !owned && used != 0 {
-                return Err(corrupt("a free segment has used pages", PPtr::new(id, 0)));
-            }
-        }
-        r.segments = (active, full_n, free_n);
-        Ok(r)
+    #[test]
+    fn the_anchor_checksum_covers_version_to_segment_size() {
+        let a = Anchor::new(2, 1 << 20);
+        assert_eq!(&a.as_bytes()[A_CRC_RANGE].len(), &40);
+        assert_eq!(a.crc, u64::from(a.checksum()));
     }
 }

@@ -1,14 +1,16 @@
 //! FPTree, single-threaded, fixed-size keys: a hybrid PM/DRAM B+-tree whose leaves live in
 //! persistent memory and whose inner nodes live in DRAM and are rebuilt from the leaf list at
 //! open (seed 001 ch. 4, §4.2–4.4; spec `../shared/specs/fptree.md` §3, §5.1–5.7, §5.11, §6).
-//! Layout and persist order: `docs/design/fptree.md`.
+//! Layout, pointer form and persist order: `docs/design/fptree.md`.
 //!
 //! Keys and values are `u64`. A leaf holds up to 32 entries in unsorted slots; a one-byte
 //! fingerprint per slot (packed into `u64` words at the start of the leaf) filters key probes;
-//! an 8-byte validity bitmap is the commit word of every insert, update and delete. Leaves are
-//! linked by 8-byte offsets (`POff`), so every list-pointer write is one failure-atomic store
-//! (the fix of DEFECT-6). Splits and leaf deletions are made crash-safe by two micro-logs in
-//! the root. Leaves come from a [`LeafAllocator`] with reference passing.
+//! an 8-byte validity bitmap is the commit word of every insert, update and delete. The tree
+//! lives on a [`PAllocator`] it shares (`Arc`): its root is a block allocated into a
+//! persistent-pointer slot the caller owns, its leaves are blocks allocated through the
+//! leak-free interface into the split log (and freed from the delete log). Leaves are linked by
+//! 16-byte [`PPtr`]s; a pointer update that is not null → valid (a 16-byte store can tear) is
+//! only ever made while a micro-log that redoes it is armed.
 //!
 //! # Invariants
 //! - T1: the leaf list from `root.head` is ordered: every key of a leaf is smaller than every
@@ -16,135 +18,53 @@
 //! - T2: a valid slot (bitmap bit set) holds a key, its value and `fp(key)`; bits ≥ 32 are 0.
 //! - T3: only the only leaf may be empty (the last key of any other leaf removes the leaf).
 //! - T4: when no operation is in flight both micro-logs are disarmed: the split log's new
-//!   leaf and the delete log's leaf are 0 (their other pointers are stale and ignored).
+//!   leaf and the delete log's leaf are null (their other pointers are stale and ignored).
 //! - T5 (DRAM): the inner index maps each leaf's lower bound to the leaf: the head's bound is 0,
 //!   another leaf's bound is a key no greater than its smallest key and greater than every key
 //!   of the leaf before it. A key belongs to the leaf with the greatest bound ≤ key.
-//! - T6: every block the allocator has handed out to the tree is a leaf in the list (no leak).
+//! - T6: every block the allocator has handed out to the tree is its root or a leaf in the list
+//!   (no leak). The logs guarantee it by construction; [`FPTree::blocks`] lets a caller that
+//!   knows every user of the allocator verify it against [`PAllocator::check`].
 //!
 //! # Ordering (rules P-FPT-n of `docs/design/persistence.md`)
 //! - P-FPT-1: a slot's key, value and fingerprint are persisted before the bitmap store that
 //!   makes them valid. P-FPT-2: that bitmap store is the commit point (one 8-byte store).
-//! - P-FPT-3..7: split (log current leaf; allocate the new leaf into the log; copy and persist
-//!   it; persist its bitmap; persist the old leaf's complementary bitmap — the logical split;
-//!   link the new leaf). The log is armed by its `new` pointer, which the allocator persists
-//!   after `cur`; P-FPT-8: nulling `new` disarms it (`cur` is stale and ignored while `new` is
-//!   0).
+//! - P-FPT-3..8: split (log the current leaf; allocate the new leaf into the log, which arms
+//!   it; copy and persist it; persist its bitmap; persist the old leaf's complementary bitmap —
+//!   the logical split; link the new leaf, a 16-byte store that recovery redoes while the log is
+//!   armed; disarm by nulling the log's new-leaf segment word).
 //! - P-FPT-9: a delete's cleared bitmap is its commit point.
-//! - P-FPT-10..12: leaf deletion: persist the predecessor (0 for the head), then the leaf,
-//!   which arms the delete log; unlink the leaf with one 8-byte store (P-FPT-11); free it
-//!   through the allocator, whose durable null of the log's leaf disarms the log (P-FPT-12).
-//!   Recovery finishes an armed log; a disarmed log's predecessor is stale and ignored.
-//! - P-FPT-13: creation: root fields and the first leaf are persisted before the root magic.
+//! - P-FPT-10..12: leaf deletion: persist the predecessor and the leaf's offset word, then the
+//!   leaf's segment word, which arms the delete log; unlink the leaf (a 16-byte store redone by
+//!   recovery while the log is armed); free it through the allocator, whose durable null of the
+//!   log's leaf disarms the log.
+//! - P-FPT-13: creation: `head` nulled (unless resuming), the root with magic 0 and empty logs,
+//!   the first leaf, then the root magic.
+//!
+//! Every value read from PM (pointers, bitmaps) is validated before use: a pointer resolves
+//! through the pool set with checked arithmetic, a bitmap's bits ≥ 32 are refused, a walk is
+//! bounded; a damaged tree is [`StorageError::Corrupted`] in every build profile.
 //!
 //! # Concurrency
-//! Single-threaded: every mutating method takes `&mut self`.
+//! Single-threaded: every mutating method takes `&mut self`. The allocator may be shared with
+//! other structures (other trees) used by other threads.
 
-mod slab;
+mod layout;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use ferrite_pmem::Space;
-use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+use ferrite_pmem::{PPtr, PoolSet};
 
+use crate::alloc::PAllocator;
 use crate::storage::{StorageError, StorageResult};
 
-pub use slab::{LeafAllocator, Slab};
-
-/// Slots per leaf.
-pub const M: usize = 32;
-/// Bytes per leaf (9 cache lines).
-pub const LEAF_SIZE: u64 = 576;
-/// Bytes of the persistent root.
-pub const ROOT_SIZE: u64 = 192;
-const FULL: u64 = (1u64 << M) - 1;
-
-const ROOT_MAGIC: u64 = u64::from_le_bytes(*b"FERRFPT1");
-const ROOT_VERSION: u32 = 1;
-
-// Leaf field offsets.
-const L_FP: u64 = 0;
-const L_BITMAP: u64 = 32;
-const L_LOCK: u64 = 40;
-const L_NEXT: u64 = 48;
-const L_KV: u64 = 64;
-
-// Root field offsets.
-const R_HEAD: u64 = 48;
-const R_SPLIT_CUR: u64 = 64;
-const R_SPLIT_NEW: u64 = 72;
-const R_DEL_CUR: u64 = 128;
-const R_DEL_PREV: u64 = 136;
-
-/// A leaf as it lies in persistent memory.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
-pub struct LeafImage {
-    /// One fingerprint byte per slot (written as whole `u64` words).
-    pub fp: [u8; M],
-    /// Validity bitmap; bit i = slot i valid.
-    pub bitmap: u64,
-    /// Reserved for the concurrent tree's leaf lock; zero here, reset at open.
-    pub lock: u64,
-    /// Offset of the next leaf (0: none).
-    pub next: u64,
-    /// Zero.
-    pub reserved: u64,
-    /// Key/value pairs.
-    pub kv: [[u64; 2]; M],
-}
-
-const _: () = assert!(size_of::<LeafImage>() as u64 == LEAF_SIZE);
-const _: () = assert!(std::mem::offset_of!(LeafImage, bitmap) as u64 == L_BITMAP);
-const _: () = assert!(std::mem::offset_of!(LeafImage, lock) as u64 == L_LOCK);
-const _: () = assert!(std::mem::offset_of!(LeafImage, next) as u64 == L_NEXT);
-const _: () = assert!(std::mem::offset_of!(LeafImage, kv) as u64 == L_KV);
-
-impl LeafImage {
-    fn valid(&self) -> impl Iterator<Item = usize> + '_ {
-        (0..M).filter(|&s| self.bitmap & (1 << s) != 0)
-    }
-}
-
-/// The persistent root (3 cache lines).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
-struct RootHeader {
-    magic: u64,
-    version: u32,
-    slots: u32,
-    leaf_size: u32,
-    value_size: u32,
-    compat: u64,
-    incompat: u64,
-    checksum: u32,
-    reserved0: u32,
-}
-const _: () = assert!(size_of::<RootHeader>() == 48);
-
-impl RootHeader {
-    fn new() -> Self {
-        let mut h = RootHeader {
-            magic: 0,
-            version: ROOT_VERSION,
-            slots: M as u32,
-            leaf_size: LEAF_SIZE as u32,
-            value_size: 8,
-            compat: 0,
-            incompat: 0,
-            checksum: 0,
-            reserved0: 0,
-        };
-        h.checksum = h.crc();
-        h
-    }
-    fn crc(&self) -> u32 {
-        let mut c = *self;
-        c.magic = ROOT_MAGIC;
-        crc32c::crc32c(&c.as_bytes()[..40])
-    }
-}
+pub use layout::{
+    FULL, L_BITMAP, L_FP, L_KV, L_LOCK, L_NEXT, LEAF_SIZE, LeafImage, M, MicroLog, R_DEL_CUR,
+    R_DEL_PREV, R_HEAD, R_SPLIT_CUR, R_SPLIT_NEW, ROOT_MAGIC, ROOT_SIZE, ROOT_VERSION, RootHeader,
+    RootImage,
+};
 
 /// The fingerprint of `key`: the high byte of a Fibonacci hash. Stable across builds and
 /// processes (it is persisted).
@@ -152,21 +72,110 @@ pub fn fingerprint(key: u64) -> u8 {
     (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8
 }
 
-/// Every valid pair of the tree rooted at `root`, read by walking its leaf list (unsorted
-/// within each leaf), without recovering or building an index: what a DRAM-only design would
-/// have to read back at restart (the rebuild baseline of the benchmarks), and a tool for
-/// inspecting an image. Typed errors on a damaged list, never a loop.
-pub fn read_all_pairs(space: &Space, root: u64) -> StorageResult<Vec<(u64, u64)>> {
+fn corrupt(what: impl Into<String>, at: PPtr) -> StorageError {
+    StorageError::Corrupted { what: what.into(), at: format!("fptree {at:?}") }
+}
+
+/// `p` moved by `off` bytes inside its block. Only applied to pointers resolved with a length
+/// that covers `off` (so the sum stays inside the segment's data area and cannot overflow).
+fn field(p: PPtr, off: u64) -> PPtr {
+    PPtr::new(p.segment, p.offset + off)
+}
+
+/// A leaf: its persistent pointer and its global offset in the pool set's space (valid while
+/// the set is open: segments never move, PS3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Leaf {
+    g: u64,
+    p: PPtr,
+}
+
+/// Resolves a pointer read from PM to a whole, 64-byte aligned block of `len` bytes.
+fn resolve_block(set: &PoolSet, p: PPtr, len: u64, what: &str) -> StorageResult<u64> {
+    if p.is_null() {
+        return Err(corrupt(format!("{what}: null pointer"), p));
+    }
+    if !p.offset.is_multiple_of(64) {
+        return Err(corrupt(format!("{what}: pointer is not 64-byte aligned"), p));
+    }
+    set.resolve_range(p, len).map_err(|e| corrupt(format!("{what}: {e}"), p))
+}
+
+/// Most leaves a walk can meet before it must have found a cycle: one per `LEAF_SIZE` bytes of
+/// every live segment.
+fn walk_limit(set: &PoolSet) -> u64 {
+    set.segments().iter().map(|s| s.data_len / LEAF_SIZE).sum::<u64>() + 1
+}
+
+/// Stores a 16-byte pointer at global offset `g` (16-aligned): offset word, then the segment
+/// word (the commit word) with `Release`. Not failure-atomic by itself: callers persist it and
+/// either store null → valid with the offset durable first, or are covered by an armed log.
+fn store_pptr(set: &PoolSet, g: u64, p: PPtr) -> StorageResult<()> {
+    set.store_u64(g + 8, p.offset, Ordering::Relaxed)?;
+    set.store_u64(g, p.segment, Ordering::Release)?;
+    Ok(())
+}
+
+/// What the root slot leads to.
+enum RootState {
+    /// A complete tree (magic, version, checksum verified).
+    Valid,
+    /// A creation this build started and did not finish (header written with magic 0).
+    Resumable,
+    /// No header: a creation that crashed before its first persist (the block still holds
+    /// what its previous owner left), or a damaged root.
+    NoHeader,
+}
+
+fn root_state(h: &RootHeader, at: PPtr) -> StorageResult<RootState> {
+    if h.magic == ROOT_MAGIC {
+        if h.version != ROOT_VERSION || h.incompat != 0 {
+            return Err(StorageError::Incompatible {
+                what: format!("fptree root version {} incompat {:#x}", h.version, h.incompat),
+                at: format!("fptree {at:?}"),
+            });
+        }
+        if h.checksum != h.crc() {
+            return Err(corrupt("root checksum mismatch", at));
+        }
+        if h.slots as usize != M || u64::from(h.leaf_size) != LEAF_SIZE || h.value_size != 8 {
+            return Err(StorageError::Incompatible {
+                what: format!("fptree with {} slots of {} bytes", h.slots, h.leaf_size),
+                at: format!("fptree {at:?}"),
+            });
+        }
+        return Ok(RootState::Valid);
+    }
+    if *h == RootHeader::in_progress() {
+        return Ok(RootState::Resumable);
+    }
+    if h.checksum == h.crc() {
+        // A header whose checksum holds but whose magic is neither 0 nor ours: damage.
+        return Err(corrupt(format!("bad root magic {:#x}", h.magic), at));
+    }
+    Ok(RootState::NoHeader)
+}
+
+/// Every valid pair of the tree whose root pointer is stored at `root_slot`, read by walking
+/// its leaf list (unsorted within each leaf), without recovering or building an index: what a
+/// DRAM-only design would have to read back at restart (the rebuild baseline of the
+/// benchmarks), and a tool for inspecting an image. Typed errors on a damaged list, never a
+/// loop.
+pub fn read_all_pairs(set: &PoolSet, root_slot: PPtr) -> StorageResult<Vec<(u64, u64)>> {
+    let slot = set.resolve_range(root_slot, 16)?;
+    let root = set.load_pptr(slot)?;
+    let rg = resolve_block(set, root, ROOT_SIZE, "root")?;
     let mut out = Vec::new();
-    let mut at = space.load_u64(root + R_HEAD, Ordering::Acquire)?;
-    let limit = space.len() / LEAF_SIZE + 1;
+    let mut at = set.load_pptr(rg + R_HEAD)?;
+    let limit = walk_limit(set);
     let mut seen = 0;
-    while at != 0 {
+    while !at.is_null() {
         seen += 1;
         if seen > limit {
             return Err(corrupt("the leaf list has a cycle", at));
         }
-        let l: LeafImage = space.read_struct(at)?;
+        let g = resolve_block(set, at, LEAF_SIZE, "leaf")?;
+        let l: LeafImage = set.read_struct(g)?;
         out.extend(l.valid().map(|s| (l.kv[s][0], l.kv[s][1])));
         at = l.next;
     }
@@ -184,213 +193,273 @@ pub struct CheckReport {
 
 /// A single-threaded FPTree with fixed-size keys (see the module docs).
 #[derive(Debug)]
-pub struct FPTree<'s, A: LeafAllocator> {
-    space: &'s Space,
-    root: u64,
-    alloc: A,
-    /// Lower bound → leaf offset (T5).
+pub struct FPTree {
+    alloc: Arc<PAllocator>,
+    /// The allocator's pool set, held directly (one pointer less on every access).
+    set: Arc<PoolSet>,
+    /// Where the caller keeps the root pointer.
+    root_slot: PPtr,
+    /// The root block, and its global offset.
+    root: PPtr,
+    rg: u64,
+    /// Lower bound → the leaf's global offset (T5). Only offsets, so that the DRAM index stays
+    /// as small as a DRAM B-tree of `u64`s; the leaf's `PPtr` is derived when a split or a
+    /// leaf deletion needs it.
     index: BTreeMap<u64, u64>,
     len: u64,
-    /// Leaked leaves freed at the last open.
-    leaked_freed: u64,
     /// Set when a modification failed half-way: every later call returns `Poisoned`.
     poisoned: bool,
 }
 
-fn corrupt(what: impl Into<String>, at: u64) -> StorageError {
-    StorageError::Corrupted { what: what.into(), at: format!("fptree offset {at}") }
-}
-
-impl<'s, A: LeafAllocator> FPTree<'s, A> {
-    /// Creates a tree whose root lies at `root` (64-byte aligned, [`ROOT_SIZE`] bytes) in
-    /// `space`, taking leaves from `alloc`. Whatever the root bytes held is overwritten
-    /// (creation does not rely on zeroed memory); errors if a valid tree already lives there.
-    pub fn create(space: &'s Space, root: u64, alloc: A) -> StorageResult<Self> {
-        let h: RootHeader = space.read_struct(root)?;
-        if h.magic == ROOT_MAGIC && h.checksum == h.crc() {
-            return Err(StorageError::InvalidArgument(format!(
-                "a tree already exists at offset {root}"
-            )));
+impl FPTree {
+    /// Creates a tree whose root block is allocated from `alloc` into `root_slot` (a 16-aligned
+    /// persistent-pointer location the caller owns, e.g. [`PAllocator::root_location`] or a
+    /// slot of the caller's own table), so that several trees can share one allocator.
+    ///
+    /// `root_slot` must hold null, or a root whose creation did not finish: a `create` that
+    /// crashed is finished by calling `create` (or `open`) again with the same slot. Errors:
+    /// `InvalidArgument` if a tree already lives there; `PoolFull` if the allocator cannot give
+    /// the root or the first leaf (from a null slot, nothing stays allocated and the slot stays
+    /// null; a resumed creation keeps its root for the next try).
+    pub fn create(alloc: Arc<PAllocator>, root_slot: PPtr) -> StorageResult<FPTree> {
+        let set = alloc.pool().clone();
+        let slot = set
+            .resolve_range(root_slot, 16)
+            .map_err(|e| StorageError::InvalidArgument(format!("root slot {root_slot:?}: {e}")))?;
+        let root = set.load_pptr(slot)?;
+        if root.is_null() {
+            let root = alloc.allocate(ROOT_SIZE, root_slot)?;
+            let mut t = FPTree::new(alloc, root_slot, root)?;
+            return match t.init(true).and_then(|()| t.rebuild()) {
+                Ok(()) => Ok(t),
+                Err(e @ StorageError::PoolFull { .. }) => {
+                    // The first leaf did not fit: give the root back, leaving the slot null.
+                    t.alloc.deallocate(root_slot)?;
+                    Err(e)
+                }
+                Err(e) => Err(e),
+            };
         }
-        Self::open_inner(space, root, alloc, true)
+        let mut t = FPTree::new(alloc, root_slot, root)?;
+        let h: RootHeader = set.read_struct(t.rg)?;
+        match root_state(&h, root)? {
+            RootState::Valid => Err(StorageError::InvalidArgument(format!(
+                "a tree already exists at {root:?} (root slot {root_slot:?})"
+            ))),
+            RootState::Resumable => {
+                t.init(false)?;
+                t.rebuild()?;
+                Ok(t)
+            }
+            RootState::NoHeader => {
+                // The creation crashed before its first persist: nothing of the tree exists
+                // but the root block, whose content is its previous owner's.
+                t.init(true)?;
+                t.rebuild()?;
+                Ok(t)
+            }
+        }
     }
 
-    /// Opens the tree at `root`: replays the micro-logs, rebuilds the DRAM index from the leaf
-    /// list, frees leaked leaves. A root whose magic is zero is a tree whose creation did not
-    /// finish; it is (re)initialised. Run the allocator's own recovery first (opening a
-    /// [`Slab`] does).
-    pub fn open(space: &'s Space, root: u64, alloc: A) -> StorageResult<Self> {
-        Self::open_inner(space, root, alloc, false)
-    }
-
-    fn open_inner(space: &'s Space, root: u64, alloc: A, create: bool) -> StorageResult<Self> {
-        if !root.is_multiple_of(64) {
+    /// Opens the tree whose root pointer is stored at `root_slot`: replays the micro-logs and
+    /// rebuilds the DRAM index from the leaf list. Run the allocator's recovery first
+    /// ([`PAllocator::open`] does). A root whose creation did not finish but wrote its header
+    /// is finished here.
+    ///
+    /// Errors: `InvalidArgument` if the slot holds null (no tree was created there);
+    /// `Corrupted` (what starts with `"no root header"`) if the root block holds no header —
+    /// a creation that crashed before its first persist (finish it with [`FPTree::create`]) or
+    /// damage; `Corrupted` or `Incompatible` for a damaged or foreign tree.
+    pub fn open(alloc: Arc<PAllocator>, root_slot: PPtr) -> StorageResult<FPTree> {
+        let set = alloc.pool().clone();
+        let slot = set
+            .resolve_range(root_slot, 16)
+            .map_err(|e| StorageError::InvalidArgument(format!("root slot {root_slot:?}: {e}")))?;
+        let root = set.load_pptr(slot)?;
+        if root.is_null() {
             return Err(StorageError::InvalidArgument(format!(
-                "root offset {root} is not 64-byte aligned"
+                "no tree: root slot {root_slot:?} holds null"
             )));
         }
-        if alloc.block_size() < LEAF_SIZE {
-            return Err(StorageError::InvalidArgument(format!(
-                "allocator blocks of {} bytes cannot hold a {LEAF_SIZE}-byte leaf",
-                alloc.block_size()
-            )));
-        }
-        let mut t = FPTree {
-            space,
-            root,
-            alloc,
-            index: BTreeMap::new(),
-            len: 0,
-            leaked_freed: 0,
-            poisoned: false,
-        };
-        let h: RootHeader = space.read_struct(root)?;
-        if create || h.magic == 0 {
-            t.init(create)?;
-        } else {
-            t.validate_root(&h)?;
-            t.recover_split()?;
-            t.recover_delete()?;
+        let mut t = FPTree::new(alloc, root_slot, root)?;
+        let h: RootHeader = set.read_struct(t.rg)?;
+        match root_state(&h, root)? {
+            RootState::Valid => {
+                t.recover_split()?;
+                t.recover_delete()?;
+            }
+            RootState::Resumable => t.init(false)?,
+            RootState::NoHeader => {
+                return Err(corrupt(
+                    "no root header (a creation that crashed before its first persist, or damage)",
+                    root,
+                ));
+            }
         }
         t.rebuild()?;
         Ok(t)
     }
 
-    fn validate_root(&self, h: &RootHeader) -> StorageResult<()> {
-        if h.magic != ROOT_MAGIC {
-            return Err(corrupt(format!("bad root magic {:#x}", h.magic), self.root));
-        }
-        if h.version != ROOT_VERSION || h.incompat != 0 {
-            return Err(StorageError::Incompatible {
-                what: format!("fptree root version {} incompat {:#x}", h.version, h.incompat),
-                at: format!("fptree offset {}", self.root),
-            });
-        }
-        if h.checksum != h.crc() {
-            return Err(corrupt("root checksum mismatch", self.root));
-        }
-        if h.slots as usize != M || u64::from(h.leaf_size) != LEAF_SIZE || h.value_size != 8 {
-            return Err(StorageError::Incompatible {
-                what: format!("fptree with {} slots of {} bytes", h.slots, h.leaf_size),
-                at: format!("fptree offset {}", self.root),
-            });
-        }
-        Ok(())
+    fn new(alloc: Arc<PAllocator>, root_slot: PPtr, root: PPtr) -> StorageResult<FPTree> {
+        let rg = resolve_block(alloc.pool(), root, ROOT_SIZE, "root")?;
+        Ok(FPTree {
+            set: alloc.pool().clone(),
+            alloc,
+            root_slot,
+            root,
+            rg,
+            index: BTreeMap::new(),
+            len: 0,
+            poisoned: false,
+        })
+    }
+
+    fn set(&self) -> &PoolSet {
+        &self.set
+    }
+
+    /// The leaf at global offset `g` (a leaf of the index), with its persistent pointer.
+    fn leaf_at(&self, g: u64) -> StorageResult<Leaf> {
+        let p =
+            self.set.to_pptr(g).map_err(|e| corrupt(format!("leaf at {g:#x}: {e}"), self.root))?;
+        Ok(Leaf { g, p })
     }
 
     /// Creation (P-FPT-13), resumable: the first persist writes the whole root with magic 0
-    /// (a torn root reads as garbage or as an unfinished creation), the magic comes last. If
-    /// the header an earlier, interrupted creation wrote is valid, its `head` (0, or a leaf it
-    /// allocated) is kept; otherwise the root held garbage and `head` is cleared.
-    /// `fresh` (a `create`): never trust what the root held.
+    /// (a torn root reads as no header or as an unfinished creation), the magic comes last. A
+    /// resumed creation (`fresh == false`: the root holds this build's header with magic 0)
+    /// keeps its `head` (null, or the first leaf it allocated); otherwise the root held
+    /// another owner's bytes and `head` is nulled durably before any header can be valid.
     fn init(&mut self, fresh: bool) -> StorageResult<()> {
-        let s = self.space;
-        let r = self.root;
-        let h: RootHeader = s.read_struct(r)?;
-        let ours = !fresh && h.magic == 0 && h.checksum == RootHeader::new().checksum && {
-            let mut w = RootHeader::new();
-            w.magic = 0;
-            h.as_bytes() == w.as_bytes()
+        let r = self.rg;
+        let set = self.alloc.pool().clone();
+        let head = if fresh {
+            // A torn header persist below must never pair a valid header with a `head` left by
+            // the block's previous owner, nor a valid checksum with the previous owner's magic
+            // (which would read as a damaged tree): null `head` (its segment word) and the
+            // magic first. Both are in line 0; either order of their persistence is harmless.
+            set.store_u64(r, 0, Ordering::Relaxed)?;
+            set.store_u64(r + R_HEAD, PPtr::NULL.segment, Ordering::Release)?;
+            set.persist_rule("P-FPT-13", r, 64)?; // ORDER(P-FPT-13): magic and head nulled before the header
+            PPtr::NULL
+        } else {
+            set.load_pptr(r + R_HEAD)?
         };
-        let head = if ours { s.load_u64(r + R_HEAD, Ordering::Acquire)? } else { 0 };
-        if !ours {
-            // `head` = 0 is durable before a valid header can be: a torn header persist below
-            // must never pair a valid header with a garbage `head`.
-            s.store_u64(r + R_HEAD, 0, Ordering::Release)?;
-            s.persist_rule("P-FPT-13", r + R_HEAD, 8)?; // ORDER(P-FPT-13): head cleared before the header
-        }
-        s.write_struct(r, &RootHeader::new())?;
-        s.fill(r + 48, ROOT_SIZE - 48, 0)?;
-        s.store_u64(r + R_HEAD, head, Ordering::Relaxed)?;
-        s.persist_rule("P-FPT-13", r, ROOT_SIZE)?; // ORDER(P-FPT-13): root fields and empty logs
-        if head == 0 {
-            self.alloc.allocate(s, r + R_HEAD)?;
-        }
-        let head = s.load_u64(r + R_HEAD, Ordering::Acquire)?;
-        s.fill(head, LEAF_SIZE, 0)?;
-        s.persist_rule("P-FPT-13", head, LEAF_SIZE)?; // ORDER(P-FPT-13): an empty first leaf
-        s.store_u64(r, ROOT_MAGIC, Ordering::Release)?;
-        Ok(s.persist_rule("P-FPT-13", r, 8)?) // ORDER(P-FPT-13): the magic commits creation
+        set.write_struct(r, &RootImage::in_progress(head))?;
+        set.persist_rule("P-FPT-13", r, ROOT_SIZE)?; // ORDER(P-FPT-13): header (magic 0), head and empty logs
+        let head = if head.is_null() {
+            self.alloc.allocate(LEAF_SIZE, field(self.root, R_HEAD))?
+        } else {
+            head
+        };
+        let hg = resolve_block(&set, head, LEAF_SIZE, "first leaf")?;
+        set.write_struct(hg, &LeafImage::empty())?;
+        set.persist_rule("P-FPT-13", hg, LEAF_SIZE)?; // ORDER(P-FPT-13): an empty first leaf
+        set.store_u64(r, ROOT_MAGIC, Ordering::Release)?;
+        Ok(set.persist_rule("P-FPT-13", r, 8)?) // ORDER(P-FPT-13): the magic commits creation
     }
 
-    fn head(&self) -> StorageResult<u64> {
-        Ok(self.space.load_u64(self.root + R_HEAD, Ordering::Acquire)?)
+    fn head(&self) -> StorageResult<PPtr> {
+        Ok(self.set().load_pptr(self.rg + R_HEAD)?)
     }
 
-    fn leaf(&self, at: u64) -> StorageResult<LeafImage> {
-        self.space.read_struct(at).map_err(|e| corrupt(format!("unreadable leaf: {e}"), at))
+    fn resolve_leaf(&self, p: PPtr) -> StorageResult<Leaf> {
+        Ok(Leaf { g: resolve_block(self.set(), p, LEAF_SIZE, "leaf")?, p })
+    }
+
+    fn read_leaf(&self, l: Leaf) -> StorageResult<LeafImage> {
+        self.set().read_struct(l.g).map_err(|e| corrupt(format!("unreadable leaf: {e}"), l.p))
     }
 
     // ----- recovery -----
 
     /// Algorithm 4.4: finish or discard an interrupted split.
     fn recover_split(&mut self) -> StorageResult<()> {
-        let s = self.space;
-        let cur = s.load_u64(self.root + R_SPLIT_CUR, Ordering::Acquire)?;
-        let new = s.load_u64(self.root + R_SPLIT_NEW, Ordering::Acquire)?;
-        if new == 0 {
-            // Disarmed, or the allocation did not finish (the allocator's recovery reclaimed
-            // the block): nothing was split. `cur` may be stale.
+        let set = self.set();
+        let new = set.load_pptr(self.rg + R_SPLIT_NEW)?;
+        if new.is_null() {
+            // Disarmed, or the allocation did not commit (the allocator's recovery discarded
+            // it): nothing was split. `cur` may be stale.
             return Ok(());
         }
-        if cur == 0 {
+        let cur = set.load_pptr(self.rg + R_SPLIT_CUR)?;
+        if cur.is_null() || cur == new {
+            return Err(corrupt("the split log names a new leaf but no other leaf", self.root));
+        }
+        let (cur, new) = (self.resolve_leaf(cur)?, self.resolve_leaf(new)?);
+        let leaf = self.read_leaf(cur)?;
+        if leaf.bitmap & !FULL != 0 {
             return Err(corrupt(
-                "the split log names a new leaf but no leaf being split",
-                self.root,
+                format!("bitmap {:#x} has bits beyond slot {M}", leaf.bitmap),
+                cur.p,
             ));
         }
-        let leaf = self.leaf(cur)?;
-        if leaf.bitmap & FULL == FULL {
+        if leaf.bitmap == FULL {
             self.split_from_copy(cur, new)?; // steps 5..10
         } else {
-            let nb = self.leaf(new)?.bitmap;
+            let nb = self.read_leaf(new)?.bitmap;
+            if nb & !FULL != 0 {
+                return Err(corrupt(format!("bitmap {nb:#x} has bits beyond slot {M}"), new.p));
+            }
             self.split_from_bitmaps(cur, new, nb)?; // steps 8..10
         }
         Ok(())
     }
 
-    /// Algorithm 4.7, reshaped: an armed delete log (`cur != 0`) is always finished. Its
-    /// predecessor (0: the leaf was the head) was persisted before `cur` armed the log
-    /// (P-FPT-10), so the unlink can be redone (idempotent) and the leaf freed; the allocator's
-    /// free disarms the log (P-FPT-12). A disarmed log's `prev` is stale and ignored.
+    /// Algorithm 4.7, reshaped: an armed delete log (`cur` not null) is always finished. Its
+    /// predecessor (null: the leaf was the head) was persisted before `cur` armed the log
+    /// (P-FPT-10), so the unlink can be redone (idempotent, and it repairs a torn link) and the
+    /// leaf freed; the allocator's free disarms the log (P-FPT-12). A disarmed log's `prev` is
+    /// stale and ignored.
     fn recover_delete(&mut self) -> StorageResult<()> {
-        let s = self.space;
-        let cur = s.load_u64(self.root + R_DEL_CUR, Ordering::Acquire)?;
-        if cur == 0 {
+        let set = self.set();
+        let cur = set.load_pptr(self.rg + R_DEL_CUR)?;
+        if cur.is_null() {
             return Ok(());
         }
-        let prev = s.load_u64(self.root + R_DEL_PREV, Ordering::Acquire)?;
-        let next = self.leaf(cur)?.next;
-        if prev != 0 {
-            self.store_next(prev, next)?;
-        } else if self.head()? == cur {
-            self.store_head(next)?;
+        let prev = set.load_pptr(self.rg + R_DEL_PREV)?;
+        let cur = self.resolve_leaf(cur)?;
+        let next = self.read_leaf(cur)?.next;
+        if !next.is_null() {
+            // Validate before redoing anything: a damaged log must not overwrite a link.
+            self.resolve_leaf(next)?;
         }
-        self.free_logged_leaf()
+        if prev.is_null() {
+            self.store_head(next)?;
+        } else {
+            let prev = self.resolve_leaf(prev)?;
+            self.store_next(prev, next)?;
+        }
+        self.free_logged_leaf().map_err(|e| match e {
+            StorageError::InvalidArgument(why) => {
+                corrupt(format!("the delete log names no allocated leaf: {why}"), cur.p)
+            }
+            e => e,
+        })
     }
 
     /// Rebuilds the DRAM index from the leaf list (Algorithm 4.13, fixed keys), resetting
-    /// every lock word, checking order and cycles, then frees leaked leaves (T6).
+    /// every lock word, checking pointers, bitmaps, order and cycles.
     fn rebuild(&mut self) -> StorageResult<()> {
         self.index.clear();
         self.len = 0;
-        let s = self.space;
         let mut at = self.head()?;
-        if at == 0 {
+        if at.is_null() {
             return Err(corrupt("the tree has no leaf", self.root));
         }
-        let limit = s.len() / LEAF_SIZE + 1;
+        let limit = walk_limit(self.set());
         let mut prev_max: Option<u64> = None;
         let mut first = true;
         let mut seen = 0u64;
-        while at != 0 {
+        while !at.is_null() {
             seen += 1;
             if seen > limit {
                 return Err(corrupt("the leaf list has a cycle", at));
             }
-            let l = self.leaf(at)?;
+            let leaf = self.resolve_leaf(at)?;
+            let l = self.read_leaf(leaf)?;
             if l.lock != 0 {
-                s.store_u64(at + L_LOCK, 0, Ordering::Relaxed)?;
+                self.set().store_u64(leaf.g + L_LOCK, 0, Ordering::Relaxed)?;
             }
             if l.bitmap & !FULL != 0 {
                 return Err(corrupt(
@@ -407,10 +476,10 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
             }
             match min {
                 Some(mn) => {
-                    self.index.insert(if first { 0 } else { mn }, at);
+                    self.index.insert(if first { 0 } else { mn }, leaf.g);
                 }
-                None if first && l.next == 0 => {
-                    self.index.insert(0, at); // the only leaf, empty (T3)
+                None if first && l.next.is_null() => {
+                    self.index.insert(0, leaf.g); // the only leaf, empty (T3)
                 }
                 None => return Err(corrupt("an empty leaf that is not the only leaf", at)),
             }
@@ -419,31 +488,12 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
             first = false;
             at = l.next;
         }
-        // T6: free every block the allocator handed out that is not a leaf of the list.
-        if let Some(all) = self.alloc.allocated() {
-            let mut leaves: Vec<u64> = self.index.values().copied().collect();
-            leaves.sort_unstable();
-            for b in all {
-                if leaves.binary_search(&b).is_err() {
-                    // Free the leaked block through the delete log, armed with no predecessor
-                    // and a leaf that is not the head: its recovery just frees it.
-                    self.arm_delete_log(b, 0)?;
-                    self.free_logged_leaf()?;
-                    self.leaked_freed += 1;
-                }
-            }
-        }
         Ok(())
-    }
-
-    /// Leaked leaves freed by the last open (0 for a tree whose logs did their job).
-    pub fn leaked_freed(&self) -> u64 {
-        self.leaked_freed
     }
 
     // ----- lookups -----
 
-    /// The leaf that holds (or would hold) `key`.
+    /// The leaf (global offset) that holds (or would hold) `key`, with its bound.
     fn route(&self, key: u64) -> StorageResult<(u64, u64)> {
         self.index
             .range(..=key)
@@ -452,11 +502,11 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
             .ok_or_else(|| corrupt("the index has no leaf with bound 0", self.root))
     }
 
-    /// The slot of `key` in the leaf at `leaf`, probing full keys only where fingerprints
-    /// match.
+    /// The slot of `key` in `leaf`, probing full keys only where fingerprints match.
     fn find_in_leaf(&self, leaf: u64, key: u64) -> StorageResult<Option<usize>> {
+        let set = self.set();
         let mut line0 = [0u8; 40];
-        self.space.read_into(leaf, &mut line0)?;
+        set.read_into(leaf, &mut line0)?;
         let mut bm = [0u8; 8];
         bm.copy_from_slice(&line0[32..40]);
         let bitmap = u64::from_le_bytes(bm);
@@ -464,7 +514,7 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
         for (slot, &fp) in line0[..M].iter().enumerate() {
             if bitmap & (1 << slot) != 0
                 && fp == f
-                && self.space.load_u64(leaf + L_KV + slot as u64 * 16, Ordering::Acquire)? == key
+                && set.load_u64(leaf + L_KV + slot as u64 * 16, Ordering::Acquire)? == key
             {
                 return Ok(Some(slot));
             }
@@ -480,7 +530,7 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
         let (_, leaf) = self.route(key)?;
         match self.find_in_leaf(leaf, key)? {
             Some(slot) => Ok(Some(
-                self.space.load_u64(leaf + L_KV + slot as u64 * 16 + 8, Ordering::Acquire)?,
+                self.set().load_u64(leaf + L_KV + slot as u64 * 16 + 8, Ordering::Acquire)?,
             )),
             None => Ok(None),
         }
@@ -501,9 +551,38 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
         self.index.len() as u64
     }
 
-    /// The allocator (for its statistics).
-    pub fn allocator(&self) -> &A {
+    /// The allocator the tree lives on (shared).
+    pub fn allocator(&self) -> &Arc<PAllocator> {
         &self.alloc
+    }
+
+    /// Where the caller keeps the root pointer.
+    pub fn root_slot(&self) -> PPtr {
+        self.root_slot
+    }
+
+    /// The root block.
+    pub fn root(&self) -> PPtr {
+        self.root
+    }
+
+    /// Every block the tree owns: its root, then its leaves in key order. A caller that knows
+    /// every user of the allocator checks T6 (no leak) by comparing the union of their blocks
+    /// with [`PAllocator::check`]'s allocated blocks.
+    pub fn blocks(&self) -> Vec<PPtr> {
+        std::iter::once(self.root)
+            .chain(self.index.values().filter_map(|&g| self.set.to_pptr(g).ok()))
+            .collect()
+    }
+
+    /// Whether inserting `key` (absent) would split its leaf, i.e. needs a new leaf from the
+    /// allocator (for capacity planning and tests).
+    pub fn needs_split(&self, key: u64) -> StorageResult<bool> {
+        if self.poisoned {
+            return Err(StorageError::Poisoned);
+        }
+        let (_, leaf) = self.route(key)?;
+        Ok(self.set().load_u64(leaf + L_BITMAP, Ordering::Acquire)? & FULL == FULL)
     }
 
     /// Up to `limit` pairs with `lo <= key <= hi`, in ascending key order.
@@ -520,7 +599,7 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
             if bound > hi {
                 break;
             }
-            let l = self.leaf(leaf)?;
+            let l: LeafImage = self.set().read_struct(leaf)?;
             let mut kv: Vec<(u64, u64)> = l
                 .valid()
                 .map(|s| (l.kv[s][0], l.kv[s][1]))
@@ -542,38 +621,40 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
     /// Writes `(key, value)` into free slot `slot` of `leaf` and persists it with its
     /// fingerprint, still invisible (P-FPT-1).
     fn write_slot(&self, leaf: u64, slot: usize, key: u64, value: u64) -> StorageResult<()> {
-        let s = self.space;
+        let set = self.set();
         let kv = leaf + L_KV + slot as u64 * 16;
-        s.store_u64(kv, key, Ordering::Relaxed)?;
-        s.store_u64(kv + 8, value, Ordering::Relaxed)?;
+        set.store_u64(kv, key, Ordering::Relaxed)?;
+        set.store_u64(kv + 8, value, Ordering::Relaxed)?;
         let word = leaf + L_FP + (slot as u64 / 8) * 8;
-        let mut bytes = s.load_u64(word, Ordering::Acquire)?.to_le_bytes();
+        let mut bytes = set.load_u64(word, Ordering::Acquire)?.to_le_bytes();
         bytes[slot % 8] = fingerprint(key);
-        s.store_u64(word, u64::from_le_bytes(bytes), Ordering::Relaxed)?;
-        s.flush_rule("P-FPT-1", kv, 16)?; // ORDER(P-FPT-1): the pair before the bitmap
-        s.flush_rule("P-FPT-1", word, 8)?; // ORDER(P-FPT-1): its fingerprint before the bitmap
-        s.fence_rule("P-FPT-1"); // ORDER(P-FPT-1): both durable before the commit store
+        set.store_u64(word, u64::from_le_bytes(bytes), Ordering::Relaxed)?;
+        set.flush_rule("P-FPT-1", kv, 16)?; // ORDER(P-FPT-1): the pair before the bitmap
+        set.flush_rule("P-FPT-1", word, 8)?; // ORDER(P-FPT-1): its fingerprint before the bitmap
+        set.fence_rule("P-FPT-1"); // ORDER(P-FPT-1): both durable before the commit store
         Ok(())
     }
 
     /// The commit point of an insert, update or delete (P-FPT-2 / P-FPT-9).
     fn publish_bitmap(&self, leaf: u64, bitmap: u64, rule: &'static str) -> StorageResult<()> {
-        self.space.store_u64(leaf + L_BITMAP, bitmap, Ordering::Release)?;
-        Ok(self.space.persist_rule(rule, leaf + L_BITMAP, 8)?) // ORDER(P-FPT-2/9): the single commit store
+        let set = self.set();
+        set.store_u64(leaf + L_BITMAP, bitmap, Ordering::Release)?;
+        Ok(set.persist_rule(rule, leaf + L_BITMAP, 8)?) // ORDER(P-FPT-2/9): the single commit store
     }
 
     /// The leaf a key goes to after a possible split of its full leaf: returns (target leaf,
     /// its bitmap).
     fn make_room(&mut self, bound: u64, leaf: u64, key: u64) -> StorageResult<(u64, u64)> {
-        let bitmap = self.space.load_u64(leaf + L_BITMAP, Ordering::Acquire)?;
+        let bitmap = self.set().load_u64(leaf + L_BITMAP, Ordering::Acquire)?;
         if bitmap & FULL != FULL {
             return Ok((leaf, bitmap));
         }
-        let (split_key, new) = self.split(leaf)?;
-        self.index.insert(split_key + 1, new);
+        let (split_key, new) = self.split(self.leaf_at(leaf)?)?;
+        // split_key < u64::MAX: the upper half of a full leaf holds keys above it.
+        self.index.insert(split_key + 1, new.g);
         debug_assert!(split_key + 1 > bound);
-        let target = if key > split_key { new } else { leaf };
-        Ok((target, self.space.load_u64(target + L_BITMAP, Ordering::Acquire)?))
+        let target = if key > split_key { new.g } else { leaf };
+        Ok((target, self.set().load_u64(target + L_BITMAP, Ordering::Acquire)?))
     }
 
     /// Runs a modification; a failure other than a clean `PoolFull` poisons the handle
@@ -593,7 +674,7 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
     }
 
     /// Inserts `key → value`; `Ok(false)` (and no change) if `key` is present. `PoolFull` when
-    /// a split needs a leaf the allocator cannot give (the tree is unchanged).
+    /// a split needs a leaf the allocator cannot give (the tree is unchanged and usable).
     pub fn insert(&mut self, key: u64, value: u64) -> StorageResult<bool> {
         self.guarded(|t| t.insert_inner(key, value))
     }
@@ -612,6 +693,7 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
     }
 
     /// Replaces the value of `key` out of place (Algorithm 4.8); `Ok(false)` if absent.
+    /// `PoolFull` as for [`FPTree::insert`] (the old value stays).
     pub fn update(&mut self, key: u64, value: u64) -> StorageResult<bool> {
         self.guarded(|t| t.update_inner(key, value))
     }
@@ -627,7 +709,7 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
         Ok(true)
     }
 
-    /// Deletes `key`; `Ok(false)` if absent (checked first: DEFECT-10).
+    /// Deletes `key`; `Ok(false)` if absent (checked first: DEFECT-10). Never needs space.
     pub fn delete(&mut self, key: u64) -> StorageResult<bool> {
         self.guarded(|t| t.delete_inner(key))
     }
@@ -635,11 +717,14 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
     fn delete_inner(&mut self, key: u64) -> StorageResult<bool> {
         let (bound, leaf) = self.route(key)?;
         let Some(slot) = self.find_in_leaf(leaf, key)? else { return Ok(false) };
-        let bitmap = self.space.load_u64(leaf + L_BITMAP, Ordering::Acquire)?;
+        let bitmap = self.set().load_u64(leaf + L_BITMAP, Ordering::Acquire)?;
         if bitmap.count_ones() == 1 && self.index.len() > 1 {
             // The leaf empties: unlink and free it instead (its last key goes with it).
-            let prev = self.index.range(..bound).next_back().map(|(_, &l)| l);
-            self.delete_leaf(leaf, prev)?;
+            let prev = match self.index.range(..bound).next_back() {
+                Some((_, &g)) => Some(self.leaf_at(g)?),
+                None => None,
+            };
+            self.delete_leaf(self.leaf_at(leaf)?, prev)?;
             self.index.remove(&bound);
             if bound == 0 {
                 // The next leaf became the head: its bound becomes 0 (T5).
@@ -657,64 +742,63 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
 
     // ----- split (Algorithm 4.3) -----
 
-    fn split(&mut self, leaf: u64) -> StorageResult<(u64, u64)> {
-        let s = self.space;
-        s.store_u64(self.root + R_SPLIT_CUR, leaf, Ordering::Release)?;
-        s.persist_rule("P-FPT-3", self.root + R_SPLIT_CUR, 8)?; // ORDER(P-FPT-3): log the leaf being split
-        let new = match self.alloc.allocate(s, self.root + R_SPLIT_NEW) {
-            Ok(n) => n, // the allocator persisted R_SPLIT_NEW
-            Err(e @ StorageError::PoolFull { .. }) => {
-                // Nothing was split: retire the log so the tree stays usable.
-                self.reset_split_log()?;
-                return Err(e);
-            }
-            Err(e) => return Err(e),
-        };
+    fn split(&mut self, leaf: Leaf) -> StorageResult<(u64, Leaf)> {
+        let set = self.alloc.pool().clone();
+        store_pptr(&set, self.rg + R_SPLIT_CUR, leaf.p)?;
+        set.persist_rule("P-FPT-3", self.rg + R_SPLIT_CUR, 16)?; // ORDER(P-FPT-3): log the leaf being split
+        // The allocator durably stores the new leaf's pointer into the log, which arms it. A
+        // `PoolFull` leaves the log's new leaf null (disarmed): nothing was split.
+        let new = self.alloc.allocate(LEAF_SIZE, field(self.root, R_SPLIT_NEW))?;
+        let new = self.resolve_leaf(new)?;
         let (split_key, _) = self.split_from_copy(leaf, new)?;
         Ok((split_key, new))
     }
 
-    /// Steps 5..10: copy `leaf` into `new`, then the bitmaps, link, reset.
-    fn split_from_copy(&mut self, leaf: u64, new: u64) -> StorageResult<(u64, u64)> {
-        let s = self.space;
-        let l = self.leaf(leaf)?;
-        s.write_struct(new, &l)?;
-        s.persist_rule("P-FPT-4", new, LEAF_SIZE)?; // ORDER(P-FPT-4): a full copy of the leaf
+    /// Steps 5..10: copy `leaf` (full) into `new`, then the bitmaps, link, reset.
+    fn split_from_copy(&mut self, leaf: Leaf, new: Leaf) -> StorageResult<(u64, u64)> {
+        let set = self.alloc.pool().clone();
+        let l = self.read_leaf(leaf)?;
+        set.write_struct(new.g, &l)?;
+        set.persist_rule("P-FPT-4", new.g, LEAF_SIZE)?; // ORDER(P-FPT-4): a full copy of the leaf
         let mut keys: Vec<u64> = l.valid().map(|slot| l.kv[slot][0]).collect();
         keys.sort_unstable();
-        let split_key = keys[M / 2 - 1];
+        let split_key = *keys
+            .get(M / 2 - 1)
+            .ok_or_else(|| corrupt("splitting a leaf that is not full", leaf.p))?;
         let right: u64 =
             l.valid().filter(|&slot| l.kv[slot][0] > split_key).fold(0, |b, slot| b | (1 << slot));
-        s.store_u64(new + L_BITMAP, right, Ordering::Release)?;
-        s.persist_rule("P-FPT-5", new + L_BITMAP, 8)?; // ORDER(P-FPT-5): the new leaf keeps the upper half
+        set.store_u64(new.g + L_BITMAP, right, Ordering::Release)?;
+        set.persist_rule("P-FPT-5", new.g + L_BITMAP, 8)?; // ORDER(P-FPT-5): the new leaf keeps the upper half
         self.split_from_bitmaps(leaf, new, right)?;
-        Ok((split_key, new))
+        Ok((split_key, right))
     }
 
     /// Steps 8..10: the old leaf keeps the complement, is linked to the new leaf, the log is
     /// retired.
-    fn split_from_bitmaps(&mut self, leaf: u64, new: u64, right: u64) -> StorageResult<()> {
-        let s = self.space;
-        s.store_u64(leaf + L_BITMAP, !right & FULL, Ordering::Release)?;
-        s.persist_rule("P-FPT-6", leaf + L_BITMAP, 8)?; // ORDER(P-FPT-6): the logical split point
-        s.store_u64(leaf + L_NEXT, new, Ordering::Release)?;
-        s.persist_rule("P-FPT-7", leaf + L_NEXT, 8)?; // ORDER(P-FPT-7): link the new leaf (one 8-byte store)
+    fn split_from_bitmaps(&mut self, leaf: Leaf, new: Leaf, right: u64) -> StorageResult<()> {
+        let set = self.set();
+        set.store_u64(leaf.g + L_BITMAP, !right & FULL, Ordering::Release)?;
+        set.persist_rule("P-FPT-6", leaf.g + L_BITMAP, 8)?; // ORDER(P-FPT-6): the logical split point
+        // valid → valid: two 8-byte stores that may tear; the armed log redoes them.
+        store_pptr(set, leaf.g + L_NEXT, new.p)?;
+        set.persist_rule("P-FPT-7", leaf.g + L_NEXT, 16)?; // ORDER(P-FPT-7): link the new leaf before disarming
         self.reset_split_log()
     }
 
-    /// Retires the split log: `new` armed it, so nulling `new` disarms it; `cur` stays stale and
-    /// is ignored while `new` is 0 (the next split rewrites `cur` before `new` is armed).
+    /// Retires the split log: `new` armed it, so nulling its segment word disarms it; `cur`
+    /// stays stale and is ignored while `new` is null (the next split rewrites `cur` before
+    /// `new` is armed).
     fn reset_split_log(&self) -> StorageResult<()> {
-        let s = self.space;
-        s.store_u64(self.root + R_SPLIT_NEW, 0, Ordering::Release)?;
-        Ok(s.persist_rule("P-FPT-8", self.root + R_SPLIT_NEW, 8)?) // ORDER(P-FPT-8): disarm the split log
+        let set = self.set();
+        set.store_u64(self.rg + R_SPLIT_NEW, PPtr::NULL.segment, Ordering::Release)?;
+        Ok(set.persist_rule("P-FPT-8", self.rg + R_SPLIT_NEW, 8)?) // ORDER(P-FPT-8): disarm the split log
     }
 
     // ----- leaf deletion (Algorithm 4.6) -----
 
-    fn delete_leaf(&mut self, leaf: u64, prev: Option<u64>) -> StorageResult<()> {
-        self.arm_delete_log(leaf, prev.unwrap_or(0))?;
-        let next = self.leaf(leaf)?.next;
+    fn delete_leaf(&mut self, leaf: Leaf, prev: Option<Leaf>) -> StorageResult<()> {
+        self.arm_delete_log(leaf, prev.map_or(PPtr::NULL, |p| p.p))?;
+        let next = self.read_leaf(leaf)?.next;
         match prev {
             None => self.store_head(next)?,
             Some(p) => self.store_next(p, next)?,
@@ -722,52 +806,61 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
         self.free_logged_leaf() // the free disarms the log (P-FPT-12)
     }
 
-    /// P-FPT-10: the predecessor first, then the leaf, which arms the log.
-    fn arm_delete_log(&self, leaf: u64, prev: u64) -> StorageResult<()> {
-        let s = self.space;
-        s.store_u64(self.root + R_DEL_PREV, prev, Ordering::Release)?;
-        s.persist_rule("P-FPT-10", self.root + R_DEL_PREV, 8)?; // ORDER(P-FPT-10): predecessor before arming
-        s.store_u64(self.root + R_DEL_CUR, leaf, Ordering::Release)?;
-        Ok(s.persist_rule("P-FPT-10", self.root + R_DEL_CUR, 8)?) // ORDER(P-FPT-10): the leaf arms the log
+    /// P-FPT-10: the predecessor and the leaf's offset word first, then the leaf's segment
+    /// word, which arms the log (null → valid with the offset durable first: no torn `cur`).
+    fn arm_delete_log(&self, leaf: Leaf, prev: PPtr) -> StorageResult<()> {
+        let set = self.set();
+        let cur = self.rg + R_DEL_CUR;
+        store_pptr(set, self.rg + R_DEL_PREV, prev)?;
+        set.store_u64(cur + 8, leaf.p.offset, Ordering::Relaxed)?;
+        set.persist_rule("P-FPT-10", cur, 32)?; // ORDER(P-FPT-10): predecessor and offset before arming
+        set.store_u64(cur, leaf.p.segment, Ordering::Release)?;
+        Ok(set.persist_rule("P-FPT-10", cur, 8)?) // ORDER(P-FPT-10): the leaf's segment word arms the log
     }
 
-    fn store_head(&self, next: u64) -> StorageResult<()> {
-        self.space.store_u64(self.root + R_HEAD, next, Ordering::Release)?;
-        Ok(self.space.persist_rule("P-FPT-11", self.root + R_HEAD, 8)?) // ORDER(P-FPT-11): unlink the head (8-byte store)
+    /// `head = next` (valid → valid or null: redone by recovery while the delete log is armed).
+    fn store_head(&self, next: PPtr) -> StorageResult<()> {
+        let set = self.set();
+        store_pptr(set, self.rg + R_HEAD, next)?;
+        Ok(set.persist_rule("P-FPT-11", self.rg + R_HEAD, 16)?) // ORDER(P-FPT-11): unlink the head before the free
     }
 
-    fn store_next(&self, prev: u64, next: u64) -> StorageResult<()> {
-        self.space.store_u64(prev + L_NEXT, next, Ordering::Release)?;
-        Ok(self.space.persist_rule("P-FPT-11", prev + L_NEXT, 8)?) // ORDER(P-FPT-11): unlink (8-byte store)
+    /// `prev.next = next` (as [`FPTree::store_head`]).
+    fn store_next(&self, prev: Leaf, next: PPtr) -> StorageResult<()> {
+        let set = self.set();
+        store_pptr(set, prev.g + L_NEXT, next)?;
+        Ok(set.persist_rule("P-FPT-11", prev.g + L_NEXT, 16)?) // ORDER(P-FPT-11): unlink before the free
     }
 
     /// Frees the leaf named by the delete log; the allocator nulls the log entry durably, which
     /// disarms the log (P-FPT-12).
     fn free_logged_leaf(&mut self) -> StorageResult<()> {
-        self.alloc.deallocate(self.space, self.root + R_DEL_CUR)
+        self.alloc.deallocate(field(self.root, R_DEL_CUR))
     }
 
     // ----- integrity -----
 
-    /// Checks every invariant (T1–T6) against persistent memory; `Err(Corrupted)` says which
-    /// one failed and where.
+    /// Checks T1–T5 against persistent memory (T6 needs every user of the allocator: see
+    /// [`FPTree::blocks`]); `Err(Corrupted)` says which one failed and where.
     pub fn check(&self) -> StorageResult<CheckReport> {
-        let s = self.space;
+        let set = self.set();
         for (off, what) in [(R_SPLIT_NEW, "split"), (R_DEL_CUR, "delete")] {
-            if s.load_u64(self.root + off, Ordering::Acquire)? != 0 {
-                return Err(corrupt(format!("the {what} log is not retired"), self.root + off));
+            let p = set.load_pptr(self.rg + off)?;
+            if !p.is_null() {
+                return Err(corrupt(format!("the {what} log is not retired"), p));
             }
         }
         let mut at = self.head()?;
-        let mut listed = Vec::new();
+        let mut listed: Vec<Leaf> = Vec::new();
         let mut prev_max: Option<u64> = None;
         let mut keys = 0u64;
-        let limit = s.len() / LEAF_SIZE + 1;
-        while at != 0 {
+        let limit = walk_limit(set);
+        while !at.is_null() {
             if listed.len() as u64 > limit {
                 return Err(corrupt("the leaf list has a cycle", at));
             }
-            let l = self.leaf(at)?;
+            let leaf = self.resolve_leaf(at)?;
+            let l = self.read_leaf(leaf)?;
             if l.bitmap & !FULL != 0 {
                 return Err(corrupt("bitmap bits beyond the last slot", at));
             }
@@ -791,42 +884,26 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
             {
                 return Err(corrupt(format!("key {mn} follows key {pm}"), at));
             }
-            if leaf_keys.is_empty() && (!listed.is_empty() || l.next != 0) {
+            if leaf_keys.is_empty() && (!listed.is_empty() || !l.next.is_null()) {
                 return Err(corrupt("an empty leaf that is not the only leaf", at));
             }
             prev_max = leaf_keys.last().copied().or(prev_max);
             keys += leaf_keys.len() as u64;
             // T5: the index routes every key of this leaf here.
             for &k in &leaf_keys {
-                if self.route(k)?.1 != at {
+                if self.route(k)?.1 != leaf.g {
                     return Err(corrupt(format!("the index routes key {k} elsewhere"), at));
                 }
             }
-            listed.push(at);
+            listed.push(leaf);
             at = l.next;
         }
-        let mut indexed: Vec<u64> = self.index.values().copied().collect();
-        indexed.sort_unstable();
-        let mut sorted = listed.clone();
-        sorted.sort_unstable();
-        if indexed != sorted {
+        let indexed: Vec<u64> = self.index.values().copied().collect();
+        if indexed != listed.iter().map(|l| l.g).collect::<Vec<u64>>() {
             return Err(corrupt(
                 "the DRAM index and the leaf list name different leaves",
                 self.root,
             ));
-        }
-        if let Some(mut all) = self.alloc.allocated() {
-            all.sort_unstable();
-            if all != sorted {
-                return Err(corrupt(
-                    format!(
-                        "{} blocks allocated but {} leaves in the list (a leak or a stray leaf)",
-                        all.len(),
-                        sorted.len()
-                    ),
-                    self.root,
-                ));
-            }
         }
         if keys != self.len {
             return Err(corrupt(
@@ -840,6 +917,8 @@ impl<'s, A: LeafAllocator> FPTree<'s, A> {
 
 #[cfg(test)]
 mod tests {
+    use zerocopy::{FromBytes, IntoBytes};
+
     use super::*;
 
     #[test]
@@ -850,5 +929,20 @@ mod tests {
         assert_eq!(fingerprint(42), 0xF5);
         assert_eq!(fingerprint(7), 0x53);
         assert_eq!(fingerprint(u64::MAX), 0x61);
+    }
+
+    #[test]
+    fn the_in_progress_header_is_recognised_and_a_zeroed_one_is_not() {
+        let h = RootHeader::in_progress();
+        assert!(matches!(root_state(&h, PPtr::NULL), Ok(RootState::Resumable)));
+        let mut done = h;
+        done.magic = ROOT_MAGIC;
+        assert!(matches!(root_state(&done, PPtr::NULL), Ok(RootState::Valid)));
+        let zero = RootHeader::read_from_bytes(&[0u8; 48]).unwrap();
+        assert!(matches!(root_state(&zero, PPtr::NULL), Ok(RootState::NoHeader)));
+        let mut flipped = done;
+        flipped.magic ^= 1 << 40;
+        assert!(matches!(root_state(&flipped, PPtr::NULL), Err(StorageError::Corrupted { .. })));
+        assert_eq!(RootImage::in_progress(PPtr::NULL).as_bytes().len() as u64, ROOT_SIZE);
     }
 }

@@ -635,7 +635,10 @@ fn writer_admission_contract(s: &Subject) -> Outcome {
 /// Real threads: four writers move money between ten accounts (reading both balances first,
 /// retrying on `Conflict`/`Busy`) while a reader checks in snapshots that the total never
 /// changes. At the end the total is unchanged and every acknowledged transfer is counted
-/// exactly once (each transfer also bumps its thread's counter row).
+/// exactly once (each transfer also bumps its thread's counter row). Writer 0 waits halfway
+/// until the reader has finished a check, so at least one check sees a state in the middle of
+/// the workload however the threads are scheduled (before, the reader could be scheduled only
+/// after every writer had finished, and the check was vacuous).
 fn threads_preserve_invariants(s: &Subject) -> Outcome {
     const ACCOUNTS: i64 = 10;
     const THREADS: i64 = 4;
@@ -656,13 +659,25 @@ fn threads_preserve_invariants(s: &Subject) -> Outcome {
         tx.update("acct", counter, [("bal", n + 1)])?;
         tx.commit()
     };
-    let stop = std::sync::atomic::AtomicBool::new(false);
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtOrd};
+    let stop = AtomicBool::new(false);
+    let reader_gone = AtomicBool::new(false);
+    let checks_done = AtomicU64::new(0);
     let result: Result<(), String> = std::thread::scope(|scope| {
         let db = &f.db;
         let stop = &stop;
+        let (reader_gone, checks_done) = (&reader_gone, &checks_done);
         let reader = scope.spawn(move || -> Result<u64, String> {
+            // Whatever way the reader ends, writer 0 must not wait for it any more.
+            struct Gone<'a>(&'a AtomicBool);
+            impl Drop for Gone<'_> {
+                fn drop(&mut self) {
+                    self.0.store(true, AtOrd::Release);
+                }
+            }
+            let _gone = Gone(reader_gone);
             let mut checks = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            while !stop.load(AtOrd::Relaxed) {
                 let mut r = match db.begin_read() {
                     Ok(r) => r,
                     Err(e) if e.is_retryable() => continue,
@@ -672,6 +687,7 @@ fn threads_preserve_invariants(s: &Subject) -> Outcome {
                     Ok(rows) => {
                         ensure_eq!(total(&rows), ACCOUNTS * 100, "reader saw a torn total");
                         checks += 1;
+                        checks_done.fetch_add(1, AtOrd::Release);
                     }
                     Err(e) if e.is_retryable() => {}
                     Err(e) => return Err(format!("reader: {e}")),
@@ -685,6 +701,14 @@ fn threads_preserve_invariants(s: &Subject) -> Outcome {
                     let mut done = 0;
                     let mut x = (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
                     while done < TRANSFERS {
+                        if t == 0 && done == TRANSFERS / 2 {
+                            // Meet the reader: wait (by flags, not by time) for one check.
+                            while checks_done.load(AtOrd::Acquire) == 0
+                                && !reader_gone.load(AtOrd::Acquire)
+                            {
+                                std::thread::yield_now();
+                            }
+                        }
                         x ^= x << 13;
                         x ^= x >> 7;
                         x ^= x << 17;
@@ -708,8 +732,9 @@ fn threads_preserve_invariants(s: &Subject) -> Outcome {
                 Err(_) => outcome = Err("a writer panicked".into()),
             }
         }
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        stop.store(true, AtOrd::Relaxed);
         match reader.join() {
+            Ok(Ok(0)) => outcome = Err("the reader never completed a check".into()),
             Ok(Ok(_)) => {}
             Ok(Err(e)) => outcome = Err(e),
             Err(_) => outcome = Err("the reader panicked".into()),

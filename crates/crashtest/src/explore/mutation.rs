@@ -1,0 +1,149 @@
+//! Mutation checks: drop one persist site at a time and show that the tester notices.
+//!
+//! # Invariants
+//! - A site is `Detected` only if the run with that site dropped failed; `Benign` only with
+//!   the target's written reason; everything else is `Undetected`.
+//!
+//! # Concurrency
+//! Runs are sequential; each is an ordinary exploration.
+
+use std::fmt;
+use std::sync::Arc;
+
+use super::{Config, Report, Stop, Verdict, explore};
+use crate::target::Target;
+
+/// One persist site of a mutation check and what became of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MutationOutcome {
+    /// Dropping the site's persists made the tester fail the target.
+    Detected,
+    /// Not detected, and the target explains why that is fine.
+    Benign(String),
+    /// Not run: in the unmutated run no flush or fence at this site changed what is durable
+    /// (every line it wrote back already held that content), so dropping it cannot change
+    /// any image of this workload. The persist may still matter to a workload that makes it
+    /// write something new (the report says so; the target may explain it further).
+    NoEffect,
+    /// The run with the site dropped found no failure but stopped (budget or time) before
+    /// the end of the workload: not shown either way.
+    Unchecked(Stop),
+    /// Not detected and not explained: the crash test cannot tell this persist is needed.
+    Undetected,
+}
+
+/// The result of a mutation check.
+#[derive(Clone, Debug, Default)]
+pub struct MutationReport {
+    /// Target name.
+    pub target: String,
+    /// The unmutated run.
+    pub base: Report,
+    /// Every persist site the workload or a recovery reached, and its outcome.
+    pub sites: Vec<(String, MutationOutcome)>,
+}
+
+impl MutationReport {
+    /// Whether the unmutated run passed and every site was detected, explained as benign by
+    /// the target, or had no effect in the unmutated run.
+    pub fn passed(&self) -> bool {
+        self.base.passed()
+            && self.sites.iter().all(|(_, o)| {
+                matches!(
+                    o,
+                    MutationOutcome::Detected
+                        | MutationOutcome::Benign(_)
+                        | MutationOutcome::NoEffect
+                )
+            })
+    }
+
+    /// The sites only recoveries reached, with their outcomes.
+    pub fn recovery_only(&self) -> impl Iterator<Item = &(String, MutationOutcome)> {
+        self.sites.iter().filter(|(s, _)| self.base.sites.get(s).is_some_and(|x| x.recovery_only()))
+    }
+}
+
+impl fmt::Display for MutationReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{}: mutation check {}",
+            self.target,
+            if self.passed() { "PASSED" } else { "FAILED" }
+        )?;
+        if !self.base.passed() {
+            write!(f, "  the unmutated run did not pass:\n{}", self.base)?;
+        }
+        for (site, o) in &self.sites {
+            let at = if self.base.sites.get(site).is_some_and(|x| x.recovery_only()) {
+                " [recovery only]"
+            } else {
+                ""
+            };
+            match o {
+                MutationOutcome::Detected => writeln!(f, "  detected   {site}{at}")?,
+                MutationOutcome::Benign(why) => writeln!(f, "  benign     {site}{at}: {why}")?,
+                MutationOutcome::NoEffect => writeln!(
+                    f,
+                    "  no-effect  {site}{at}: every flush and fence there left the durable image unchanged in this workload"
+                )?,
+                MutationOutcome::Unchecked(s) => writeln!(
+                    f,
+                    "  UNCHECKED  {site}{at}: the mutated run stopped ({s:?}) before the end of the workload, without a failure"
+                )?,
+                MutationOutcome::Undetected => writeln!(f, "  UNDETECTED {site}{at}")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs the mutation check: an unmutated run, then one run per persist site it reached — in
+/// the workload or inside a recovery — with that site's flushes and fences made no-ops in
+/// every domain (the workload's and those recoveries open); each must fail, or be listed as
+/// benign by the target. A site reached only inside recovery is mutated with every recovery
+/// crashed (`nested_rate` 1) and the depth-2 policy keyed by (outer crash point, inner site)
+/// (`nested_by_outer`), since only a crash after it inside the right recovery can show it is
+/// needed. A site whose persists changed nothing durable in the unmutated run is reported as
+/// having no effect without a mutated run.
+pub fn mutate<T: Target>(target: Arc<T>, cfg: &Config) -> MutationReport {
+    let base = explore(target.clone(), cfg);
+    let mut sites = Vec::new();
+    if base.passed() {
+        for (site, stats) in &base.sites {
+            if stats.effective == 0 {
+                sites.push((site.clone(), MutationOutcome::NoEffect));
+                continue;
+            }
+            let mut c = Config { drop_sites: vec![site.clone()], progress: None, ..cfg.clone() };
+            if stats.recovery_only() {
+                c.nested = true;
+                c.nested_rate = 1.0;
+                c.nested_by_outer = true;
+            }
+            let r = explore(target.clone(), &c);
+            // Benign patterns match the site key, followed by ` [recovery only]` for a site
+            // only recoveries reach (so a pattern can excuse the recovery-only site of a rule
+            // without excusing the workload's).
+            let matched = if stats.recovery_only() {
+                format!("{site} [recovery only]")
+            } else {
+                site.clone()
+            };
+            let outcome = if r.failed() {
+                MutationOutcome::Detected
+            } else if let Some((_, why)) =
+                target.benign_sites().iter().find(|(pat, _)| matched.contains(pat))
+            {
+                MutationOutcome::Benign((*why).to_owned())
+            } else if let Verdict::Stopped(s) = r.verdict() {
+                MutationOutcome::Unchecked(s)
+            } else {
+                MutationOutcome::Undetected
+            };
+            sites.push((site.clone(), outcome));
+        }
+    }
+    MutationReport { target: target.name().to_owned(), base, sites }
+}

@@ -1,0 +1,116 @@
+//! Recovery under observation (depth 2): every recovery the tester runs opens its image on a
+//! new domain that starts with a hook from here. The hook records the persist sites recovery
+//! reaches (so the mutation check can drop a persist that runs only inside recovery), and,
+//! for a sampled fraction of recoveries, crashes the recovery at its own crash points — the
+//! same images as at a top-level crash (stash subsets, eviction, tearing) — and recovers and
+//! checks each such image again against the same model.
+//!
+//! # Invariants
+//! - Crash points inside recovery are those of the workload (a fence with lines pending that
+//!   would change the durable image, a file operation, a flush with `at_flush`) plus the end
+//!   of recovery: the close of a pool recovery opened (`EventKind::Close`), where everything
+//!   recovery left pending or dirty is still undecided.
+//! - Depth 3 and beyond are not explored: recoveries of depth-2 images are observed (sites)
+//!   but not crashed.
+//! - Whether a crash point inside recovery is crashed follows the call-stack policy on the
+//!   key `depth2 <inner site>` (probability halves per crash there; with `nested_by_outer`
+//!   the key also names the top-level crash point whose image is being recovered), or every
+//!   visit with `exhaustive`; at most `nested_max` images are tested per crash point.
+//!
+//! # Concurrency
+//! The hook runs on the recovery thread while the workload is paused at its crash point.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use ferrite_pmem::SimDomain;
+use ferrite_pmem::sim::{Event, EventKind, Hook};
+
+use super::images::describe;
+use super::{Explorer, Kind, State, lock};
+use crate::target::{ModelView, Target};
+
+impl<T: Target> Explorer<T> {
+    /// The hook every domain of one recovery starts with: coverage of recovery's persist
+    /// sites, and, with `nest`, crashes inside the recovery (see the module docs).
+    pub(super) fn recovery_hook(
+        self: &Arc<Self>,
+        outer: &str,
+        model: &ModelView<T::Op>,
+        nest: bool,
+    ) -> Hook {
+        let ex = self.clone();
+        let outer = outer.to_owned();
+        let model = model.clone();
+        Arc::new(move |d: &SimDomain, e: &Event| {
+            ex.record_site(e, true);
+            if nest {
+                ex.nested_point(d, e, &outer, &model);
+            }
+        })
+    }
+
+    /// A crash point inside a recovery (depth 2).
+    fn nested_point(
+        self: &Arc<Self>,
+        domain: &SimDomain,
+        e: &Event,
+        outer: &str,
+        model: &ModelView<T::Op>,
+    ) {
+        let point = match e.kind {
+            // Only a fence that would change the durable image: recovery re-persists much
+            // that is already durable (an open-state word, an idempotent redo), and a crash
+            // before such a fence gives the same images as one after it.
+            EventKind::Fence => e.pending > 0 && e.fresh > 0,
+            EventKind::FileCreate
+            | EventKind::FileRemove
+            | EventKind::FilePunch
+            | EventKind::Close => true,
+            EventKind::Flush => self.cfg.at_flush,
+            EventKind::Store | EventKind::NtStore => false,
+        };
+        if !point || self.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let inner = if e.kind == EventKind::Close {
+            format!("end-of-recovery {}", e.site.key())
+        } else {
+            e.site.key()
+        };
+        let pending = match e.kind {
+            EventKind::Fence => e.pending,
+            _ => domain.pending_of(e.thread).len(),
+        };
+        {
+            let mut st = lock(&self.state);
+            st.report.nested_visited += 1;
+        }
+        let policy_key = if self.cfg.nested_by_outer {
+            format!("depth2 {inner} after {outer}")
+        } else {
+            format!("depth2 {inner}")
+        };
+        if !self.fire(&policy_key) {
+            return;
+        }
+        let specs = {
+            let mut st = lock(&self.state);
+            st.report.nested_crashed += 1;
+            let State { rng, .. } = &mut *st;
+            self.specs_at(domain, e.thread, pending, rng)
+        };
+        let key = format!("nested {inner} after {outer}");
+        for spec in specs.iter().take(self.cfg.nested_max) {
+            if self.out_of_budget() {
+                return;
+            }
+            let image = domain.capture(spec);
+            let desc = format!("crash inside recovery at {inner}: {}", describe(spec, pending));
+            self.test(image, model, key.clone(), desc, Kind::Nested);
+            if self.stop.load(Ordering::Relaxed) {
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! The simulated persistence domain: an observable model of what persistent memory would hold
+//! after a crash, which the crash tester stands on (seed 001 ch. 7; spec
+//! `../shared/specs/crash-testing.md` §1.2, §9–10; `../shared/specs/kolli-pelley.md` Part D).
+//!
+//! A sim pool (or pool set) runs the engine's code unchanged: reads and writes go to the
+//! **working image** (ordinary memory, the pool's heap block or reservation), exactly as on a
+//! mapped pool. Alongside, the domain keeps, per file:
+//!
+//! - the **durable image**: what survives a crash for certain, as copy-on-write 4 KiB pages;
+//! - a **dirty-line bitmap**: lines stored to since they were last made durable;
+//!
+//! and, per thread, the **pending lines**: a flush captures the line's content at that moment
+//! (axiom M3) into the flushing thread's pending set; that thread's next fence makes its
+//! pending lines durable (M4: another thread's fence does not); a later store dirties the line
+//! again. Non-temporal stores become pending at store time, for the words they wrote. File
+//! operations (create, remove, hole punch) apply to both images at once and are durable
+//! immediately. Under declared eADR a fence makes every dirty line durable.
+//!
+//! A [`CrashImage`](crate::CrashImage) is captured from the durable image plus a sparse
+//! overlay of chosen lines: none (durable only), a subset of a thread's pending lines, a subset
+//! of dirty lines with their newest content (early eviction, M5), optionally torn at 8-byte
+//! granularity (only for targets that do not declare M2; M1 always holds).
+//!
+//! # Invariants
+//! - D1: the durable image changes only at a fence (the fencing thread's pending lines, or
+//!   every dirty line under eADR) and at file operations.
+//! - D2: a line's dirty bit is set by every store to it and cleared only when a fence makes
+//!   durable a content equal to the line's working content.
+//! - D3: a captured image is a state some crash could produce: captures take the gate
+//!   exclusively, so no store, flush or fence is half-applied.
+//! - D4: the domain never reads memory its pools released: dropping a sim pool or pool set
+//!   first gives each of its files a private copy of its working image (dirty lines are still
+//!   "in the cache" after a close, so later captures need their content).
+//! - D5: every working image the domain reads is owned either by an open pool (which detaches
+//!   it before releasing the memory, D4) or by the domain's own file (a closed pool's copy, or
+//!   a file rebuilt by [`replay`]); so a domain is sound to move and to keep, on its own.
+//!
+//! # Concurrency
+//! Stores and flushes hold the gate shared; fences, captures and file operations hold it
+//! exclusively. Pending sets are per thread. Hooks run after the operation (before it, for
+//! fences and closes), outside every lock; a hook may capture images; events raised on a
+//! thread while it runs a hook are not delivered again (no re-entrancy).
+//!
+//! # Layout
+//! `event.rs` (sites, events, hooks, per-thread defaults of new domains), `files.rs` (per-file
+//! state, pending sets), `domain.rs` (the domain and its primitives), `capture.rs` (building a
+//! [`CrashImage`](crate::CrashImage)), `trace.rs` (recorded events as text), `replay.rs`
+//! (rebuilding a domain from a trace), `buffer.rs` (memory the domain owns). Dependencies go
+//! one way: `pool`/`poolset` → `sim` → `image` (the image types know nothing of the domain).
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+mod buffer;
+mod capture;
+mod domain;
+mod event;
+mod files;
+mod replay;
+mod trace;
+
+pub use crate::image::PAGE;
+pub use domain::{PendingInfo, SimDomain, SimStats};
+pub use event::{Event, EventKind, Hook, Site, set_new_domain_drops, set_new_domain_hook};
+pub use replay::{Replay, replay};
+pub use trace::{TraceEvent, load_trace, save_trace};
+
+/// Small per-process index of the calling thread (stable for the thread's life).
+pub fn thread_index() -> u32 {
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    thread_local! { static IDX: Cell<u32> = const { Cell::new(0) }; }
+    IDX.with(|c| {
+        if c.get() == 0 {
+            c.set(NEXT.fetch_add(1, Ordering::Relaxed));
+        }
+        c.get()
+    })
+}
