@@ -328,10 +328,6 @@ const SOFORT_BENIGN: &[(&str, &str)] = &[
         "P-SOF-2 unstage: recovery finds the staged block published in its target and only clears the slot; the next staged allocation overwrites the slot and persists it",
     ),
     (
-        "sofort/pm.rs:271:",
-        "P-SOF-2 zeroed MVCC block: blocks here come from never-used allocator pages, whose durable content is zero already (tables are never dropped); the persist matters when a freed block is reused",
-    ),
-    (
         "sofort/recovery.rs:110:",
         "P-SOF-1 empty catalog: creation persists every catalog line again before the magic (checksum and magic line, the published directory and area pointers, the staging line), and recovery reads a zero epoch/ceiling line as kMinTS + 1 (FIX-10)",
     ),
@@ -356,12 +352,16 @@ const SOFORT_BENIGN: &[(&str, &str)] = &[
         "P-SOF-11 close fence: as its flushes (recovery redoes the finalizations from the committed areas)",
     ),
     (
-        "alloc/mod.rs:361:",
+        "alloc/redo.rs:136:",
         "P-ALLOC-3 (allocator): a replayed redo item rewrites only a staging slot here, which recovery clears again; detected by alloc-small, whose allocator and leak checks this target cannot run (the engine's check() is not reachable through the API)",
     ),
     (
-        "alloc/mod.rs:476:",
-        "P-ALLOC-4 (allocator): not observable through the API without the allocator's check; detected by alloc-small",
+        "alloc/redo.rs:197:",
+        "P-ALLOC-3 disarm after a replay inside recovery: replaying an applied item again rewrites the same words (idempotent), as alloc-small finds too",
+    ),
+    (
+        "sofort/pm.rs:111:",
+        "P-SOF-2 unstage inside recovery: if it is lost, the next recovery finds the same staged, published block and clears the slot again",
     ),
     (
         "poolset/mod.rs:490:",
