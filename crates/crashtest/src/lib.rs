@@ -29,6 +29,7 @@
 
 pub mod alloc;
 pub mod alloc_threads;
+pub mod db;
 mod explore;
 pub mod fptree;
 pub mod poolset;
@@ -48,6 +49,7 @@ pub fn registry() -> Vec<Box<dyn DynTarget>> {
     v.push(Box::new(std::sync::Arc::new(alloc::AllocSmall)));
     v.push(Box::new(std::sync::Arc::new(alloc_threads::AllocThreads::default())));
     v.push(Box::new(std::sync::Arc::new(poolset::PoolSetFiles)));
+    v.extend(db::targets());
     v
 }
 

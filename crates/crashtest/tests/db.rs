@@ -1,0 +1,87 @@
+//! The `db-<engine>` crash targets (one per persistent engine): an exhaustive run of a small
+//! workload, the mutation check of the registered workload, and the model's text form.
+//!
+//! Runs are bounded by image budgets (and by a seconds cap far above what they need, as a
+//! safety net: it never binds on a loaded 2-core machine, so the image floors hold). The
+//! registered targets' default smoke run is `tester.rs`'s
+//! `every_correct_target_passes_a_bounded_smoke_run_with_every_mode`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferrite::EngineKind;
+use ferrite_crashtest::db::{DbOp, DbTarget};
+use ferrite_crashtest::{Config, ModelOp, MutationOutcome, Target, find};
+use ferrite_pmem::internals::testing::TestDir;
+
+/// A safety cap on seconds; the image budgets are what bound the runs.
+const SAFETY: Duration = Duration::from_secs(600);
+
+fn cfg(dir: &TestDir, budget: u64) -> Config {
+    Config {
+        out_dir: dir.path().to_path_buf(),
+        budget: Some(budget),
+        time: Some(SAFETY),
+        ..Config::default()
+    }
+}
+
+#[test]
+fn every_persistent_engine_has_a_db_target() {
+    let kinds: Vec<EngineKind> = EngineKind::persistent().collect();
+    assert!(kinds.iter().any(|k| k.name() == "sofort"), "SOFORT is persistent: {kinds:?}");
+    for k in kinds {
+        let name = format!("db-{}", k.name());
+        assert!(find(&name).is_some(), "{name} is not registered");
+    }
+}
+
+#[test]
+fn small_workload_passes_exhaustively() {
+    let dir = TestDir::new("crashtest-db-exhaustive");
+    for kind in EngineKind::persistent() {
+        let t = Arc::new(DbTarget::with_txns(kind, 6));
+        let r = ferrite_crashtest::explore(
+            t.clone(),
+            &Config { exhaustive: true, nested_rate: 0.05, ..cfg(&dir, 10_000) },
+        );
+        eprint!("{r}");
+        assert!(r.passed(), "{r}");
+        assert!(!r.stopped_early, "{}: budget too small for an exhaustive run:\n{r}", t.name());
+        assert_eq!(r.crashed, r.visited, "exhaustive mode crashes at every visit");
+        assert!(r.nested_images > 0 && r.images >= t.min_images(), "{r}");
+    }
+}
+
+#[test]
+fn every_persist_site_of_the_db_targets_is_needed() {
+    let dir = TestDir::new("crashtest-db-mutate");
+    for kind in EngineKind::persistent() {
+        // The registered workload shortened to 30 transactions, few nested crashes: a site
+        // whose loss goes undetected (the benign ones) costs a whole run, which must finish.
+        let t = Arc::new(DbTarget::with_txns(kind, 30));
+        let m = ferrite_crashtest::mutate(
+            t.clone(),
+            &Config { nested_rate: 0.05, ..cfg(&dir, 10_000) },
+        );
+        eprint!("{}{m}", m.base);
+        assert!(m.base.smoke_problem(t.min_images()).is_none(), "{}", m.base);
+        assert!(m.passed(), "{m}");
+        let detected = m.sites.iter().filter(|(_, o)| *o == MutationOutcome::Detected).count();
+        assert!(detected >= 5, "{m}");
+    }
+}
+
+#[test]
+fn model_operations_round_trip_through_text() {
+    let text = "tx 17 I account i3,s616e6e,i-40|U item 2 i2,s6332,i1,b00ff|D item 5";
+    let op = DbOp::decode(text).expect("decodes");
+    assert_eq!(op.encode(), text);
+    for s in ["create", "table account", "table item"] {
+        assert_eq!(DbOp::decode(s).expect(s).encode(), s);
+    }
+    for bad in ["tx 1 I nosuch i1", "tx x D item 1", "table", "tx 1 U item 1 q1", "tx 1 I item b0"]
+    {
+        assert!(DbOp::decode(bad).is_none(), "{bad:?} decoded");
+    }
+}
