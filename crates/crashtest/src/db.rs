@@ -385,13 +385,13 @@ fn on_pool_set(set: PoolSet, options: &Options, create: bool) -> ferrite::Result
     ferrite::internals::database_on_pool_set(set, options, create)
 }
 
-/// The engine's own consistency check, as a list of problems.
-///
-/// Not reachable yet: the engine glue exposes no check of a `Database` in
-/// `ferrite::internals` (SOFORT's `SofortStore::check` sits behind the private engine handle).
-/// Once it does, call it here; the index comparison below covers part of it meanwhile.
-fn engine_check(_db: &Database) -> Vec<String> {
-    Vec::new()
+/// The engine's own consistency check (`Database::check`: for SOFORT the allocator's check,
+/// then rows, MVCC entries, indexes and heap against each other), as a list of problems.
+fn engine_check(db: &Database) -> Vec<String> {
+    match db.check() {
+        Ok(_) => Vec::new(),
+        Err(e) => vec![format!("the engine's check() failed: {e}")],
+    }
 }
 
 /// Transactions opened at once by the probe: as many as the target's slots, so each slot's

@@ -248,8 +248,11 @@ fn rows(r: &mut ferrite::ReadTransaction, table: &str) -> Vec<Row> {
 fn verify(path: &Path, acked: i64, round: i64) -> i64 {
     let db = Database::open(path, options())
         .unwrap_or_else(|e| panic!("round {round}: the database does not reopen: {e}"));
-    // The engine's own check() is not reachable through `ferrite::internals` yet (the glue
-    // exposes none for a `Database`); the replay and index checks below stand in meanwhile.
+    // The engine's own invariants first (no transaction is open yet), then the replay and
+    // index checks against the acknowledgements.
+    if let Err(e) = db.check() {
+        panic!("round {round}: the engine's check() failed after recovery: {e}");
+    }
     let mut r = db.begin_read().expect("begin_read");
     let log = rows(&mut r, "log");
     let accounts = rows(&mut r, "account");
