@@ -94,7 +94,7 @@ pub fn primitive_rows(dir: &std::path::Path, iters: u64) -> Result<Vec<Calibrati
     let one = |i: u64| -> Result<(), String> {
         let off = (i % lines) * 64;
         pool.store_u64(off, i, Ordering::Relaxed).map_err(|e| e.to_string())?;
-        pool.persist(off, 8).map_err(|e| e.to_string())
+        pool.persist(off, 8).map_err(|e| e.to_string()) // ORDER(P-APP-2): the measured barrier; orders nothing
     };
     for i in 0..iters / 10 {
         one(i)?;

@@ -188,9 +188,9 @@ impl Target for AllocSmall {
         for i in 1..SLOTS {
             set.store_u64(g + i * 16, u64::MAX, Ordering::Relaxed).map_err(pe)?;
         }
-        set.persist(g, TABLE).map_err(pe)?;
+        set.persist(g, TABLE).map_err(pe)?; // ORDER(P-APP-1): workload data durable before it counts as done or is published
         set.store_u64(g, READY, Ordering::Release).map_err(pe)?;
-        set.persist(g, 8).map_err(pe)?;
+        set.persist(g, 8).map_err(pe)?; // ORDER(P-APP-1): workload data durable before it counts as done or is published
         ctx.done(t);
         let mut held = vec![false; SLOTS as usize];
         for step in 0..OPS {
@@ -212,7 +212,7 @@ impl Target for AllocSmall {
                     let p = a.allocate(size, slot_loc(table, slot)).map_err(e)?;
                     let b = set.resolve_range(p, size.max(8)).map_err(pe)?;
                     set.store_u64(b, tag, Ordering::Relaxed).map_err(pe)?;
-                    set.persist(b, 8).map_err(pe)?;
+                    set.persist(b, 8).map_err(pe)?; // ORDER(P-APP-1): workload data durable before it counts as done or is published
                 }
                 AllocOp::Free { slot } => a.deallocate(slot_loc(table, slot)).map_err(e)?,
                 _ => {}
@@ -231,10 +231,10 @@ impl Target for AllocSmall {
                 let to = set.resolve(slot_loc(table, j)).map_err(pe)?;
                 let tok = ctx.begin(AllocOp::Copy { from: i, to: j });
                 let p = set.load_pptr(from).map_err(pe)?;
-                set.persist_pptr(to, p).map_err(pe)?;
+                set.persist_pptr(to, p).map_err(pe)?; // ORDER(P-APP-1): workload data durable before it counts as done or is published
                 ctx.done(tok);
                 let tok = ctx.begin(AllocOp::Clear { slot: i });
-                set.persist_pptr_null(from).map_err(pe)?;
+                set.persist_pptr_null(from).map_err(pe)?; // ORDER(P-APP-1): workload data durable before it counts as done or is published
                 ctx.done(tok);
                 held[i as usize] = false;
                 held[j as usize] = true;

@@ -151,9 +151,9 @@ impl Target for AllocThreads {
         for i in 1..SLOTS {
             set.store_u64(g + i * 16, u64::MAX, Ordering::Relaxed).map_err(pe)?;
         }
-        set.persist(g, TABLE).map_err(pe)?;
+        set.persist(g, TABLE).map_err(pe)?; // ORDER(P-APP-1): workload data durable before it counts as done or is published
         set.store_u64(g, READY, Ordering::Release).map_err(pe)?;
-        set.persist(g, 8).map_err(pe)?;
+        set.persist(g, 8).map_err(pe)?; // ORDER(P-APP-1): workload data durable before it counts as done or is published
         ctx.done(t);
         // The offset words of the (null) table slots SCRATCH and SCRATCH + 1.
         let scratch = g + SCRATCH * 16 + 8;
@@ -167,18 +167,18 @@ impl Target for AllocThreads {
                     let p = a.allocate(size, slot_loc(table, slot)).map_err(e)?;
                     let b = set.resolve_range(p, 8).map_err(pe)?;
                     set.store_u64(b, tag, Ordering::Relaxed).map_err(pe)?;
-                    set.persist(b, 8).map_err(pe)
+                    set.persist(b, 8).map_err(pe) // ORDER(P-APP-1): workload data durable before it counts as done or is published
                 }
                 AllocOp::Free { slot } => a.deallocate(slot_loc(table, slot)).map_err(e),
                 AllocOp::Copy { from, to } => {
                     let f = set.resolve(slot_loc(table, from)).map_err(pe)?;
                     let t = set.resolve(slot_loc(table, to)).map_err(pe)?;
                     let p = set.load_pptr(f).map_err(pe)?;
-                    set.persist_pptr(t, p).map_err(pe)
+                    set.persist_pptr(t, p).map_err(pe) // ORDER(P-APP-1): workload data durable before it counts as done or is published
                 }
                 AllocOp::Clear { slot } => {
                     let f = set.resolve(slot_loc(table, slot)).map_err(pe)?;
-                    set.persist_pptr_null(f).map_err(pe)
+                    set.persist_pptr_null(f).map_err(pe) // ORDER(P-APP-1): workload data durable before it counts as done or is published
                 }
                 AllocOp::Create | AllocOp::Table => Ok(()),
             }

@@ -246,16 +246,16 @@ impl Target for FptreeFixed {
         for i in 1..SLOTS {
             set.store_u64(g + i * 16, PPtr::NULL.segment, Ordering::Relaxed).map_err(pe)?;
         }
-        set.persist(g, TABLE).map_err(pe)?;
+        set.persist(g, TABLE).map_err(pe)?; // ORDER(P-APP-1): workload data durable before it counts as done or is published
         set.store_u64(g + READY_AT, READY, Ordering::Release).map_err(pe)?;
-        set.persist(g + READY_AT, 8).map_err(pe)?;
+        set.persist(g + READY_AT, 8).map_err(pe)?; // ORDER(P-APP-1): workload data durable before it counts as done or is published
         // Durable garbage in the blocks the tree will get first (the allocator reuses the most
         // recently freed block of a class).
         for (i, size) in [(2, ROOT_SIZE), (3, LEAF_SIZE)] {
             let b = a.allocate(size, slot(table, i)).map_err(e)?;
             let bg = set.resolve_range(b, size).map_err(pe)?;
             set.fill(bg, size, 0xA5).map_err(pe)?;
-            set.persist(bg, size).map_err(pe)?;
+            set.persist(bg, size).map_err(pe)?; // ORDER(P-APP-1): workload data durable before it counts as done or is published
             a.deallocate(slot(table, i)).map_err(e)?;
         }
         ctx.done(tok);

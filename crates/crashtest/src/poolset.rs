@@ -173,7 +173,7 @@ impl Target for PoolSetFiles {
                     let tok = ctx.begin(FileOp::Stamp { seg, page, value });
                     let g = set.resolve(PPtr::new(seg, page * 4096)).map_err(pe)?;
                     set.store_u64(g, value, Ordering::Release).map_err(pe)?;
-                    set.persist(g, 8).map_err(pe)?;
+                    set.persist(g, 8).map_err(pe)?; // ORDER(P-APP-1): workload data durable before it counts as done or is published
                     ctx.done(tok);
                 }
             }

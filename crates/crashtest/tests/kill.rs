@@ -97,21 +97,7 @@ fn churn_row(seq: i64, k: i64) -> Row {
 }
 
 fn seed() -> u64 {
-    let s = std::env::var("FERRITE_TEST_SEED")
-        .ok()
-        .and_then(|v| match v.strip_prefix("0x") {
-            Some(h) => u64::from_str_radix(h, 16).ok(),
-            None => v.parse().ok(),
-        })
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(0)
-                ^ u64::from(std::process::id())
-        });
-    eprintln!("FERRITE_TEST_SEED={s:#x}");
-    s
+    ferrite_pmem::internals::testing::test_seed()
 }
 
 // ----- the child -----

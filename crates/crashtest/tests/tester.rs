@@ -240,6 +240,7 @@ impl Target for Misbehaving {
         if n >= 2 {
             if self.hang {
                 loop {
+                    // A deliberately hung recovery for the watchdog: nothing waits on this sleep.
                     std::thread::sleep(Duration::from_millis(50));
                 }
             }

@@ -22,18 +22,7 @@ fn opts() -> Options {
 }
 
 fn seed() -> u64 {
-    let s = std::env::var("FERRITE_TEST_SEED")
-        .ok()
-        .and_then(|v| match v.strip_prefix("0x") {
-            Some(h) => u64::from_str_radix(h, 16).ok(),
-            None => v.parse().ok(),
-        })
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
-                as u64
-        });
-    eprintln!("FERRITE_TEST_SEED={s:#x}");
-    s
+    ferrite::pmem::internals::testing::test_seed()
 }
 
 /// A fresh allocator with a pointer table allocated into the root.

@@ -254,18 +254,7 @@ mod v1 {
 }
 
 fn seed() -> u64 {
-    let s = std::env::var("FERRITE_TEST_SEED")
-        .ok()
-        .and_then(|v| match v.strip_prefix("0x") {
-            Some(h) => u64::from_str_radix(h, 16).ok(),
-            None => v.parse().ok(),
-        })
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
-                as u64
-        });
-    eprintln!("FERRITE_TEST_SEED={s:#x}");
-    s
+    ferrite::pmem::internals::testing::test_seed()
 }
 
 /// The fixture restored into `dir`, with `words` (segment, data offset, value) written over

@@ -53,3 +53,22 @@ impl Drop for TestDir {
 pub fn fail_next_segment_map(set: &crate::PoolSet) {
     set.inject_map_failure();
 }
+
+/// The seed of a random test: `FERRITE_TEST_SEED` (decimal or `0x` hex) when set, else the
+/// clock; printed as `FERRITE_TEST_SEED=0x…` so a failing run can be replayed.
+pub fn test_seed() -> u64 {
+    let s = std::env::var("FERRITE_TEST_SEED")
+        .ok()
+        .and_then(|v| match v.strip_prefix("0x") {
+            Some(h) => u64::from_str_radix(h, 16).ok(),
+            None => v.parse().ok(),
+        })
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0)
+        });
+    eprintln!("FERRITE_TEST_SEED={s:#x}");
+    s
+}
