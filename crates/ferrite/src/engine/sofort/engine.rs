@@ -52,6 +52,7 @@ use std::time::Instant;
 
 use ferrite_pmem::PoolSet;
 
+use super::table::{EntryBound, entry_bounds};
 use super::{KeyState, SofortError, SofortOptions, SofortStore, TableRef, TxHandle};
 use crate::db::RecoveryReport;
 use crate::encoding::ByteRange;
@@ -354,6 +355,8 @@ impl SofortTxn {
 
     /// Checks the primary key (if `pk`) and the unique indexes `unique` for `row`, ignoring
     /// version `skip` (the row an update replaces). The caller holds the table's key lock.
+    /// The unique-index probes are recorded as reads; the primary-key probe is recorded by
+    /// the caller only when the write does not take place (see [`SofortTxn::insert`]).
     fn check_unique(
         &mut self,
         e: &Arc<TableEntry>,
@@ -362,54 +365,116 @@ impl SofortTxn {
         unique: &[usize],
         skip: Option<u64>,
     ) -> Result<()> {
-        let t = &e.p;
-        let name = t.name().to_owned();
-        let mut probes: Vec<(Option<usize>, ByteRange)> = Vec::new();
         if let Some(pk) = pk {
-            let r = ByteRange {
-                lower: Bound::Included(pk.to_vec()),
-                upper: Bound::Included(pk.to_vec()),
-            };
-            probes.push((None, r));
+            let (lo, hi) = entry_bounds(Bound::Included(pk), Bound::Included(pk));
+            self.probe(e, None, &lo, &hi, row, skip)?;
         }
         for &i in unique {
             let ix = &e.schema.indexes[i];
-            probes.push((Some(i), ByteRange::prefix(e.schema.index_prefix(ix, row))));
-        }
-        for (index, range) in probes {
-            if index.is_some() {
-                self.record_range(e, index, range.clone(), &[]);
-            }
-            let h = self.h.as_mut().ok_or_else(ended)?;
+            let range = ByteRange::prefix(e.schema.index_prefix(ix, row));
             let (lo, hi) = range.as_slices();
-            let (lo, hi) = super::table::entry_bounds(lo, hi);
-            let cands =
-                t.candidates(index, &lo, &hi, true, usize::MAX).map_err(|x| map_err(x, &name))?;
-            for (k, r) in cands {
-                if Some(r) == skip {
-                    continue;
+            let (lo, hi) = entry_bounds(lo, hi);
+            self.record_range(e, Some(i), range, &[]);
+            self.probe(e, Some(i), &lo, &hi, row, skip)?;
+        }
+        Ok(())
+    }
+
+    /// One uniqueness probe of `index` between the entry bounds `lo`, `hi`.
+    fn probe(
+        &mut self,
+        e: &Arc<TableEntry>,
+        index: Option<usize>,
+        lo: &EntryBound,
+        hi: &EntryBound,
+        row: &[Value],
+        skip: Option<u64>,
+    ) -> Result<()> {
+        let t = &e.p;
+        let h = self.h.as_mut().ok_or_else(ended)?;
+        let cands =
+            t.candidates(index, lo, hi, true, usize::MAX).map_err(|x| map_err(x, t.name()))?;
+        for (k, r) in cands {
+            if Some(r) == skip {
+                continue;
+            }
+            let state = h.key_state(t, r).map_err(|x| map_err(x, t.name()))?;
+            if state == KeyState::Free {
+                continue;
+            }
+            // A candidate read before a collected slot was reused may hold another key.
+            let held = h.read_row(t, r).map_err(|x| map_err(x, t.name()))?;
+            if k != *t.key_of(index, &held) {
+                continue;
+            }
+            return Err(match (state, index) {
+                (KeyState::Visible, None) => duplicate_pk(&e.schema, row),
+                (KeyState::Visible, Some(i)) => duplicate_index(&e.schema, i, row),
+                _ => {
+                    h.doom();
+                    Error::conflict(format!(
+                        "a concurrent transaction inserted the same key into {:?}",
+                        t.name()
+                    ))
                 }
-                let state = h.key_state(t, r).map_err(|x| map_err(x, &name))?;
-                if state == KeyState::Free {
-                    continue;
-                }
-                // A candidate read before a collected slot was reused may hold another key.
-                let held = h.read_row(t, r).map_err(|x| map_err(x, &name))?;
-                if t.key_of(index, &held) != k {
-                    continue;
-                }
-                return Err(match (state, index) {
-                    (KeyState::Visible, None) => duplicate_pk(&e.schema, row),
-                    (KeyState::Visible, Some(i)) => duplicate_index(&e.schema, i, row),
-                    _ => {
-                        h.doom();
-                        Error::conflict(format!(
-                            "a concurrent transaction inserted the same key into {name:?}"
-                        ))
-                    }
-                });
+            });
+        }
+        Ok(())
+    }
+
+    /// [`EngineTxn::insert`] without the read record.
+    fn insert_row(&mut self, e: &Arc<TableEntry>, pk: &[u8], row: &[Value]) -> Result<()> {
+        let unique: Vec<usize> = e
+            .schema
+            .indexes
+            .iter()
+            .enumerate()
+            .filter(|(_, ix)| ix.unique)
+            .map(|(i, _)| i)
+            .collect();
+        let _g = e.key_lock.lock().map_err(|_| Error::Poisoned)?;
+        self.check_unique(e, row, Some(pk), &unique, None)?;
+        let h = self.h.as_mut().ok_or_else(ended)?;
+        h.insert(&e.p, row).map_err(|x| map_err(x, e.p.name()))?;
+        Ok(())
+    }
+
+    /// [`EngineTxn::update`] without the read record.
+    fn update_row(
+        &mut self,
+        e: &Arc<TableEntry>,
+        pk: &[u8],
+        key: &Value,
+        assignments: &[(usize, Value)],
+    ) -> Result<()> {
+        let name = e.p.name();
+        let h = self.h.as_mut().ok_or_else(ended)?;
+        let Some((r, old)) = h.get(&e.p, pk).map_err(|x| map_err(x, name))? else {
+            return Err(Error::NotFound { table: name.to_owned(), key: key.clone() });
+        };
+        let mut new = old.clone();
+        for (pos, v) in assignments {
+            if let Some(cell) = new.get_mut(*pos) {
+                *cell = v.clone();
             }
         }
+        let s = &e.schema;
+        let changed: Vec<usize> = s
+            .indexes
+            .iter()
+            .enumerate()
+            .filter(|(_, ix)| ix.unique && s.index_prefix(ix, &old) != s.index_prefix(ix, &new))
+            .map(|(i, _)| i)
+            .collect();
+        let _g = if changed.is_empty() {
+            None
+        } else {
+            let g = e.key_lock.lock().map_err(|_| Error::Poisoned)?;
+            self.check_unique(e, &new, None, &changed, Some(r))?;
+            Some(g)
+        };
+        let h = self.h.as_mut().ok_or_else(ended)?;
+        h.update(&e.p, r, &new).map_err(|x| map_err(x, name))?;
         Ok(())
     }
 }
@@ -463,25 +528,23 @@ impl EngineTxn for SofortTxn {
         Ok(rows)
     }
 
+    /// The primary-key probe is recorded as a read only when the insert fails: a new
+    /// version holds the key for this transaction, and any other transaction that inserts it
+    /// meets that version (or this one meets theirs) under the key lock and conflicts, so the
+    /// absence it read cannot change before the commit (design §11).
     fn insert(&mut self, table: &Arc<Table>, row: Row) -> Result<()> {
         let e = self.entry(table)?;
         let pk = e.schema.encode_pk(&row);
-        self.record_key(&e, &pk);
-        let unique: Vec<usize> = e
-            .schema
-            .indexes
-            .iter()
-            .enumerate()
-            .filter(|(_, ix)| ix.unique)
-            .map(|(i, _)| i)
-            .collect();
-        let _g = e.key_lock.lock().map_err(|_| Error::Poisoned)?;
-        self.check_unique(&e, &row, Some(&pk), &unique, None)?;
-        let h = self.h.as_mut().ok_or_else(ended)?;
-        h.insert(&e.p, &row).map_err(|x| map_err(x, table.name()))?;
-        Ok(())
+        let r = self.insert_row(&e, &pk, &row);
+        if r.is_err() {
+            self.record_key(&e, &pk);
+        }
+        r
     }
 
+    /// Updates record the key read only when the update fails: a successful one holds the
+    /// old version's `DTS` lock, so no other transaction can delete or replace the key's
+    /// version before this one commits (design §11).
     fn update(
         &mut self,
         table: &Arc<Table>,
@@ -490,45 +553,26 @@ impl EngineTxn for SofortTxn {
         assignments: &[(usize, Value)],
     ) -> Result<()> {
         let e = self.entry(table)?;
-        self.record_key(&e, pk);
-        let h = self.h.as_mut().ok_or_else(ended)?;
-        let Some((r, old)) = h.get(&e.p, pk).map_err(|x| map_err(x, table.name()))? else {
-            return Err(Error::NotFound { table: table.name().to_owned(), key: key.clone() });
-        };
-        let mut new = old.clone();
-        for (pos, v) in assignments {
-            if let Some(cell) = new.get_mut(*pos) {
-                *cell = v.clone();
-            }
+        let r = self.update_row(&e, pk, key, assignments);
+        if r.is_err() {
+            self.record_key(&e, pk);
         }
-        let s = &e.schema;
-        let changed: Vec<usize> = s
-            .indexes
-            .iter()
-            .enumerate()
-            .filter(|(_, ix)| ix.unique && s.index_prefix(ix, &old) != s.index_prefix(ix, &new))
-            .map(|(i, _)| i)
-            .collect();
-        let _g = if changed.is_empty() {
-            None
-        } else {
-            let g = e.key_lock.lock().map_err(|_| Error::Poisoned)?;
-            self.check_unique(&e, &new, None, &changed, Some(r))?;
-            Some(g)
-        };
-        let h = self.h.as_mut().ok_or_else(ended)?;
-        h.update(&e.p, r, &new).map_err(|x| map_err(x, table.name()))?;
-        Ok(())
+        r
     }
 
+    /// As for updates, the key read is recorded only when the delete fails.
     fn delete(&mut self, table: &Arc<Table>, pk: &[u8], key: &Value) -> Result<()> {
         let e = self.entry(table)?;
-        self.record_key(&e, pk);
         let h = self.h.as_mut().ok_or_else(ended)?;
-        let Some((r, _)) = h.get(&e.p, pk).map_err(|x| map_err(x, table.name()))? else {
-            return Err(Error::NotFound { table: table.name().to_owned(), key: key.clone() });
+        let r = match h.get(&e.p, pk).map_err(|x| map_err(x, table.name())) {
+            Ok(Some((r, _))) => h.delete(&e.p, r).map_err(|x| map_err(x, table.name())),
+            Ok(None) => Err(Error::NotFound { table: table.name().to_owned(), key: key.clone() }),
+            Err(x) => Err(x),
         };
-        h.delete(&e.p, r).map_err(|x| map_err(x, table.name()))
+        if r.is_err() {
+            self.record_key(&e, pk);
+        }
+        r
     }
 
     fn commit(mut self: Box<Self>, _mode: CommitMode) -> Result<u64> {

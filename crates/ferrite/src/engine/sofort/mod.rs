@@ -28,6 +28,7 @@
 mod codec;
 pub(crate) mod engine;
 mod heap;
+mod ixkey;
 mod layout;
 mod pm;
 mod recovery;

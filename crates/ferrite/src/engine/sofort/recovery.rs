@@ -423,7 +423,7 @@ impl Inner {
             }
             let pk = t.pk.read().unwrap_or_else(|p| p.into_inner()).clone();
             let mut expect_pk = BTreeSet::new();
-            let mut expect_sec: Vec<BTreeSet<(Vec<u8>, u64)>> =
+            let mut expect_sec: Vec<BTreeSet<(super::ixkey::IxKey, u64)>> =
                 t.sec.iter().map(|_| BTreeSet::new()).collect();
             let mut extents = Vec::new();
             for r in 0..next {

@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use ferrite_pmem::{PPtr, Space};
 
 use super::heap::Heap;
+use super::ixkey::IxKey;
 use super::layout::*;
 use super::pm::{BlockArray, Init, Pm, corrupt, lock};
 use super::{SofortError, SofortResult};
@@ -40,8 +41,23 @@ pub(super) struct RowAlloc {
     pub reusable: VecDeque<u64>,
 }
 
+/// Values shorter than this are written with ordinary stores and flushed at commit; longer
+/// ones with non-temporal stores. A non-temporal store is drained by the next locked
+/// instruction (every mutex of the write path), which costs a barrier's wait before the
+/// commit's own; a flushed line waits for the commit's fence in parallel with the others.
+pub(super) const NT_MIN: usize = 256;
+
+/// The ranges a transaction wrote into row slots and value extents: what its commit must make
+/// durable (`cached`: flushed by the commit; `nt`: non-temporal, flushed again only if the
+/// transaction changed threads).
+#[derive(Debug, Default)]
+pub(super) struct Written {
+    pub cached: Vec<(u64, u64)>,
+    pub nt: Vec<(u64, u64)>,
+}
+
 /// An index: `(key, row id)` entries.
-pub(super) type IndexSet = RwLock<BTreeSet<(Vec<u8>, u64)>>;
+pub(super) type IndexSet = RwLock<BTreeSet<(IxKey, u64)>>;
 
 /// One table (see the module docs).
 #[derive(Debug)]
@@ -158,20 +174,30 @@ impl PTable {
         lock(&self.rows).reusable.extend(rows);
     }
 
-    /// Writes `row`'s values into row `r`'s slots (non-temporal). Returns the ranges written
-    /// (for a commit on another thread). On error nothing stays allocated.
+    /// Writes `row`'s values into row `r`'s slots and value extents, adding the ranges written
+    /// to `out` (for the commit's flushes). On error nothing stays allocated.
+    ///
+    /// Every extent is allocated (under its heap's mutex) before the first store: a locked
+    /// instruction after a non-temporal store waits for the write-combining buffers to drain
+    /// (see [`NT_MIN`]).
     pub(super) fn write_values(
         &self,
         pm: &Pm,
         r: u64,
         row: &[Value],
-        nt: &mut Vec<(u64, u64)>,
+        out: &mut Written,
     ) -> SofortResult<()> {
         let s = pm.s();
-        let mut words = Vec::with_capacity(row.len());
-        let mut taken: Vec<(usize, u64)> = Vec::new();
-        let undo = |taken: &[(usize, u64)]| {
-            for &(c, w) in taken {
+        let mut on_stack = [0u64; 16];
+        let mut on_heap;
+        let words: &mut [u64] = if row.len() <= on_stack.len() {
+            &mut on_stack[..row.len()]
+        } else {
+            on_heap = vec![0u64; row.len()];
+            &mut on_heap
+        };
+        let undo = |words: &[u64], upto: usize| {
+            for (c, &w) in words.iter().enumerate().take(upto) {
                 self.release_ref(c, w);
             }
         };
@@ -179,41 +205,64 @@ impl PTable {
             let w = match v {
                 Value::I64(x) => Ok(*x as u64),
                 Value::F64(x) => Ok(x.to_bits()),
-                Value::Bytes(b) => self.put_heap(pm, c, b, nt),
-                Value::Str(x) => self.put_heap(pm, c, x.as_bytes(), nt),
+                Value::Bytes(b) => self.alloc_heap(pm, c, b.len()),
+                Value::Str(x) => self.alloc_heap(pm, c, x.len()),
             };
             match w {
-                Ok(w) => {
-                    if matches!(v, Value::Bytes(_) | Value::Str(_)) {
-                        taken.push((c, w));
-                    }
-                    words.push(w);
-                }
+                Ok(w) => words[c] = w,
                 Err(e) => {
-                    undo(&taken);
+                    undo(words, c);
                     return Err(e);
                 }
             }
         }
-        for (c, w) in words.iter().enumerate() {
-            let g = match self.slot_at(c, r) {
-                Ok(g) => g,
-                Err(e) => {
-                    undo(&taken);
-                    return Err(e.into());
+        let mut write = || -> SofortResult<()> {
+            for (c, v) in row.iter().enumerate() {
+                let b = match v {
+                    Value::Bytes(b) => b.as_slice(),
+                    Value::Str(x) => x.as_bytes(),
+                    _ => &[],
+                };
+                if !b.is_empty() {
+                    let g = self.heap_at(c, words[c])?;
+                    // Whole words straight from `b`, then the last partial word padded with
+                    // zeros (extents are whole words).
+                    let body = b.len() / 8 * 8;
+                    let ext = extent_len(b.len() as u64);
+                    let mut last = [0u8; 8];
+                    last[..b.len() - body].copy_from_slice(&b[body..]);
+                    let last = &last[..(ext as usize - body)];
+                    if b.len() >= NT_MIN {
+                        s.copy_nt(g, &b[..body])?;
+                        if !last.is_empty() {
+                            s.copy_nt(g + body as u64, last)?;
+                        }
+                        out.nt.push((g, ext));
+                    } else {
+                        s.write_bytes(g, &b[..body])?;
+                        s.write_bytes(g + body as u64, last)?;
+                        out.cached.push((g, ext));
+                    }
                 }
-            };
-            s.copy_nt(g, &w.to_le_bytes())?;
-            nt.push((g, 8));
+                let g = self.slot_at(c, r)?;
+                s.store_u64(g, words[c], Ordering::Relaxed)?;
+                out.cached.push((g, 8));
+            }
+            Ok(())
+        };
+        if let Err(e) = write() {
+            undo(words, row.len());
+            return Err(e);
         }
         Ok(())
     }
 
-    fn put_heap(&self, pm: &Pm, c: usize, b: &[u8], nt: &mut Vec<(u64, u64)>) -> SofortResult<u64> {
+    /// Reserves an extent for a `len`-byte value of column `c`; returns its reference.
+    fn alloc_heap(&self, pm: &Pm, c: usize, len: usize) -> SofortResult<u64> {
         let heap = self.heaps.get(c).and_then(Option::as_ref).ok_or_else(|| {
             SofortError::Storage(corrupt("a string column without a heap", self.name()))
         })?;
-        let len = b.len() as u64;
+        let len = len as u64;
         if len > HEAP_CHUNK {
             return Err(SofortError::ValueTooLarge {
                 column: self.table.column_name(c).to_owned(),
@@ -224,18 +273,19 @@ impl PTable {
         if len == 0 {
             return Ok(pack_ref(0, 0, 0));
         }
-        let ext = extent_len(len);
-        let (chunk, off) = heap.alloc(pm, ext)?;
-        let g =
-            heap.arr.block(chunk).ok_or_else(|| corrupt("heap chunk missing", self.name()))? + off;
-        let mut buf = b.to_vec();
-        buf.resize(ext as usize, 0);
-        if let Err(e) = pm.s().copy_nt(g, &buf) {
-            heap.release(chunk, off, ext);
-            return Err(e.into());
-        }
-        nt.push((g, ext));
+        let (chunk, off) = heap.alloc(pm, extent_len(len))?;
         Ok(pack_ref(chunk, off, len))
+    }
+
+    /// Global offset of the extent of heap reference `w` of column `c`.
+    fn heap_at(&self, c: usize, w: u64) -> StorageResult<u64> {
+        let (chunk, off, _) = unpack_ref(w);
+        self.heaps
+            .get(c)
+            .and_then(Option::as_ref)
+            .and_then(|h| h.arr.block(chunk))
+            .map(|g| g + off)
+            .ok_or_else(|| corrupt("heap chunk missing", self.name()))
     }
 
     /// Frees the extent of heap reference `w` of column `c` (no-op for inline columns).
@@ -315,11 +365,15 @@ impl PTable {
 
     /// The primary key and the secondary-index entries (index columns, then the primary key:
     /// the API's entry order) of a row.
-    pub(super) fn keys(&self, row: &[Value]) -> (Vec<u8>, Vec<Vec<u8>>) {
+    pub(super) fn keys(&self, row: &[Value]) -> (IxKey, Vec<IxKey>) {
         let pk = self.table.encode_pk(row);
-        let sec =
-            self.table.indexes.iter().map(|ix| self.table.index_entry(ix, row, &pk)).collect();
-        (pk, sec)
+        let sec = self
+            .table
+            .indexes
+            .iter()
+            .map(|ix| IxKey::new(&self.table.index_entry(ix, row, &pk)))
+            .collect();
+        (IxKey::new(&pk), sec)
     }
 
     pub(super) fn index_add(&self, r: u64, row: &[Value]) {
@@ -368,7 +422,7 @@ impl PTable {
         hi: &EntryBound,
         ascending: bool,
         max: usize,
-    ) -> SofortResult<Vec<(Vec<u8>, u64)>> {
+    ) -> SofortResult<Vec<(IxKey, u64)>> {
         match (lo, hi) {
             (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b))
                 if a > b
@@ -391,18 +445,18 @@ impl PTable {
 }
 
 /// A bound on index entries `(key, row id)`.
-pub(super) type EntryBound = Bound<(Vec<u8>, u64)>;
+pub(super) type EntryBound = Bound<(IxKey, u64)>;
 
 /// The entry bounds of a key range: keys in `(lower, upper)`, any row id.
 pub(super) fn entry_bounds(lower: Bound<&[u8]>, upper: Bound<&[u8]>) -> (EntryBound, EntryBound) {
     let lo = match lower {
-        Bound::Included(k) => Bound::Included((k.to_vec(), 0)),
-        Bound::Excluded(k) => Bound::Excluded((k.to_vec(), u64::MAX)),
+        Bound::Included(k) => Bound::Included((IxKey::new(k), 0)),
+        Bound::Excluded(k) => Bound::Excluded((IxKey::new(k), u64::MAX)),
         Bound::Unbounded => Bound::Unbounded,
     };
     let hi = match upper {
-        Bound::Included(k) => Bound::Included((k.to_vec(), u64::MAX)),
-        Bound::Excluded(k) => Bound::Excluded((k.to_vec(), 0)),
+        Bound::Included(k) => Bound::Included((IxKey::new(k), u64::MAX)),
+        Bound::Excluded(k) => Bound::Excluded((IxKey::new(k), 0)),
         Bound::Unbounded => Bound::Unbounded,
     };
     (lo, hi)

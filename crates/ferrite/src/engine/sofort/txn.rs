@@ -31,7 +31,7 @@ use ferrite_pmem::{PPtr, Space};
 
 use super::layout::*;
 use super::pm::{Pm, corrupt, init_null_ptrs, lock};
-use super::table::{PTable, TableRef, entry_bounds};
+use super::table::{PTable, TableRef, Written, entry_bounds};
 use super::{SofortError, SofortResult, codec};
 use crate::error::SchemaError;
 use crate::schema::{Table, TableSchema};
@@ -62,6 +62,8 @@ pub(super) struct SlotLocal {
     /// MVCC lines of the last finalization, not yet fenced, and the thread that flushed them.
     pub pending: Vec<u64>,
     pub pending_thread: u32,
+    /// An empty buffer kept for the next commit's lines (no allocation per commit).
+    pub spare: Vec<u64>,
     pub epoch: u64,
     pub seq: u64,
     /// Global offsets of the area's extension blocks, in chain order.
@@ -261,7 +263,7 @@ impl Inner {
                 doomed: false,
                 created: Vec::new(),
                 deleted: Vec::new(),
-                nt: Vec::new(),
+                written: Written::default(),
                 thread: thread_index(),
                 moved: false,
                 done: false,
@@ -410,19 +412,23 @@ impl Inner {
         let slot = &self.slots[h.slot as usize];
         let mut local = lock(&slot.local);
         let me = thread_index();
-        let mut step = || -> SofortResult<Vec<u64>> {
+        let mut lines = std::mem::take(&mut local.spare);
+        lines.clear();
+        let mut step = |lines: &mut Vec<u64>| -> SofortResult<()> {
             // F1 (P-SOF-5).
-            let mut lines = Vec::with_capacity(h.created.len() + h.deleted.len());
             for &(t, r) in h.created.iter().chain(&h.deleted) {
                 lines.push(self.table(t)?.mvcc_at(r)? & !63);
             }
             lines.sort_unstable();
             lines.dedup();
-            for &l in &lines {
+            for &l in lines.iter() {
                 s.flush_rule("P-SOF-5", l, 64)?; // ORDER(P-SOF-5): every lock durable before the area can commit
             }
+            for &(g, len) in &h.written.cached {
+                s.flush_rule("P-SOF-5", g, len)?; // ORDER(P-SOF-5): values written with ordinary stores
+            }
             if h.moved || me != h.thread {
-                for &(g, len) in &h.nt {
+                for &(g, len) in &h.written.nt {
                     s.flush_rule("P-SOF-5", g, len)?; // ORDER(P-SOF-5): values written on another thread (M4)
                 }
             }
@@ -434,12 +440,11 @@ impl Inner {
             s.fence_rule("P-SOF-5"); // ORDER(P-SOF-5): locks, values, previous finalization durable
             local.pending.clear();
             // F1.5 (P-SOF-6).
-            let entries: Vec<u64> =
-                h.created.iter().chain(&h.deleted).map(|&(t, r)| entry(t, r)).collect();
-            let n = entries.len() as u64;
+            let entries = || h.created.iter().chain(&h.deleted).map(|&(t, r)| entry(t, r));
+            let n = (h.created.len() + h.deleted.len()) as u64;
             if n > INLINE_ENTRIES {
                 let mut runs: Vec<(u64, u64)> = Vec::new();
-                for (i, &e) in entries.iter().enumerate().skip(INLINE_ENTRIES as usize) {
+                for (i, e) in entries().enumerate().skip(INLINE_ENTRIES as usize) {
                     let g = self.entry_at(slot.area, &local.ext, i as u64)?;
                     s.store_u64(g, e, Ordering::Relaxed)?;
                     match runs.last_mut() {
@@ -458,18 +463,17 @@ impl Inner {
             s.store_u64(a + A_TXID, h.txid, Ordering::Release)?;
             s.store_u64(a + A_COMMIT_TS, c, Ordering::Release)?;
             s.store_u64(a + A_COUNTS, counts, Ordering::Release)?;
-            for (i, &e) in entries.iter().take(INLINE_ENTRIES as usize).enumerate() {
+            for (i, e) in entries().take(INLINE_ENTRIES as usize).enumerate() {
                 s.store_u64(a + A_INLINE + i as u64 * 8, e, Ordering::Release)?;
             }
             s.store_u64(a + A_COMMIT, h.txid, Ordering::Release)?;
             s.flush_rule("P-SOF-7", a, 64)?; // ORDER(P-SOF-7): the header line, commit word last (M2)
             s.fence_rule("P-SOF-7"); // ORDER(P-SOF-7): the commit point
-            Ok(lines)
+            Ok(())
         };
-        let lines = match step() {
-            Ok(l) => l,
-            Err(e) => return (false, Err(e)),
-        };
+        if let Err(e) = step(&mut lines) {
+            return (false, Err(e));
+        }
         // Visible only now (spec §3.11).
         {
             let mut i = lock(&slot.info);
@@ -489,7 +493,9 @@ impl Inner {
             Ok(())
         };
         let r = fin();
-        local.pending = lines;
+        let mut old = std::mem::replace(&mut local.pending, lines);
+        old.clear();
+        local.spare = old;
         local.pending_thread = me;
         if !h.deleted.is_empty() {
             local.garbage.push_back((c, h.deleted.clone()));
@@ -524,8 +530,9 @@ pub struct TxHandle {
     doomed: bool,
     created: Vec<(u16, u64)>,
     deleted: Vec<(u16, u64)>,
-    /// Non-temporal ranges written (flushed at commit if the transaction changed threads).
-    nt: Vec<(u64, u64)>,
+    /// Ranges written into rows (flushed at commit; the non-temporal ones only if the
+    /// transaction changed threads).
+    written: Written,
     thread: u32,
     moved: bool,
     done: bool,
@@ -751,7 +758,7 @@ impl TxHandle {
                 }
                 if self.visible_at(t, *r, at)? {
                     let row = t.read_row(self.inner.s(), *r)?;
-                    if t.key_of(index, &row) == *k {
+                    if *k == *t.key_of(index, &row) {
                         out.push((*r, row));
                     }
                 }
@@ -778,7 +785,7 @@ impl TxHandle {
         let inner = self.inner.clone();
         let s = inner.s();
         let r = t.take_row(&inner.pm)?;
-        if let Err(e) = t.write_values(&inner.pm, r, row, &mut self.nt) {
+        if let Err(e) = t.write_values(&inner.pm, r, row, &mut self.written) {
             t.give_back([r]);
             return Err(e);
         }
@@ -913,7 +920,7 @@ impl TxHandle {
                                 break 'outer;
                             }
                         };
-                        if t.key_of(index, &row) == *k && keep(&row) {
+                        if *k == *t.key_of(index, &row) && keep(&row) {
                             result = Ok(true);
                             break 'outer;
                         }
