@@ -52,7 +52,8 @@ use std::time::Instant;
 
 use ferrite_pmem::PoolSet;
 
-use super::table::{EntryBound, entry_bounds};
+use super::ixkey::IxKey;
+use super::table::entry_bounds;
 use super::{KeyState, SofortError, SofortOptions, SofortStore, TableRef, TxHandle};
 use crate::db::RecoveryReport;
 use crate::encoding::ByteRange;
@@ -366,34 +367,37 @@ impl SofortTxn {
         skip: Option<u64>,
     ) -> Result<()> {
         if let Some(pk) = pk {
-            let (lo, hi) = entry_bounds(Bound::Included(pk), Bound::Included(pk));
-            self.probe(e, None, &lo, &hi, row, skip)?;
+            let key = IxKey::new(pk);
+            if let Some(rows) = e.p.pk_rows(&key) {
+                let cands = rows.as_slice().iter().map(|&r| (key.clone(), r));
+                self.probe(e, None, cands, row, skip)?;
+            }
         }
         for &i in unique {
             let ix = &e.schema.indexes[i];
             let range = ByteRange::prefix(e.schema.index_prefix(ix, row));
             let (lo, hi) = range.as_slices();
             let (lo, hi) = entry_bounds(lo, hi);
+            let cands =
+                e.p.candidates(Some(i), &lo, &hi, true, usize::MAX)
+                    .map_err(|x| map_err(x, e.p.name()))?;
             self.record_range(e, Some(i), range, &[]);
-            self.probe(e, Some(i), &lo, &hi, row, skip)?;
+            self.probe(e, Some(i), cands, row, skip)?;
         }
         Ok(())
     }
 
-    /// One uniqueness probe of `index` between the entry bounds `lo`, `hi`.
+    /// One uniqueness probe of `index` over its entries `cands` that may hold `row`'s key.
     fn probe(
         &mut self,
         e: &Arc<TableEntry>,
         index: Option<usize>,
-        lo: &EntryBound,
-        hi: &EntryBound,
+        cands: impl IntoIterator<Item = (IxKey, u64)>,
         row: &[Value],
         skip: Option<u64>,
     ) -> Result<()> {
         let t = &e.p;
         let h = self.h.as_mut().ok_or_else(ended)?;
-        let cands =
-            t.candidates(index, lo, hi, true, usize::MAX).map_err(|x| map_err(x, t.name()))?;
         for (k, r) in cands {
             if Some(r) == skip {
                 continue;

@@ -51,6 +51,12 @@ impl IxKey {
         IxKey { head, repr }
     }
 
+    /// The first eight bytes, big-endian, zero-padded (orders keys before their bytes do).
+    #[inline]
+    pub fn head(&self) -> u64 {
+        self.head
+    }
+
     /// The key's bytes.
     #[inline]
     pub fn as_slice(&self) -> &[u8] {

@@ -28,6 +28,7 @@
 mod codec;
 pub(crate) mod engine;
 mod heap;
+mod index;
 mod ixkey;
 mod layout;
 mod pm;

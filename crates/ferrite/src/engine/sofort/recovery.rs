@@ -18,7 +18,7 @@
 //! # Concurrency
 //! Open and `format` run before the store is shared; `check` expects no transaction running.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -421,10 +421,9 @@ impl Inner {
             if queued.iter().any(|&r| r >= next) || next > t.chunk_count() * CHUNK_ROWS {
                 return fail("row allocation beyond the table".into());
             }
-            let pk = t.pk.read().unwrap_or_else(|p| p.into_inner()).clone();
-            let mut expect_pk = BTreeSet::new();
-            let mut expect_sec: Vec<BTreeSet<(super::ixkey::IxKey, u64)>> =
-                t.sec.iter().map(|_| BTreeSet::new()).collect();
+            let mut expect_pk = super::index::Index::default();
+            let mut expect_sec: Vec<super::index::Index> =
+                t.sec.iter().map(|_| super::index::Index::default()).collect();
             let mut extents = Vec::new();
             for r in 0..next {
                 let off = t.mvcc_at(r)?;
@@ -442,15 +441,19 @@ impl Inner {
                 }
                 let row = t.read_row(s, r)?;
                 let (k, sec) = t.keys(&row);
-                expect_pk.insert((k, r));
+                expect_pk.insert(k, r);
                 for (e, k) in expect_sec.iter_mut().zip(sec) {
-                    e.insert((k, r));
+                    e.insert(k, r);
                 }
                 for (c, chunk, o, l) in t.extents(s, r)? {
                     extents.push((c, chunk, o, l));
                 }
             }
-            if pk != expect_pk {
+            let pk = t.pk.read().unwrap_or_else(|p| p.into_inner());
+            if !pk.is_consistent() {
+                return fail("the primary index's structure is inconsistent".into());
+            }
+            if *pk != expect_pk {
                 return fail(format!(
                     "primary index: {} entries, {} rows in use",
                     pk.len(),
@@ -460,7 +463,7 @@ impl Inner {
             rep.index_entries += pk.len() as u64;
             for (i, (ix, e)) in t.sec.iter().zip(&expect_sec).enumerate() {
                 let ix = ix.read().unwrap_or_else(|p| p.into_inner());
-                if *ix != *e {
+                if *ix != *e || !ix.is_consistent() {
                     return fail(format!("secondary index {i} disagrees with the rows"));
                 }
                 rep.index_entries += ix.len() as u64;

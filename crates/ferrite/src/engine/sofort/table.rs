@@ -18,7 +18,7 @@
 //! Row-id allocation and chunk creation under the table's mutex; each heap under its own; each
 //! index under an `RwLock`. MVCC words and value slots are accessed lock-free.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -26,6 +26,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use ferrite_pmem::{PPtr, Space};
 
 use super::heap::Heap;
+pub(super) use super::index::EntryBound;
+use super::index::{Index, Rows};
 use super::ixkey::IxKey;
 use super::layout::*;
 use super::pm::{BlockArray, Init, Pm, corrupt, lock};
@@ -57,7 +59,7 @@ pub(super) struct Written {
 }
 
 /// An index: `(key, row id)` entries.
-pub(super) type IndexSet = RwLock<BTreeSet<(IxKey, u64)>>;
+pub(super) type IndexSet = RwLock<Index>;
 
 /// One table (see the module docs).
 #[derive(Debug)]
@@ -89,7 +91,7 @@ impl PTable {
             });
         }
         let chunks = cols.iter().map(BlockArray::count).fold(mvcc.count(), u64::min);
-        let sec = table.indexes.iter().map(|_| RwLock::new(BTreeSet::new())).collect();
+        let sec = table.indexes.iter().map(|_| RwLock::new(Index::default())).collect();
         Ok(PTable {
             id,
             table,
@@ -98,7 +100,7 @@ impl PTable {
             heaps,
             rows: Mutex::new(RowAlloc::default()),
             chunks: AtomicU64::new(chunks),
-            pk: RwLock::new(BTreeSet::new()),
+            pk: RwLock::new(Index::default()),
             sec,
         })
     }
@@ -378,17 +380,17 @@ impl PTable {
 
     pub(super) fn index_add(&self, r: u64, row: &[Value]) {
         let (pk, sec) = self.keys(row);
-        self.pk.write().unwrap_or_else(|p| p.into_inner()).insert((pk, r));
+        self.pk.write().unwrap_or_else(|p| p.into_inner()).insert(pk, r);
         for (ix, k) in self.sec.iter().zip(sec) {
-            ix.write().unwrap_or_else(|p| p.into_inner()).insert((k, r));
+            ix.write().unwrap_or_else(|p| p.into_inner()).insert(k, r);
         }
     }
 
     pub(super) fn index_remove(&self, r: u64, row: &[Value]) {
         let (pk, sec) = self.keys(row);
-        self.pk.write().unwrap_or_else(|p| p.into_inner()).remove(&(pk, r));
+        self.pk.write().unwrap_or_else(|p| p.into_inner()).remove(&pk, r);
         for (ix, k) in self.sec.iter().zip(sec) {
-            ix.write().unwrap_or_else(|p| p.into_inner()).remove(&(k, r));
+            ix.write().unwrap_or_else(|p| p.into_inner()).remove(&k, r);
         }
     }
 
@@ -435,17 +437,14 @@ impl PTable {
             _ => {}
         }
         let set = self.index(index)?.read().unwrap_or_else(|p| p.into_inner());
-        let it = set.range((lo.clone(), hi.clone()));
-        Ok(if ascending {
-            it.take(max).cloned().collect()
-        } else {
-            it.rev().take(max).cloned().collect()
-        })
+        Ok(set.candidates(lo, hi, ascending, max))
+    }
+
+    /// The row ids of the versions holding primary key `pk` (one descent of the index).
+    pub(super) fn pk_rows(&self, pk: &IxKey) -> Option<Rows> {
+        self.pk.read().unwrap_or_else(|p| p.into_inner()).rows(pk)
     }
 }
-
-/// A bound on index entries `(key, row id)`.
-pub(super) type EntryBound = Bound<(IxKey, u64)>;
 
 /// The entry bounds of a key range: keys in `(lower, upper)`, any row id.
 pub(super) fn entry_bounds(lower: Bound<&[u8]>, upper: Bound<&[u8]>) -> (EntryBound, EntryBound) {

@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use ferrite_pmem::sim::thread_index;
 use ferrite_pmem::{PPtr, Space};
 
+use super::ixkey::IxKey;
 use super::layout::*;
 use super::pm::{Pm, corrupt, init_null_ptrs, lock};
 use super::table::{PTable, TableRef, Written, entry_bounds};
@@ -715,8 +716,8 @@ impl TxHandle {
 
     /// The row with encoded primary key `pk` visible at `at`, with its row id.
     pub fn get_at(&mut self, t: &PTable, pk: &[u8], at: u64) -> SofortResult<Option<(u64, Row)>> {
-        let (lo, hi) = entry_bounds(Bound::Included(pk), Bound::Included(pk));
-        for (_, r) in t.candidates(None, &lo, &hi, true, usize::MAX)? {
+        let Some(rows) = t.pk_rows(&IxKey::new(pk)) else { return Ok(None) };
+        for &r in rows.as_slice() {
             if self.visible_at(t, r, at)? {
                 let row = t.read_row(self.inner.s(), r)?;
                 if t.key_of(None, &row) == pk {
