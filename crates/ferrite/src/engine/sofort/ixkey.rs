@@ -51,6 +51,17 @@ impl IxKey {
         IxKey { head, repr }
     }
 
+    /// The key of `len <= 8` bytes whose head is `head` (its bytes beyond `len` are zero).
+    #[inline]
+    pub fn from_head(head: u64, len: usize) -> IxKey {
+        let len = len.min(8);
+        let mut buf = [0u8; INLINE];
+        for (i, b) in buf.iter_mut().enumerate().take(len) {
+            *b = (head >> (56 - 8 * i)) as u8;
+        }
+        IxKey { head, repr: Repr::Inline { len: len as u8, buf } }
+    }
+
     /// The first eight bytes, big-endian, zero-padded (orders keys before their bytes do).
     #[inline]
     pub fn head(&self) -> u64 {
@@ -114,6 +125,15 @@ impl fmt::Debug for IxKey {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_short_key_comes_back_from_its_head() {
+        for len in 0..=8 {
+            let b: Vec<u8> = (0..len).map(|i| 0xa0 + i as u8).collect();
+            let k = IxKey::new(&b);
+            assert_eq!(IxKey::from_head(k.head(), len), k, "len {len}");
+        }
+    }
 
     #[test]
     fn short_and_long_keys_keep_their_bytes() {
