@@ -47,6 +47,13 @@ pub struct Config {
     /// such pair on its first visit (more images; the mutation check uses it for sites only
     /// recoveries reach).
     pub nested_by_outer: bool,
+    /// Crash a recovery (depth 2) only at its crash points after it reached a dropped persist
+    /// site (`drop_sites`) that would have changed what is durable there (any flush at such a
+    /// site; a fence with lines it would have made durable). Before that point the recovery
+    /// runs exactly as in an unmutated run, so its images are those of the unmutated code and
+    /// cannot show the dropped persist; the mutation check uses it for the sites that matter
+    /// only in recovery, where the nested images are most of the cost.
+    pub nested_after_drop: bool,
     /// Most images tested at one crash point inside a recovery (depth 2); the images are
     /// those of a top-level crash point (stash subsets, eviction, tearing), in that order.
     pub nested_max: usize,
@@ -106,6 +113,7 @@ impl Default for Config {
             nested_rate: 0.25,
             nested_max: 16,
             nested_by_outer: false,
+            nested_after_drop: false,
             corrupt_samples: 0,
             drop_sites: Vec::new(),
             watchdog: Duration::from_secs(30),

@@ -171,6 +171,9 @@ impl<T: Target> Explorer<T> {
         }
         if e.fresh > 0 {
             s.effective += 1;
+            if !in_recovery {
+                s.workload_effective += 1;
+            }
         }
     }
 

@@ -102,11 +102,13 @@ impl fmt::Display for MutationReport {
 /// Runs the mutation check: an unmutated run, then one run per persist site it reached — in
 /// the workload or inside a recovery — with that site's flushes and fences made no-ops in
 /// every domain (the workload's and those recoveries open); each must fail, or be listed as
-/// benign by the target. A site reached only inside recovery is mutated with every recovery
-/// crashed (`nested_rate` 1) and the depth-2 policy keyed by (outer crash point, inner site)
-/// (`nested_by_outer`), since only a crash after it inside the right recovery can show it is
-/// needed. A site whose persists changed nothing durable in the unmutated run is reported as
-/// having no effect without a mutated run.
+/// benign by the target. A site whose persists changed something durable only inside recovery
+/// (reached only there, or the workload's persists there only wrote back what was durable)
+/// is mutated with every recovery crashed (`nested_rate` 1), the depth-2 policy keyed by
+/// (outer crash point, inner site) (`nested_by_outer`), and each recovery crashed only after
+/// the dropped site diverged from the unmutated code (`nested_after_drop`), since only a crash
+/// after it inside the right recovery can show it is needed. A site whose persists changed
+/// nothing durable in the unmutated run is reported as having no effect without a mutated run.
 pub fn mutate<T: Target>(target: Arc<T>, cfg: &Config) -> MutationReport {
     let base = explore(target.clone(), cfg);
     let mut sites = Vec::new();
@@ -117,10 +119,11 @@ pub fn mutate<T: Target>(target: Arc<T>, cfg: &Config) -> MutationReport {
                 continue;
             }
             let mut c = Config { drop_sites: vec![site.clone()], progress: None, ..cfg.clone() };
-            if stats.recovery_only() {
+            if stats.matters_only_in_recovery() {
                 c.nested = true;
                 c.nested_rate = 1.0;
                 c.nested_by_outer = true;
+                c.nested_after_drop = true;
             }
             let r = explore(target.clone(), &c);
             // Benign patterns match the site key, followed by ` [recovery only]` for a site

@@ -16,12 +16,16 @@
 //!   key `depth2 <inner site>` (probability halves per crash there; with `nested_by_outer`
 //!   the key also names the top-level crash point whose image is being recovered), or every
 //!   visit with `exhaustive`; at most `nested_max` images are tested per crash point.
+//! - With `nested_after_drop` (mutation runs of a site that matters only in recovery), a
+//!   recovery is crashed only after it reached a dropped site whose persist would have
+//!   changed the durable image (a flush there, or a fence there with lines to make durable):
+//!   before, it runs as the unmutated code does, and its images are the unmutated code's.
 //!
 //! # Concurrency
 //! The hook runs on the recovery thread while the workload is paused at its crash point.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use ferrite_pmem::SimDomain;
 use ferrite_pmem::sim::{Event, EventKind, Hook};
@@ -42,12 +46,32 @@ impl<T: Target> Explorer<T> {
         let ex = self.clone();
         let outer = outer.to_owned();
         let model = model.clone();
+        // Whether this recovery has diverged from the unmutated code (see the module docs).
+        let armed = AtomicBool::new(!self.cfg.nested_after_drop);
         Arc::new(move |d: &SimDomain, e: &Event| {
             ex.record_site(e, true);
-            if nest {
+            if !nest {
+                return;
+            }
+            if !armed.load(Ordering::Relaxed) && ex.diverges(e) {
+                armed.store(true, Ordering::Relaxed);
+            }
+            if armed.load(Ordering::Relaxed) {
                 ex.nested_point(d, e, &outer, &model);
             }
         })
+    }
+
+    /// Whether `e` is a dropped persist that would have changed what is durable: a flush at a
+    /// dropped site (the simulator does not tell whether a dropped flush held new content, so
+    /// every one counts), or a fence there that would have written pending lines.
+    fn diverges(&self, e: &Event) -> bool {
+        let fresh = match e.kind {
+            EventKind::Flush => true,
+            EventKind::Fence => e.fresh > 0,
+            _ => false,
+        };
+        fresh && self.cfg.drop_sites.iter().any(|s| *s == e.site.key())
     }
 
     /// A crash point inside a recovery (depth 2).

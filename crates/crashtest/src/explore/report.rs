@@ -37,6 +37,8 @@ pub struct SiteStats {
     /// Flushes and fences there that changed what is durable (a flush of content that
     /// differed from the durable content, a fence that wrote such content), at any depth.
     pub effective: u64,
+    /// Of those, the ones the workload issued (outside recovery).
+    pub workload_effective: u64,
     /// Crashes simulated there (top level).
     pub crashes: u64,
 }
@@ -45,6 +47,14 @@ impl SiteStats {
     /// Whether only recoveries reached the site (the workload never did).
     pub fn recovery_only(&self) -> bool {
         self.flushes == 0 && self.fences == 0
+    }
+
+    /// Whether nothing the workload issued there changed what is durable (the site is only
+    /// reached in recovery, or the workload's flushes and fences there only wrote back what
+    /// was durable already): dropping it leaves every top-level image as it was, and only a
+    /// recovery can show that it is needed.
+    pub fn matters_only_in_recovery(&self) -> bool {
+        self.workload_effective == 0
     }
 }
 

@@ -3,8 +3,9 @@
 //!
 //! # Invariants
 //! - Open validates the catalog, every table descriptor, every array directory and every area
-//!   pointer before it writes anything (the allocator's own recovery excepted): a corrupt or
-//!   incompatible store is a typed error and stays as it was.
+//!   pointer (areas and their extension blocks pairwise disjoint) before it writes anything
+//!   (the allocator's own recovery excepted): a corrupt or incompatible store is a typed error
+//!   and stays as it was.
 //! - After open: no MVCC field holds a TXID of a committed transaction; every TXID left is of
 //!   an older epoch and uncommitted; every timestamp stored is `≤ failureTime < CurrentTime`;
 //!   the indexes hold exactly the live rows; the reusable queues hold every other row of the
@@ -254,6 +255,20 @@ pub(super) fn open(alloc: PAllocator) -> SofortResult<(Inner, RecoveryReport)> {
     for i in 0..n {
         let a = pm.at(s.load_pptr(areas_at + i * 16)?, AREA_BYTES, "area")?;
         areas.push((a, load_ext(&pm, a)?));
+    }
+    // Every area and extension block belongs to one slot: two that overlap would let two
+    // transactions write their entries over each other (for example an extension pointer
+    // whose creation-time null was never made durable reads as segment 0, offset 0, the same
+    // block for every area).
+    let mut blocks: Vec<(u64, u64)> = areas
+        .iter()
+        .flat_map(|(a, ext)| {
+            std::iter::once((*a, AREA_BYTES)).chain(ext.iter().map(|&g| (g, EXT_BYTES)))
+        })
+        .collect();
+    blocks.sort_unstable();
+    if blocks.windows(2).any(|w| w[0].0.saturating_add(w[0].1) > w[1].0) {
+        return Err(bad("two transaction areas or area extensions overlap").into());
     }
 
     // ----- writes -----

@@ -605,6 +605,27 @@ fn corrupt_or_newer_catalogs_are_typed_errors() {
     assert!(matches!(err, SofortError::Storage(StorageError::Corrupted { .. })), "{err:?}");
 }
 
+/// Regression: an area's extension pointer is null as `u64::MAX` in its segment word; when
+/// creation's persist of the empty areas was lost, every area read an extension at segment 0,
+/// offset 0 (the same block for all), and the next transaction with more entries than an area
+/// holds would have written them there. Open now refuses areas whose blocks overlap: here two
+/// areas name one (well-formed) extension block.
+#[test]
+fn areas_sharing_an_extension_block_are_corrupted() {
+    let dir = TestDir::new("sofort-ext-overlap");
+    let path = dir.join("db");
+    let st = SofortStore::create(PoolSet::create(&path, &opts()).unwrap(), sopts(2)).unwrap();
+    let pm = &st.inner.pm;
+    let (a0, a1) = (st.inner.slots[0].area, st.inner.slots[1].area);
+    let target = pm.set().to_pptr(a0 + A_EXT).unwrap();
+    let ext =
+        pm.staged_alloc(EXT_BYTES, target, |s, g| pm::init_null_ptrs(s, g + EXT_NEXT, 16)).unwrap();
+    pm.s().persist_pptr(a1 + A_EXT, ext).unwrap();
+    st.close().unwrap();
+    let err = SofortStore::open(PoolSet::open(&path, &opts()).unwrap()).unwrap_err();
+    assert!(matches!(err, SofortError::Storage(StorageError::Corrupted { .. })), "{err:?}");
+}
+
 #[test]
 fn a_full_pool_is_pool_full_and_earlier_commits_stay() {
     let dir = TestDir::new("sofort-full");
