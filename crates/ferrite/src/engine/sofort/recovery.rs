@@ -393,14 +393,12 @@ pub(super) fn open(alloc: PAllocator) -> SofortResult<(Inner, RecoveryReport)> {
     report.index_rebuild = t0.elapsed();
 
     let slots: Box<[Slot]> = areas.into_iter().map(|(a, ext)| Slot::new(a, epoch, ext)).collect();
-    let free = (0..n as u32).rev().collect();
     let inner = Inner {
         pm,
         tables: RwLock::new(tables),
         table_dir: head.table_dir,
         ddl: Mutex::new(()),
         slots,
-        free: Mutex::new(free),
         clock: AtomicU64::new(clock),
         ceiling: AtomicU64::new(ceiling),
         ceiling_lock: Mutex::new(()),

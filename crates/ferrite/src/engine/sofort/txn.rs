@@ -71,8 +71,13 @@ pub(super) struct SlotLocal {
     pub ext: Vec<u64>,
 }
 
+/// Aligned to two cache lines (the adjacent-line prefetcher pairs lines): threads working in
+/// different slots share no line.
 #[derive(Debug)]
+#[repr(align(128))]
 pub(super) struct Slot {
+    /// Held by a transaction (taken by a CAS in `begin`, released when it ends).
+    pub taken: AtomicBool,
     pub info: Mutex<TxInfo>,
     pub min_ts: AtomicU64,
     pub local: Mutex<SlotLocal>,
@@ -83,6 +88,7 @@ pub(super) struct Slot {
 impl Slot {
     pub fn new(area: u64, epoch: u64, ext: Vec<u64>) -> Slot {
         Slot {
+            taken: AtomicBool::new(false),
             info: Mutex::new(TxInfo { status: Status::Invalid, txid: 0, commit_ts: INF }),
             min_ts: AtomicU64::new(INF),
             local: Mutex::new(SlotLocal { epoch, ext, ..SlotLocal::default() }),
@@ -99,7 +105,6 @@ pub(super) struct Inner {
     pub table_dir: PPtr,
     pub ddl: Mutex<()>,
     pub slots: Box<[Slot]>,
-    pub free: Mutex<Vec<u32>>,
     /// `CurrentTime`.
     pub clock: AtomicU64,
     pub ceiling: AtomicU64,
@@ -250,7 +255,7 @@ impl Inner {
 
     pub fn begin(self: &Arc<Self>, read_only: bool) -> SofortResult<TxHandle> {
         self.check_poison()?;
-        let slot = lock(&self.free).pop().ok_or_else(|| {
+        let slot = self.take_slot().ok_or_else(|| {
             SofortError::Busy(format!("all {} transaction slots are taken", self.slots.len()))
         })?;
         match self.start(slot) {
@@ -271,9 +276,39 @@ impl Inner {
             }),
             Err(e) => {
                 self.set_invalid(slot);
-                lock(&self.free).push(slot);
+                self.release_slot(slot);
                 Err(e)
             }
+        }
+    }
+
+    /// Takes a free slot: the one this thread used last if it is free, else the lowest free
+    /// one. A slot is taken by a CAS on its own flag, so threads that keep to their slots
+    /// share no line here (a shared free list was a mutex every transaction took twice).
+    fn take_slot(&self) -> Option<u32> {
+        thread_local! { static LAST: std::cell::Cell<u32> = const { std::cell::Cell::new(0) }; }
+        let try_take = |i: usize| {
+            self.slots.get(i).is_some_and(|s| {
+                !s.taken.load(Ordering::Relaxed)
+                    && s.taken
+                        .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                        .is_ok()
+            })
+        };
+        let hint = LAST.with(|c| c.get()) as usize;
+        let slot = if try_take(hint) {
+            hint
+        } else {
+            (0..self.slots.len()).find(|&i| i != hint && try_take(i))?
+        };
+        LAST.with(|c| c.set(slot as u32));
+        Some(slot as u32)
+    }
+
+    /// Returns slot `slot` (its transaction has ended and the slot is `Invalid`).
+    fn release_slot(&self, slot: u32) {
+        if let Some(s) = self.slots.get(slot as usize) {
+            s.taken.store(false, Ordering::Release);
         }
     }
 
@@ -961,13 +996,13 @@ impl TxHandle {
             self.finish_abort();
             return Err(SofortError::Conflict("the transaction met a conflict".into()));
         }
-        let inner = self.inner.clone();
         if self.created.is_empty() && self.deleted.is_empty() {
             self.done = true;
-            inner.set_invalid(self.slot);
-            lock(&inner.free).push(self.slot);
+            self.inner.set_invalid(self.slot);
+            self.inner.release_slot(self.slot);
             return Ok(self.sts);
         }
+        let inner = self.inner.clone();
         let n = (self.created.len() + self.deleted.len()) as u64;
         if self.created.len() as u64 > MAX_ENTRIES || self.deleted.len() as u64 > MAX_ENTRIES {
             self.finish_abort();
@@ -1016,7 +1051,7 @@ impl TxHandle {
         }
         self.done = true;
         inner.set_invalid(self.slot);
-        lock(&inner.free).push(self.slot);
+        inner.release_slot(self.slot);
         if let Err(e) = r {
             inner.poison();
             return Err(e);
@@ -1040,19 +1075,19 @@ impl TxHandle {
             return;
         }
         self.done = true;
-        let inner = self.inner.clone();
         {
-            let mut i = lock(&inner.slots[self.slot as usize].info);
+            let mut i = lock(&self.inner.slots[self.slot as usize].info);
             i.status = Status::Aborted;
         }
-        if let Err(_e) = self.undo(&inner) {
-            inner.poison();
+        if self.undo().is_err() {
+            self.inner.poison();
         }
-        inner.set_invalid(self.slot);
-        lock(&inner.free).push(self.slot);
+        self.inner.set_invalid(self.slot);
+        self.inner.release_slot(self.slot);
     }
 
-    fn undo(&mut self, inner: &Inner) -> SofortResult<()> {
+    fn undo(&self) -> SofortResult<()> {
+        let inner = &*self.inner;
         let s = inner.s();
         // Deletions first (spec §3.12): a created-then-deleted row ends up tagged.
         for &(t, r) in &self.deleted {
