@@ -63,6 +63,10 @@ pub struct PointResult {
     pub mean_us: f64,
     /// Attempts that failed with a retryable error and were run again.
     pub aborts: u64,
+    /// Latency and aborts per transaction type of the workload (one entry for single-type
+    /// workloads).
+    #[serde(default)]
+    pub txn_types: Vec<TxnTypeResult>,
     /// Lines flushed per transaction (Ferrite engines; `None` = n/a).
     pub flushes_per_tx: Option<f64>,
     /// Fences per transaction.
@@ -112,6 +116,7 @@ impl PointResult {
             max_us: 0.0,
             mean_us: 0.0,
             aborts: 0,
+            txn_types: Vec::new(),
             flushes_per_tx: None,
             fences_per_tx: None,
             bytes_per_tx: None,
@@ -137,6 +142,23 @@ impl PointResult {
     pub fn ok(&self) -> bool {
         self.error.is_none() && self.checks.iter().all(|c| c.ok)
     }
+}
+
+/// The timed phase of one transaction type at one point.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TxnTypeResult {
+    /// The workload's name for the type.
+    pub name: String,
+    /// Committed transactions of the type.
+    pub txns: u64,
+    /// Attempts of the type that failed with a retryable error and were run again.
+    pub aborts: u64,
+    /// Latency percentiles, µs, from the first attempt to the commit.
+    pub p50_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+    /// 99.9th percentile.
+    pub p999_us: f64,
 }
 
 /// A whole run.
