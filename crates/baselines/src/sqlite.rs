@@ -586,6 +586,49 @@ mod tests {
     }
 
     #[test]
+    fn statements_on_a_callers_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = SqliteConfig::new(JournalMode::Wal, Synchronous::Full);
+        let ddl = ["CREATE TABLE t (a INTEGER NOT NULL, b INTEGER NOT NULL, s TEXT NOT NULL, \
+                    PRIMARY KEY (a, b)) WITHOUT ROWID"
+            .to_owned()];
+        let db = Sqlite::create_with_schema(&dir.path().join("s"), cfg, &ddl, "t(a, b)").unwrap();
+        assert!(db.settings().iter().any(|(k, v)| k == "tables" && v == "t(a, b)"));
+        let mut c = db.connect().unwrap();
+        let ins = "INSERT INTO t (a, b, s) VALUES (?1, ?2, ?3)";
+        let row =
+            |a, b, s: &str| [SqlValue::Integer(a), SqlValue::Integer(b), SqlValue::Text(s.into())];
+        c.write(|t| {
+            assert_eq!(t.execute(ins, &row(1, 2, "x"))?, 1);
+            assert_eq!(t.execute(ins, &row(1, 3, "y"))?, 1);
+            assert!(matches!(t.execute(ins, &row(1, 2, "z")), Err(Error::Constraint(_))));
+            let mut got = Vec::new();
+            let sql = "UPDATE t SET b = b + ?3 WHERE a = ?1 AND b = ?2 RETURNING b";
+            let params = [SqlValue::Integer(1), SqlValue::Integer(3), SqlValue::Integer(10)];
+            assert_eq!(t.query(sql, &params, &mut |r| got.push(r[0].as_i64().unwrap()))?, 1);
+            assert_eq!(got, [13]);
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+        c.read(|t| {
+            let mut got = Vec::new();
+            let n = t.query(
+                "SELECT b, s FROM t WHERE a = ?1 ORDER BY b",
+                &[SqlValue::Integer(1)],
+                &mut |r| {
+                    got.push((r[0].as_i64().unwrap(), r[1].as_str().unwrap().to_owned()));
+                },
+            )?;
+            assert_eq!((n, got), (2, vec![(2, "x".to_owned()), (13, "y".to_owned())]));
+            assert!(t.execute(ins, &row(2, 2, "r")).is_err(), "read-only");
+            let upd = "UPDATE t SET s = 'q' WHERE a = 1 RETURNING a";
+            assert!(t.query(upd, &[], &mut |_| ()).is_err(), "a write in a read-only query");
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+    }
+
+    #[test]
     fn bad_input_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
         let cfg = SqliteConfig::new(JournalMode::Wal, Synchronous::Full);

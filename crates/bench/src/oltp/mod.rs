@@ -664,6 +664,110 @@ mod tests {
         assert_eq!(t.indexes[0].columns, vec![0, 1, 3]);
     }
 
+    /// The same reads on every engine return the same rows: composite keys, prefix ranges,
+    /// bounds, descending order, limits, an index lookup by a non-key column; `add`, `update`,
+    /// `delete` and a refused duplicate.
+    #[test]
+    fn every_engine_answers_the_same() {
+        use crate::subject::LatencyModel;
+        use ferrite::pmem::internals::testing::TestDir;
+        let dir = TestDir::new("bench-oltp-layer");
+        let with_index = Arc::new(Schema::new(vec![orders()]).unwrap());
+        let plain = Arc::new(
+            Schema::new(vec![{
+                let mut t = orders();
+                t.pending_indexes.clear();
+                t
+            }])
+            .unwrap(),
+        );
+        let setup = SubjectSetup {
+            tables: vec!["orders"],
+            data_bytes: 1 << 20,
+            latency_ns: 0,
+            latency_model: LatencyModel::Barrier,
+            flush: None,
+        };
+        let v = |x: i64| Value::I64(x);
+        let mut answers: Vec<(EngineId, Vec<Vec<i64>>)> = Vec::new();
+        for engine in EngineId::available().into_iter().filter(|&e| supports(e)) {
+            // LMDB maps no index: it gets the same table without one, and skips index reads.
+            let lmdb = engine == EngineId::Lmdb;
+            let schema = if lmdb { &plain } else { &with_index };
+            if lmdb {
+                assert!(open(engine, &dir.path().join("refused"), &setup, &with_index).is_err());
+            }
+            let subject = open(engine, &dir.path().join(engine.name()), &setup, schema)
+                .unwrap_or_else(|e| panic!("{engine}: {e}"));
+            let mut s = subject.session().unwrap();
+            run_retrying(s.as_mut(), TxnKind::ReadWrite, &mut |ops| {
+                for w in 1..=2 {
+                    for d in 1..=3 {
+                        for o in 1..=4 {
+                            assert!(ops.insert(0, vec![v(w), v(d), v(o), v(10 * o % 7)])?);
+                        }
+                    }
+                }
+                assert!(!ops.insert(0, vec![v(1), v(1), v(1), v(0)])?, "duplicate key");
+                assert_eq!(ops.add(0, &[1, 2, 3], 3, 100)?, Some(102));
+                assert_eq!(ops.add(0, &[1, 2, 9], 3, 1)?, None);
+                assert!(ops.update(0, &[2, 3, 4], &[(3, v(-1))])?);
+                assert!(ops.update(0, &[2, 3, 4], &[(0, v(5))]).is_err(), "key column");
+                assert!(ops.delete(0, &[2, 1, 1])?);
+                assert!(!ops.delete(0, &[2, 1, 1])?);
+                assert!(ops.insert(0, vec![v(16), v(0), v(0), v(0)]).is_err(), "key too wide");
+                Ok(())
+            })
+            .unwrap();
+            let mut out = Vec::new();
+            let ranges = [
+                Range::all(),
+                Range::primary(vec![v(1), v(2)]),
+                Range::primary(vec![v(1)]).between(Bound::Excluded(v(1)), Bound::Included(v(2))),
+                Range::primary(vec![v(2), v(3)]).between(Bound::Included(v(2)), Bound::Unbounded),
+                Range::primary(vec![v(1), v(1)]).limit(2),
+                Range::primary(vec![v(2)]).between(Bound::Included(v(3)), Bound::Excluded(v(3))),
+            ];
+            let idx = [
+                Range::index(0, vec![v(1), v(2), v(6)]),
+                Range::index(0, vec![v(1), v(3)]).between(Bound::Included(v(2)), Bound::Unbounded),
+                Range::primary(vec![v(1), v(3)]).descending().limit(2),
+            ];
+            run_retrying(s.as_mut(), TxnKind::ReadOnly, &mut |ops| {
+                out.clear();
+                let reads = ranges.iter().chain(if lmdb { &idx[..0] } else { &idx[..] });
+                for r in reads {
+                    let mut rows = Vec::new();
+                    ops.scan(0, r, &mut |row| {
+                        rows.extend(row.iter().map(|x| x.as_i64().unwrap()));
+                    })?;
+                    out.push(rows);
+                }
+                let mut row = Row::new();
+                assert!(ops.get(0, &[1, 2, 3], &mut row)?);
+                assert_eq!(row, vec![v(1), v(2), v(3), v(102)]);
+                assert!(ops.insert(0, vec![v(3), v(0), v(0), v(0)]).is_err(), "read-only");
+                Ok(())
+            })
+            .unwrap();
+            answers.push((engine, out.clone()));
+        }
+        let (first, want) = &answers[0];
+        // By hand: c = 10*o % 7 is 3, 6, 2, 5 for o = 1..4.
+        assert_eq!(want[1], [1, 2, 1, 3, 1, 2, 2, 6, 1, 2, 3, 102, 1, 2, 4, 5]);
+        assert_eq!(want[2].len(), 4 * 4, "d = 2 of w = 1");
+        assert_eq!(want[3], [2, 3, 2, 6, 2, 3, 3, 2, 2, 3, 4, -1]);
+        assert_eq!(want[4], [1, 1, 1, 3, 1, 1, 2, 6]);
+        assert!(want[5].is_empty());
+        assert_eq!(want[0].len(), 23 * 4);
+        assert_eq!(want[6], [1, 2, 2, 6], "index (w, d, c) = (1, 2, 6)");
+        assert_eq!(want[7], [1, 3, 3, 2, 1, 3, 1, 3, 1, 3, 4, 5, 1, 3, 2, 6], "c >= 2 by c");
+        assert_eq!(want[8], [1, 3, 4, 5, 1, 3, 3, 2], "descending");
+        for (engine, got) in &answers {
+            assert_eq!(got[..], want[..got.len()], "{engine} differs from {first}");
+        }
+    }
+
     #[test]
     fn bad_schemas_are_errors() {
         let bad = |t: TableDef| Schema::new(vec![t]).is_err();
