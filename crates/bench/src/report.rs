@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::machine::Machine;
 use crate::spec::{Point, RunSpec, Stop, Warmup};
 use crate::subject::{EngineId, SubjectInfo};
-use crate::workload::Check;
+use crate::workload::{Check, WorkloadId};
 
 /// Everything measured at one point, with the effective configuration.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -677,22 +677,35 @@ pub fn settings_of(spec: &RunSpec, medium: &str) -> BTreeMap<String, String> {
         Warmup::Duration(d) => format!("{:.1} s", d.as_secs_f64()),
         Warmup::Txns(n) => format!("{n} transactions"),
     };
+    let mut data = String::new();
+    if spec.workloads.iter().any(|w| matches!(w, WorkloadId::Micro(..) | WorkloadId::Ycsb(_))) {
+        data = format!(
+            "key-value workloads: scale {} records, {}-byte values, 8-byte keys, {} (θ={}), \
+             seed {}",
+            spec.scale,
+            spec.value_size,
+            spec.distribution.name(),
+            spec.theta,
+            spec.seed
+        );
+    }
+    for w in &spec.workloads {
+        if let WorkloadId::Tpcb(sc) = w {
+            if !data.is_empty() {
+                data.push_str("; ");
+            }
+            data.push_str(&format!(
+                "tpcb: {} branches, 10 tellers and {} accounts per branch, seed {}",
+                sc.branches, sc.accounts_per_branch, spec.seed
+            ));
+        }
+    }
     BTreeMap::from([
         (
             "Timed phase".into(),
             format!("{stop} after a warm-up of {warm} (loading untimed, separate session)"),
         ),
-        (
-            "Data".into(),
-            format!(
-                "scale {} records, {}-byte values, 8-byte keys, {} (θ={}), seed {}",
-                spec.scale,
-                spec.value_size,
-                spec.distribution.name(),
-                spec.theta,
-                spec.seed
-            ),
-        ),
+        ("Data".into(), data),
         ("Medium".into(), medium.to_owned()),
         (
             "Injected latency".into(),
