@@ -9,6 +9,10 @@ pub enum Error {
     /// SQLite failed (other than busy/locked, which is [`Error::Busy`]).
     #[error("sqlite: {0}")]
     Sqlite(rusqlite::Error),
+    /// A constraint failed (SQLite `SQLITE_CONSTRAINT`: a duplicate primary or unique key).
+    /// The statement had no effect; the transaction stays usable.
+    #[error("constraint: {0}")]
+    Constraint(String),
     /// The engine could not admit the transaction now (SQLite `SQLITE_BUSY`/`SQLITE_LOCKED`
     /// after its busy timeout). Retrying the whole transaction may succeed.
     #[error("busy: {0}")]
@@ -66,6 +70,7 @@ impl From<rusqlite::Error> for Error {
         use rusqlite::ErrorCode;
         match e.sqlite_error_code() {
             Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => Error::Busy(e.to_string()),
+            Some(ErrorCode::ConstraintViolation) => Error::Constraint(e.to_string()),
             _ => Error::Sqlite(e),
         }
     }

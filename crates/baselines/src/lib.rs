@@ -12,7 +12,10 @@
 //! values, read-write transactions as closures (`write(|txn| …)`) that commit when the closure
 //! returns `Ok` and roll back otherwise, read-only transactions (`read(|txn| …)`), and inside a
 //! transaction `get`, `insert` (`false` if the key exists), `update` and `delete` (`false` if it
-//! does not), ordered `scan` from a key, and `count`.
+//! does not), ordered `scan` from a key (LMDB also `scan_range` up to an end key), and `count`.
+//! SQLite can also be created with the caller's schema (`Sqlite::create_with_schema`) and run
+//! any prepared statement inside its transactions (`SqliteTxn::execute`, `SqliteTxn::query`),
+//! which the typed OLTP workloads of `ferrite-bench` use.
 //!
 //! This crate depends on no Ferrite crate; it is the only crate besides `ferrite-pmem` that may
 //! contain `unsafe` (FFI), and every `unsafe` block carries a `SAFETY` comment.

@@ -422,6 +422,18 @@ impl LmdbTxn<'_> {
         limit: usize,
         visit: &mut dyn FnMut(u64, &[u8]),
     ) -> Result<usize> {
+        self.scan_range(table, start, u64::MAX, limit, visit)
+    }
+
+    /// Visits up to `limit` entries with `start <= key < end`, in key order; returns how many.
+    pub fn scan_range(
+        &mut self,
+        table: usize,
+        start: u64,
+        end: u64,
+        limit: usize,
+        visit: &mut dyn FnMut(u64, &[u8]),
+    ) -> Result<usize> {
         check_key(start)?;
         let dbi = self.dbi(table)?;
         if limit == 0 {
@@ -459,6 +471,9 @@ impl LmdbTxn<'_> {
             let key = <[u8; 8]>::try_from(kbytes).map(key_from).map_err(|_| {
                 Error::InvalidArgument(format!("LMDB key of {} bytes", kbytes.len()))
             })?;
+            if key >= end {
+                break;
+            }
             visit(key, vbytes);
             n += 1;
             op = ffi::MDB_NEXT;
@@ -509,6 +524,9 @@ mod tests {
             let mut seen = Vec::new();
             assert_eq!(t.scan(0, 6, 10, &mut |k, v| seen.push((k, v.to_vec())))?, 2);
             assert_eq!(seen, vec![(7, b"SEVEN".to_vec()), (1 << 40, b"big".to_vec())]);
+            seen.clear();
+            assert_eq!(t.scan_range(0, 5, 1 << 40, 10, &mut |k, _| seen.push((k, vec![])))?, 2);
+            assert_eq!(seen, vec![(5, vec![]), (7, vec![])]);
             assert_eq!(t.count(0)?, 3);
             assert!(t.delete(0, 5).is_err(), "read-only");
             Ok::<_, Error>(())

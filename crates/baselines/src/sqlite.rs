@@ -37,6 +37,12 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, params};
 
 use crate::error::{Error, Result, check_key, check_table_name};
 
+/// An owned SQL value (a statement parameter): `rusqlite`'s, re-exported so callers need no
+/// direct dependency on it.
+pub use rusqlite::types::Value as SqlValue;
+/// A borrowed SQL value of a result row, valid inside the visitor it is passed to.
+pub use rusqlite::types::ValueRef as SqlValueRef;
+
 /// Journal mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum JournalMode {
@@ -156,11 +162,50 @@ pub fn version() -> &'static str {
 }
 
 impl Sqlite {
-    /// Creates a new database file at `path` (which must not exist) with one table per name.
+    /// Creates a new database file at `path` (which must not exist) with one key-value table
+    /// per name.
     pub fn create(path: &Path, config: SqliteConfig, tables: &[&str]) -> Result<Sqlite> {
         for t in tables {
             check_table_name(t)?;
         }
+        let ddl: Vec<String> = tables
+            .iter()
+            .map(|t| {
+                format!(
+                    "CREATE TABLE {t} (k INTEGER PRIMARY KEY NOT NULL, v BLOB NOT NULL) \
+                     WITHOUT ROWID"
+                )
+            })
+            .collect();
+        Self::create_inner(
+            path,
+            config,
+            &ddl,
+            tables.iter().map(|t| TableSql::new(t)).collect(),
+            "k INTEGER PRIMARY KEY NOT NULL, v BLOB NOT NULL, WITHOUT ROWID",
+        )
+    }
+
+    /// Creates a new database file at `path` (which must not exist) with the caller's schema:
+    /// `ddl` (`CREATE TABLE … WITHOUT ROWID`, `CREATE INDEX …`) runs before anything else, and
+    /// `schema` is how the settings describe it. Such a database is used through
+    /// [`SqliteTxn::execute`] and [`SqliteTxn::query`]; the key-value operations have no tables.
+    pub fn create_with_schema(
+        path: &Path,
+        config: SqliteConfig,
+        ddl: &[String],
+        schema: &str,
+    ) -> Result<Sqlite> {
+        Self::create_inner(path, config, ddl, Vec::new(), schema)
+    }
+
+    fn create_inner(
+        path: &Path,
+        config: SqliteConfig,
+        ddl: &[String],
+        tables: Vec<TableSql>,
+        schema: &str,
+    ) -> Result<Sqlite> {
         if path.exists() {
             return Err(Error::Io {
                 op: "create",
@@ -180,17 +225,15 @@ impl Sqlite {
                 config.journal.pragma()
             )));
         }
-        for t in tables {
-            conn.execute_batch(&format!(
-                "CREATE TABLE {t} (k INTEGER PRIMARY KEY NOT NULL, v BLOB NOT NULL) WITHOUT ROWID"
-            ))?;
+        for stmt in ddl {
+            conn.execute_batch(stmt)?;
         }
-        let settings = query_settings(&conn, &config)?;
+        let settings = query_settings(&conn, &config, schema)?;
         drop(conn);
         Ok(Sqlite {
             path: path.to_path_buf(),
             config,
-            tables: tables.iter().map(|t| TableSql::new(t)).collect(),
+            tables: tables.into(),
             writers: Arc::new(Mutex::new(())),
             settings,
         })
@@ -250,7 +293,11 @@ fn open(path: &Path, config: &SqliteConfig, create: bool) -> Result<Connection> 
     Ok(conn)
 }
 
-fn query_settings(conn: &Connection, config: &SqliteConfig) -> Result<Vec<(String, String)>> {
+fn query_settings(
+    conn: &Connection,
+    config: &SqliteConfig,
+    schema: &str,
+) -> Result<Vec<(String, String)>> {
     let one = |sql: &str| -> Result<String> {
         Ok(conn.query_row(sql, [], |r| r.get::<_, rusqlite::types::Value>(0)).map(|v| match v {
             rusqlite::types::Value::Integer(i) => i.to_string(),
@@ -278,7 +325,7 @@ fn query_settings(conn: &Connection, config: &SqliteConfig) -> Result<Vec<(Strin
         ("locking_mode".into(), one("PRAGMA locking_mode")?),
         ("busy_timeout_ms".into(), config.busy_timeout_ms.to_string()),
         ("mmap_size".into(), one("PRAGMA mmap_size")?),
-        ("tables".into(), "k INTEGER PRIMARY KEY NOT NULL, v BLOB NOT NULL, WITHOUT ROWID".into()),
+        ("tables".into(), schema.into()),
         (
             "transactions".into(),
             "BEGIN IMMEDIATE (read-write, writers serialized by an in-process mutex) / BEGIN \
@@ -436,6 +483,43 @@ impl SqliteTxn<'_> {
         let n: i64 = stmt.query_row([], |r| r.get(0))?;
         Ok(n as u64)
     }
+
+    /// Runs one statement that returns no rows (`INSERT`, `UPDATE`, `DELETE`) with `params`
+    /// bound to `?1`, `?2`, …, prepared once per connection and cached; returns the rows it
+    /// changed. A violated constraint (a duplicate key) is [`Error::Constraint`] and leaves the
+    /// transaction usable.
+    pub fn execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<usize> {
+        self.writable()?;
+        let mut stmt = self.conn.prepare_cached(sql)?;
+        Ok(stmt.execute(rusqlite::params_from_iter(params))?)
+    }
+
+    /// Runs one statement that returns rows (`SELECT`, or a write with `RETURNING` in a
+    /// read-write transaction), prepared once per connection and cached, and passes each row's
+    /// values to `visit`; returns how many rows it visited.
+    pub fn query(
+        &mut self,
+        sql: &str,
+        params: &[SqlValue],
+        visit: &mut dyn FnMut(&[SqlValueRef<'_>]),
+    ) -> Result<usize> {
+        let mut stmt = self.conn.prepare_cached(sql)?;
+        if !stmt.readonly() {
+            self.writable()?;
+        }
+        let columns = stmt.column_count();
+        let mut rows = stmt.query(rusqlite::params_from_iter(params))?;
+        let mut n = 0;
+        while let Some(r) = rows.next()? {
+            let mut values = Vec::with_capacity(columns);
+            for i in 0..columns {
+                values.push(r.get_ref(i)?);
+            }
+            visit(&values);
+            n += 1;
+        }
+        Ok(n)
+    }
 }
 
 #[cfg(test)]
@@ -499,6 +583,49 @@ mod tests {
             .unwrap();
             db.checkpoint().unwrap();
         }
+    }
+
+    #[test]
+    fn statements_on_a_callers_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = SqliteConfig::new(JournalMode::Wal, Synchronous::Full);
+        let ddl = ["CREATE TABLE t (a INTEGER NOT NULL, b INTEGER NOT NULL, s TEXT NOT NULL, \
+                    PRIMARY KEY (a, b)) WITHOUT ROWID"
+            .to_owned()];
+        let db = Sqlite::create_with_schema(&dir.path().join("s"), cfg, &ddl, "t(a, b)").unwrap();
+        assert!(db.settings().iter().any(|(k, v)| k == "tables" && v == "t(a, b)"));
+        let mut c = db.connect().unwrap();
+        let ins = "INSERT INTO t (a, b, s) VALUES (?1, ?2, ?3)";
+        let row =
+            |a, b, s: &str| [SqlValue::Integer(a), SqlValue::Integer(b), SqlValue::Text(s.into())];
+        c.write(|t| {
+            assert_eq!(t.execute(ins, &row(1, 2, "x"))?, 1);
+            assert_eq!(t.execute(ins, &row(1, 3, "y"))?, 1);
+            assert!(matches!(t.execute(ins, &row(1, 2, "z")), Err(Error::Constraint(_))));
+            let mut got = Vec::new();
+            let sql = "UPDATE t SET b = b + ?3 WHERE a = ?1 AND b = ?2 RETURNING b";
+            let params = [SqlValue::Integer(1), SqlValue::Integer(3), SqlValue::Integer(10)];
+            assert_eq!(t.query(sql, &params, &mut |r| got.push(r[0].as_i64().unwrap()))?, 1);
+            assert_eq!(got, [13]);
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+        c.read(|t| {
+            let mut got = Vec::new();
+            let n = t.query(
+                "SELECT b, s FROM t WHERE a = ?1 ORDER BY b",
+                &[SqlValue::Integer(1)],
+                &mut |r| {
+                    got.push((r[0].as_i64().unwrap(), r[1].as_str().unwrap().to_owned()));
+                },
+            )?;
+            assert_eq!((n, got), (2, vec![(2, "x".to_owned()), (13, "y".to_owned())]));
+            assert!(t.execute(ins, &row(2, 2, "r")).is_err(), "read-only");
+            let upd = "UPDATE t SET s = 'q' WHERE a = 1 RETURNING a";
+            assert!(t.query(upd, &[], &mut |_| ()).is_err(), "a write in a read-only query");
+            Ok::<_, Error>(())
+        })
+        .unwrap();
     }
 
     #[test]

@@ -17,6 +17,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::calibrate;
 use crate::machine::{machine, utc_now, utc_stamp};
+use crate::oltp::TpcbScale;
 use crate::plot::plots_from_csv;
 use crate::report::{PointResult, Report, settings_of, shape_problems, summary};
 use crate::runner::{self, Progress};
@@ -62,6 +63,12 @@ pub struct BenchArgs {
     /// Default: 100000 (calibration: 0, an empty table).
     #[arg(long, value_name = "K")]
     pub scale: Option<u64>,
+    /// TPC-B scale: branches (10 tellers and --accounts-per-branch accounts each). Default: 1.
+    #[arg(long, value_name = "N")]
+    pub branches: Option<u32>,
+    /// TPC-B accounts per branch. Default: 100000, the standard's (smoke: 1000).
+    #[arg(long, value_name = "N")]
+    pub accounts_per_branch: Option<u32>,
     /// Value size in bytes.
     #[arg(long, value_name = "B", default_value_t = 100)]
     pub value_size: usize,
@@ -294,7 +301,10 @@ fn print_list() {
     for w in WorkloadId::all() {
         println!("  {:<12} {}", w.name(), w.describe());
     }
-    println!("  groups: micro, ycsb, all; insertN/updateN/deleteN take any N in 1..=1024");
+    println!(
+        "  groups: micro, ycsb, oltp, all; insertN/updateN/deleteN take any N in 1..=1024; \
+         tpcb takes --branches and --accounts-per-branch; PMDK runs no OLTP workload"
+    );
     println!();
     println!("Engines:");
     for e in EngineId::all() {
@@ -312,7 +322,7 @@ fn positive_secs(name: &str, v: f64) -> anyhow::Result<Duration> {
 
 /// The spec `args` describe (its `dir` is filled in by the caller) and the ratio reference.
 fn build_spec(args: &BenchArgs, mode: Mode) -> anyhow::Result<(RunSpec, String)> {
-    let workloads = if !args.workloads.is_empty() {
+    let mut workloads = if !args.workloads.is_empty() {
         WorkloadId::parse_list(&args.workloads).map_err(anyhow::Error::msg)?
     } else {
         match mode {
@@ -323,6 +333,24 @@ fn build_spec(args: &BenchArgs, mode: Mode) -> anyhow::Result<(RunSpec, String)>
             Mode::Smoke => WorkloadId::all(),
         }
     };
+    let tpcb = TpcbScale {
+        branches: args.branches.unwrap_or(1),
+        accounts_per_branch: args.accounts_per_branch.unwrap_or(if mode == Mode::Smoke {
+            1000
+        } else {
+            TpcbScale::default().accounts_per_branch
+        }),
+    };
+    if !(1..=1_000_000).contains(&tpcb.branches)
+        || !(1..=100_000_000).contains(&tpcb.accounts_per_branch)
+    {
+        bail!("--branches: 1 to 1000000; --accounts-per-branch: 1 to 100000000");
+    }
+    for w in &mut workloads {
+        if let WorkloadId::Tpcb(s) = w {
+            *s = tpcb;
+        }
+    }
     let engines = if !args.engines.is_empty() {
         EngineId::parse_list(&args.engines).map_err(anyhow::Error::msg)?
     } else if mode == Mode::Calibrate {
@@ -584,7 +612,17 @@ mod tests {
     #[test]
     fn smoke_and_calibrate_defaults() {
         let (s, _) = spec(&["--smoke"]).unwrap();
-        assert_eq!(s.workloads, WorkloadId::all());
+        let names = |v: &[WorkloadId]| v.iter().map(|w| w.name()).collect::<Vec<_>>();
+        assert_eq!(names(&s.workloads), names(&WorkloadId::all()));
+        // The smoke pass loads small TPC-B branches; --branches applies to tpcb.
+        let small = TpcbScale { branches: 1, accounts_per_branch: 1000 };
+        assert!(s.workloads.contains(&WorkloadId::Tpcb(small)));
+        let (b, _) = spec(&["-w", "tpcb", "--branches", "3"]).unwrap();
+        assert_eq!(
+            b.workloads,
+            [WorkloadId::Tpcb(TpcbScale { branches: 3, ..TpcbScale::default() })]
+        );
+        assert!(spec(&["-w", "tpcb", "--branches", "0"]).is_err());
         assert_eq!(s.threads, vec![1, 2]);
         assert_eq!(s.stop, Stop::Txns(200));
         let (c, r) = spec(&["--calibrate"]).unwrap();

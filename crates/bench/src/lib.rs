@@ -13,8 +13,12 @@
 //! with a ratio column and write JSON, CSV and SVG plots ([`plot`]). [`calibrate`] compares the
 //! baselines with the calibration anchors of the project's conventions.
 //!
+//! Typed OLTP workloads (TPC-B; TATP and TPC-C to come) run through a second, typed interface
+//! ([`oltp`]: multi-column rows, composite keys, index and range scans), mapped natively onto
+//! each engine, and reach the same runner through [`workload::PointWorkload`].
+//!
 //! Adding a workload: a variant of [`workload::WorkloadId`] and a module implementing
-//! [`workload::Workload`]. Adding an engine: a Ferrite engine appears by itself (every
+//! [`workload::Workload`] (key-value) or [`oltp::OltpWorkload`] (typed). Adding an engine: a Ferrite engine appears by itself (every
 //! `EngineKind`); a baseline is a variant of [`subject::EngineId`] and a module implementing
 //! [`subject::Subject`].
 //!
@@ -26,6 +30,7 @@ pub mod calibrate;
 pub mod cli;
 pub mod keys;
 pub mod machine;
+pub mod oltp;
 pub mod plot;
 pub mod report;
 pub mod runner;

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::machine::Machine;
 use crate::spec::{Point, RunSpec, Stop, Warmup};
 use crate::subject::{EngineId, SubjectInfo};
-use crate::workload::Check;
+use crate::workload::{Check, WorkloadId};
 
 /// Everything measured at one point, with the effective configuration.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -63,6 +63,10 @@ pub struct PointResult {
     pub mean_us: f64,
     /// Attempts that failed with a retryable error and were run again.
     pub aborts: u64,
+    /// Latency and aborts per transaction type of the workload (one entry for single-type
+    /// workloads).
+    #[serde(default)]
+    pub txn_types: Vec<TxnTypeResult>,
     /// Lines flushed per transaction (Ferrite engines; `None` = n/a).
     pub flushes_per_tx: Option<f64>,
     /// Fences per transaction.
@@ -112,6 +116,7 @@ impl PointResult {
             max_us: 0.0,
             mean_us: 0.0,
             aborts: 0,
+            txn_types: Vec::new(),
             flushes_per_tx: None,
             fences_per_tx: None,
             bytes_per_tx: None,
@@ -137,6 +142,23 @@ impl PointResult {
     pub fn ok(&self) -> bool {
         self.error.is_none() && self.checks.iter().all(|c| c.ok)
     }
+}
+
+/// The timed phase of one transaction type at one point.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TxnTypeResult {
+    /// The workload's name for the type.
+    pub name: String,
+    /// Committed transactions of the type.
+    pub txns: u64,
+    /// Attempts of the type that failed with a retryable error and were run again.
+    pub aborts: u64,
+    /// Latency percentiles, µs, from the first attempt to the commit.
+    pub p50_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+    /// 99.9th percentile.
+    pub p999_us: f64,
 }
 
 /// A whole run.
@@ -655,22 +677,35 @@ pub fn settings_of(spec: &RunSpec, medium: &str) -> BTreeMap<String, String> {
         Warmup::Duration(d) => format!("{:.1} s", d.as_secs_f64()),
         Warmup::Txns(n) => format!("{n} transactions"),
     };
+    let mut data = String::new();
+    if spec.workloads.iter().any(|w| matches!(w, WorkloadId::Micro(..) | WorkloadId::Ycsb(_))) {
+        data = format!(
+            "key-value workloads: scale {} records, {}-byte values, 8-byte keys, {} (θ={}), \
+             seed {}",
+            spec.scale,
+            spec.value_size,
+            spec.distribution.name(),
+            spec.theta,
+            spec.seed
+        );
+    }
+    for w in &spec.workloads {
+        if let WorkloadId::Tpcb(sc) = w {
+            if !data.is_empty() {
+                data.push_str("; ");
+            }
+            data.push_str(&format!(
+                "tpcb: {} branches, 10 tellers and {} accounts per branch, seed {}",
+                sc.branches, sc.accounts_per_branch, spec.seed
+            ));
+        }
+    }
     BTreeMap::from([
         (
             "Timed phase".into(),
             format!("{stop} after a warm-up of {warm} (loading untimed, separate session)"),
         ),
-        (
-            "Data".into(),
-            format!(
-                "scale {} records, {}-byte values, 8-byte keys, {} (θ={}), seed {}",
-                spec.scale,
-                spec.value_size,
-                spec.distribution.name(),
-                spec.theta,
-                spec.seed
-            ),
-        ),
+        ("Data".into(), data),
         ("Medium".into(), medium.to_owned()),
         (
             "Injected latency".into(),

@@ -5,7 +5,8 @@
 //! Measured per point: committed transactions and operations over the timed phase (throughput
 //! is transactions over the longest worker's elapsed time), per-transaction latency from the
 //! first attempt to the successful commit (HDR histogram, 3 significant digits), aborts
-//! (attempts that failed with a retryable error and were run again), and for Ferrite engines
+//! (attempts that failed with a retryable error and were run again), the same latency and aborts
+//! per transaction type of the workload, and for Ferrite engines
 //! the persistence counters of `ferrite::pmem::Counters` summed over the workers' timed phases
 //! (flushes, fences, bytes stored, injected ns per transaction). Baselines get no counters
 //! (`None`, printed `n/a`), and run only at zero injected latency.
@@ -18,10 +19,10 @@ use std::time::{Duration, Instant};
 use ferrite::pmem::Counters;
 use hdrhistogram::Histogram;
 
-use crate::report::PointResult;
+use crate::report::{PointResult, TxnTypeResult};
 pub use crate::spec::{Point, RunSpec, Stop, Warmup};
 use crate::subject::{Family, OpError, SubjectSetup};
-use crate::workload::{WorkerReport, WorkloadParams};
+use crate::workload::{Thread, WorkerReport, WorkloadParams};
 
 /// Progress callbacks (the CLI draws a bar; tests pass [`NoProgress`]).
 pub trait Progress: Sync {
@@ -51,6 +52,8 @@ struct WorkerOut {
     aborts: u64,
     elapsed: Duration,
     hist: Histogram<u64>,
+    /// Per transaction type: latency and aborts.
+    per_type: Vec<(Histogram<u64>, u64)>,
     counters: Counters,
     stopped_early: bool,
     report: WorkerReport,
@@ -153,18 +156,19 @@ pub fn run_point(spec: &RunSpec, p: &Point, dir: &Path, progress: &dyn Progress)
         latency_model: spec.latency_model,
         flush: spec.flush,
     };
-    let subject = match p.engine.open(dir, &setup) {
+    let txn_types = workload.txn_types();
+    let instance = match workload.open(p.engine, dir, &setup) {
         Ok(s) => s,
         Err(e) => {
             result.error = Some(format!("open: {e}"));
             return result;
         }
     };
-    result.set_subject(subject.info());
+    result.set_subject(instance.info());
 
     progress.phase("load");
     let t_load = Instant::now();
-    if let Err(e) = workload.load(subject.as_ref()).and_then(|()| subject.before_timing()) {
+    if let Err(e) = instance.load() {
         result.error = Some(format!("load: {e}"));
         return result;
     }
@@ -174,54 +178,52 @@ pub fn run_point(spec: &RunSpec, p: &Point, dir: &Path, progress: &dyn Progress)
     let barrier = Barrier::new(p.threads);
     let failed = AtomicBool::new(false);
     let measuring = AtomicBool::new(false);
-    let counters_apply = subject.info().family == Family::Ferrite;
+    let counters_apply = instance.info().family == Family::Ferrite;
     let outs: Vec<Result<WorkerOut, OpError>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..p.threads)
             .map(|t| {
-                let (subject, workload, barrier, failed, measuring) =
-                    (subject.as_ref(), workload.as_ref(), &barrier, &failed, &measuring);
+                let (instance, barrier, failed, measuring, n_types) =
+                    (instance.as_ref(), &barrier, &failed, &measuring, txn_types.len().max(1));
                 s.spawn(move || -> Result<WorkerOut, OpError> {
                     let mut aborts = 0u64;
-                    let run_one = |session: &mut dyn crate::subject::Session,
-                                   worker: &mut dyn crate::workload::Worker,
-                                   aborts: &mut u64|
-                     -> Result<Option<u64>, OpError> {
-                        if !worker.plan() {
-                            return Ok(None);
-                        }
-                        let mut attempts = 0u64;
-                        loop {
-                            match worker.execute(session) {
-                                Ok(ops) => {
-                                    worker.committed();
-                                    return Ok(Some(ops));
-                                }
-                                Err(OpError::Retryable(e)) => {
-                                    *aborts += 1;
-                                    attempts += 1;
-                                    if attempts >= MAX_ATTEMPTS {
-                                        return Err(OpError::Engine(format!(
-                                            "a transaction failed {attempts} times: {e}"
-                                        )));
+                    // Returns the committed transaction's type, operations and aborted attempts.
+                    let run_one =
+                        |th: &mut dyn Thread,
+                         aborts: &mut u64|
+                         -> Result<Option<(usize, u64, u64)>, OpError> {
+                            let Some(ty) = th.plan() else {
+                                return Ok(None);
+                            };
+                            let mut attempts = 0u64;
+                            loop {
+                                match th.execute() {
+                                    Ok(ops) => {
+                                        th.committed();
+                                        return Ok(Some((ty.min(n_types - 1), ops, attempts)));
                                     }
-                                    std::thread::yield_now();
+                                    Err(OpError::Retryable(e)) => {
+                                        *aborts += 1;
+                                        attempts += 1;
+                                        if attempts >= MAX_ATTEMPTS {
+                                            return Err(OpError::Engine(format!(
+                                                "a transaction failed {attempts} times: {e}"
+                                            )));
+                                        }
+                                        std::thread::yield_now();
+                                    }
+                                    Err(e) => return Err(e),
                                 }
-                                Err(e) => return Err(e),
                             }
-                        }
-                    };
+                        };
                     // Phase 1: session and warm-up (errors still reach the barrier).
                     let pre = (|| -> Result<_, OpError> {
-                        let mut session = subject.session()?;
-                        let mut worker = workload.worker(t);
+                        let mut th = instance.thread(t)?;
                         let mut exhausted = false;
                         match spec.warmup {
                             Warmup::Duration(d) => {
                                 let end = Instant::now() + d;
                                 while Instant::now() < end && !failed.load(Ordering::Relaxed) {
-                                    if run_one(session.as_mut(), worker.as_mut(), &mut aborts)?
-                                        .is_none()
-                                    {
+                                    if run_one(th.as_mut(), &mut aborts)?.is_none() {
                                         exhausted = true;
                                         break;
                                     }
@@ -229,28 +231,28 @@ pub fn run_point(spec: &RunSpec, p: &Point, dir: &Path, progress: &dyn Progress)
                             }
                             Warmup::Txns(n) => {
                                 for _ in 0..share(n, p.threads, t) {
-                                    if run_one(session.as_mut(), worker.as_mut(), &mut aborts)?
-                                        .is_none()
-                                    {
+                                    if run_one(th.as_mut(), &mut aborts)?.is_none() {
                                         exhausted = true;
                                         break;
                                     }
                                 }
                             }
                         }
-                        Ok((session, worker, exhausted))
+                        Ok((th, exhausted))
                     })();
                     if pre.is_err() {
                         failed.store(true, Ordering::Relaxed);
                     }
                     barrier.wait();
                     measuring.store(true, Ordering::Relaxed);
-                    let (mut session, mut worker, exhausted) = pre?;
+                    let (mut th, exhausted) = pre?;
                     if failed.load(Ordering::Relaxed) {
                         return Err(OpError::Engine("another worker failed".into()));
                     }
                     // Phase 2: timed.
                     let mut hist = new_hist();
+                    let mut per_type: Vec<(Histogram<u64>, u64)> =
+                        (0..n_types).map(|_| (new_hist(), 0)).collect();
                     let (mut txns, mut ops) = (0u64, 0u64);
                     aborts = 0;
                     let mut stopped_early = exhausted;
@@ -270,15 +272,16 @@ pub fn run_point(spec: &RunSpec, p: &Point, dir: &Path, progress: &dyn Progress)
                             break;
                         }
                         let t0 = Instant::now();
-                        let r = run_one(session.as_mut(), worker.as_mut(), &mut aborts);
+                        let r = run_one(th.as_mut(), &mut aborts);
                         end = Instant::now();
                         match r {
-                            Ok(Some(n)) => {
-                                hist.saturating_record(
-                                    u64::try_from(end.duration_since(t0).as_nanos())
-                                        .unwrap_or(u64::MAX)
-                                        .max(1),
-                                );
+                            Ok(Some((ty, n, failed_attempts))) => {
+                                let ns = u64::try_from(end.duration_since(t0).as_nanos())
+                                    .unwrap_or(u64::MAX)
+                                    .max(1);
+                                hist.saturating_record(ns);
+                                per_type[ty].0.saturating_record(ns);
+                                per_type[ty].1 += failed_attempts;
                                 txns += 1;
                                 ops += n;
                             }
@@ -291,15 +294,15 @@ pub fn run_point(spec: &RunSpec, p: &Point, dir: &Path, progress: &dyn Progress)
                     }
                     let counters = Counters::snapshot() - c0;
                     let elapsed = end.duration_since(start);
-                    let report = worker.report();
-                    drop(worker);
-                    drop(session);
+                    let report = th.report();
+                    drop(th);
                     Ok(WorkerOut {
                         txns,
                         ops,
                         aborts,
                         elapsed,
                         hist,
+                        per_type,
                         counters,
                         stopped_early,
                         report,
@@ -334,10 +337,16 @@ pub fn run_point(spec: &RunSpec, p: &Point, dir: &Path, progress: &dyn Progress)
     }
 
     let mut hist = new_hist();
+    let mut per_type: Vec<(Histogram<u64>, u64)> =
+        (0..txn_types.len().max(1)).map(|_| (new_hist(), 0)).collect();
     let mut counters = Counters::default();
     let mut elapsed = Duration::ZERO;
     for w in &workers {
         let _ = hist.add(&w.hist);
+        for (sum, (h, a)) in per_type.iter_mut().zip(&w.per_type) {
+            let _ = sum.0.add(h);
+            sum.1 += a;
+        }
         counters = counters + w.counters;
         elapsed = elapsed.max(w.elapsed);
         result.txns += w.txns;
@@ -363,6 +372,21 @@ pub fn run_point(spec: &RunSpec, p: &Point, dir: &Path, progress: &dyn Progress)
         result.p999_us = us(0.999);
         result.max_us = hist.max() as f64 / 1000.0;
         result.mean_us = hist.mean() / 1000.0;
+        result.txn_types = txn_types
+            .iter()
+            .zip(&per_type)
+            .map(|(name, (h, aborts))| {
+                let us = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+                TxnTypeResult {
+                    name: (*name).to_owned(),
+                    txns: h.len(),
+                    aborts: *aborts,
+                    p50_us: us(0.50),
+                    p99_us: us(0.99),
+                    p999_us: us(0.999),
+                }
+            })
+            .collect();
         if counters_apply {
             let per = |v: u64| Some(v as f64 / result.txns as f64);
             result.flushes_per_tx = per(counters.lines_flushed());
@@ -376,7 +400,7 @@ pub fn run_point(spec: &RunSpec, p: &Point, dir: &Path, progress: &dyn Progress)
 
     progress.phase("check");
     let reports: Vec<WorkerReport> = workers.into_iter().map(|w| w.report).collect();
-    match workload.check(subject.as_ref(), &reports) {
+    match instance.check(&reports) {
         Ok(c) => result.checks = c,
         Err(e) => result.error = Some(format!("check: {e}")),
     }

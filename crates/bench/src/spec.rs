@@ -80,7 +80,8 @@ pub struct Point {
 
 impl RunSpec {
     /// Every point, grouped by workload, then thread count, then engine (a Ferrite engine once
-    /// per latency, a baseline once, at 0).
+    /// per latency, a baseline once, at 0); an engine that does not run a workload
+    /// ([`WorkloadId::supports`]) has no point there.
     pub fn points(&self) -> Vec<Point> {
         let mut v = Vec::new();
         let mut lats = self.latencies.clone();
@@ -89,7 +90,7 @@ impl RunSpec {
         }
         for &workload in &self.workloads {
             for &threads in &self.threads {
-                for &engine in &self.engines {
+                for &engine in self.engines.iter().filter(|&&e| workload.supports(e)) {
                     let ls: &[u64] = if engine.family() == Family::Ferrite { &lats } else { &[0] };
                     for &latency_ns in ls {
                         v.push(Point { workload, engine, threads, latency_ns });

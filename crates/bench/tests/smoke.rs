@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use ferrite::pmem::internals::testing::TestDir;
 use ferrite_bench::machine::{machine, utc_now};
+use ferrite_bench::oltp::TpcbScale;
 use ferrite_bench::plot::plots_from_csv;
 use ferrite_bench::report::{Report, settings_of, shape_problems, summary, table};
 use ferrite_bench::runner::{self, NoProgress, RunSpec, Stop, Warmup};
@@ -52,7 +53,17 @@ fn report(spec: &RunSpec) -> Report {
 #[test]
 fn every_workload_on_every_engine() {
     let dir = TestDir::new("bench-smoke");
-    let spec = spec(&dir, WorkloadId::all(), vec![1, 2]);
+    // TPC-B with small branches (1000 accounts), like `ferrite bench --smoke`.
+    let workloads: Vec<WorkloadId> = WorkloadId::all()
+        .into_iter()
+        .map(|w| match w {
+            WorkloadId::Tpcb(_) => {
+                WorkloadId::Tpcb(TpcbScale { branches: 2, accounts_per_branch: 1000 })
+            }
+            w => w,
+        })
+        .collect();
+    let spec = spec(&dir, workloads, vec![1, 2]);
     let report = report(&spec);
     let out = dir.join("out");
     let (json, csv) = report.write_files(&out).expect("write results");
@@ -85,6 +96,20 @@ fn every_workload_on_every_engine() {
             assert!(r.config.contains_key("pmem.flush"), "{:?}", r.config);
         }
         assert!(r.config.keys().any(|k| k.contains("version")), "{}: {:?}", r.engine, r.config);
+    }
+    // TPC-B ran on every engine that has an OLTP mapping (PMDK has none) and its
+    // consistency checks held (balances, per-branch sums, history rows, table counts).
+    let tpcb: Vec<_> = report.results.iter().filter(|r| r.workload == "tpcb").collect();
+    for e in EngineId::available() {
+        let n = tpcb.iter().filter(|r| r.engine == e.name()).count();
+        assert_eq!(n > 0, e != EngineId::Pmdk, "{e}: {n} tpcb points");
+    }
+    for r in &tpcb {
+        assert!(r.ok() && r.txns > 0, "{r:?}");
+        assert!(r.checks.len() >= 4 && r.checks[0].name.starts_with("balances"), "{:?}", r.checks);
+        assert_eq!(r.txn_types.len(), 1, "{:?}", r.txn_types);
+        assert_eq!((r.txn_types[0].name.as_str(), r.txn_types[0].txns), ("tpcb", r.txns));
+        assert_eq!(r.workload_params["accounts"], "2000");
     }
     let sqlite = report.results.iter().find(|r| r.engine == "sqlite-wal-full").unwrap();
     for key in ["sqlite_version", "journal_mode", "synchronous", "compile_options"] {

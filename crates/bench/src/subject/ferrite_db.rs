@@ -19,15 +19,7 @@ pub(super) fn open(
     dir: &Path,
     setup: &SubjectSetup,
 ) -> Result<Box<dyn Subject>, OpError> {
-    let mut pmem = ferrite::pmem::Options::new();
-    if let Some(f) = setup.flush {
-        pmem = pmem.flush(f);
-    }
-    pmem = match setup.latency_model {
-        LatencyModel::Barrier => pmem.barrier_latency_ns(setup.latency_ns),
-        LatencyModel::Line => pmem.line_latency_ns(setup.latency_ns),
-    };
-    let options = Options::new().engine(kind).pmem(pmem);
+    let options = options(kind, setup);
     let settings = options.engine_settings();
     let db = Database::create(dir.join("ferrite-db"), options).map_err(engine_err)?;
     for t in &setup.tables {
@@ -36,6 +28,32 @@ pub(super) fn open(
         )
         .map_err(engine_err)?;
     }
+    Ok(Box::new(FerriteSubject {
+        db,
+        tables: setup.tables.clone(),
+        info: info(kind, setup, settings),
+    }))
+}
+
+/// The database options of `kind` for `setup` (flush instruction, injected latency).
+pub(crate) fn options(kind: EngineKind, setup: &SubjectSetup) -> Options {
+    let mut pmem = ferrite::pmem::Options::new();
+    if let Some(f) = setup.flush {
+        pmem = pmem.flush(f);
+    }
+    pmem = match setup.latency_model {
+        LatencyModel::Barrier => pmem.barrier_latency_ns(setup.latency_ns),
+        LatencyModel::Line => pmem.line_latency_ns(setup.latency_ns),
+    };
+    Options::new().engine(kind).pmem(pmem)
+}
+
+/// What a Ferrite subject of `kind` opened with `setup` and `settings` is.
+pub(crate) fn info(
+    kind: EngineKind,
+    setup: &SubjectSetup,
+    settings: Vec<(String, String)>,
+) -> SubjectInfo {
     let flush = setup
         .flush
         .or_else(ferrite::pmem::best_flush)
@@ -82,22 +100,19 @@ pub(super) fn open(
     } else {
         format!("Ferrite {kind} (non-persistent)")
     };
-    Ok(Box::new(FerriteSubject {
-        db,
-        tables: setup.tables.clone(),
-        info: SubjectInfo {
-            engine: kind.name().into(),
-            label,
-            family: Family::Ferrite,
-            persistent: kind.is_persistent(),
-            durability_short,
-            durability,
-            config,
-        },
-    }))
+    SubjectInfo {
+        engine: kind.name().into(),
+        label,
+        family: Family::Ferrite,
+        persistent: kind.is_persistent(),
+        durability_short,
+        durability,
+        config,
+    }
 }
 
-fn engine_err(e: Error) -> OpError {
+/// A Ferrite error as an operation error (retryable, full, or other).
+pub(crate) fn engine_err(e: Error) -> OpError {
     if e.is_retryable() {
         OpError::Retryable(e.to_string())
     } else if matches!(e, Error::PoolFull { .. }) {

@@ -10,24 +10,31 @@ use super::{
 };
 
 pub(super) fn open(dir: &Path, setup: &SubjectSetup) -> Result<Box<dyn Subject>, OpError> {
+    let db = Lmdb::create(&dir.join("lmdb"), &config(setup), &setup.tables)?;
+    let info = info(&db);
+    Ok(Box::new(LmdbSubject { db, info }))
+}
+
+/// The LMDB configuration for `setup`.
+pub(crate) fn config(setup: &SubjectSetup) -> LmdbConfig {
     // The map is address space only (the file grows with use): leave ample room.
     let map_size = setup.data_bytes.saturating_mul(4).max(4 << 30);
-    let db =
-        Lmdb::create(&dir.join("lmdb"), &LmdbConfig { map_size, max_readers: 126 }, &setup.tables)?;
+    LmdbConfig { map_size, max_readers: 126 }
+}
+
+/// What the opened LMDB baseline is.
+pub(crate) fn info(db: &Lmdb) -> SubjectInfo {
     let mut config = settings_map("", db.settings());
     config.insert("library".into(), format!("{} (bundled, lmdb-master-sys)", lmdb::version()));
-    Ok(Box::new(LmdbSubject {
-        db,
-        info: SubjectInfo {
-            engine: EngineId::Lmdb.name(),
-            label: "LMDB".into(),
-            family: Family::Baseline,
-            persistent: true,
-            durability_short: "fsync per commit".into(),
-            durability: lmdb::DURABILITY.into(),
-            config,
-        },
-    }))
+    SubjectInfo {
+        engine: EngineId::Lmdb.name(),
+        label: "LMDB".into(),
+        family: Family::Baseline,
+        persistent: true,
+        durability_short: "fsync per commit".into(),
+        durability: lmdb::DURABILITY.into(),
+        config,
+    }
 }
 
 struct LmdbSubject {

@@ -18,11 +18,11 @@ use std::path::Path;
 use ferrite::EngineKind;
 use ferrite::pmem::FlushKind;
 
-mod ferrite_db;
-mod lmdb;
+pub(crate) mod ferrite_db;
+pub(crate) mod lmdb;
 #[cfg(feature = "pmdk")]
 mod pmdk;
-mod sqlite;
+pub(crate) mod sqlite;
 
 /// Table number within a subject (the position in the workload's table list).
 pub type TableId = usize;

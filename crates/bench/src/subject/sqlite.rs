@@ -16,6 +16,18 @@ pub(super) fn open(
     dir: &Path,
     setup: &SubjectSetup,
 ) -> Result<Box<dyn Subject>, OpError> {
+    let (config, label, short) = config(id, setup);
+    let db = Sqlite::create(&dir.join("sqlite.db"), config, &setup.tables)?;
+    let info = info(id, &db, label, short);
+    Ok(Box::new(SqliteSubject { db, info }))
+}
+
+/// The configuration of the SQLite baseline `id` for `setup`, its label and its short
+/// durability label.
+pub(crate) fn config(
+    id: EngineId,
+    setup: &SubjectSetup,
+) -> (SqliteConfig, &'static str, &'static str) {
     let (journal, sync, label, short) = match id {
         EngineId::SqliteWalFull => {
             (JournalMode::Wal, Synchronous::Full, "SQLite WAL+FULL", "fsync per commit")
@@ -28,22 +40,23 @@ pub(super) fn open(
     let mut config = SqliteConfig::new(journal, sync);
     // A page cache large enough for the working set: twice the data, at least 64 MiB.
     config.cache_kib = (setup.data_bytes.saturating_mul(2) / 1024).max(64 * 1024);
-    let db = Sqlite::create(&dir.join("sqlite.db"), config, &setup.tables)?;
+    (config, label, short)
+}
+
+/// What the opened SQLite baseline `id` is.
+pub(crate) fn info(id: EngineId, db: &Sqlite, label: &str, short: &str) -> SubjectInfo {
     let mut cfg = settings_map("", db.settings());
     cfg.insert("library".into(), format!("SQLite {} (bundled, rusqlite)", sqlite::version()));
     let durability = db.config().durability().to_owned();
-    Ok(Box::new(SqliteSubject {
-        db,
-        info: SubjectInfo {
-            engine: id.name(),
-            label: label.into(),
-            family: Family::Baseline,
-            persistent: true,
-            durability_short: short.into(),
-            durability,
-            config: cfg,
-        },
-    }))
+    SubjectInfo {
+        engine: id.name(),
+        label: label.into(),
+        family: Family::Baseline,
+        persistent: true,
+        durability_short: short.into(),
+        durability,
+        config: cfg,
+    }
 }
 
 struct SqliteSubject {

@@ -15,13 +15,23 @@
 //! | `update1`, `update8`, `update32` | as many updates of random loaded records |
 //! | `delete1`, `delete8`, `delete32` | as many deletes of loaded records (each record once) |
 //! | `ycsb-a` … `ycsb-f` | YCSB core workloads, one operation per transaction |
+//! | `tpcb` | TPC-B (typed rows, [`crate::oltp`]): the one account/teller/branch/history transaction |
+//!
+//! The runner sees every workload through [`PointWorkload`] (open an [`Instance`] on an
+//! engine, hand each thread a [`Thread`]), so key-value workloads ([`Workload`], on
+//! [`Subject`]s) and the typed OLTP workloads of [`crate::oltp`] run through the same runner,
+//! reports and checks.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use crate::keys::{fill_value, key_of, value_matches};
-use crate::subject::{OpError, Session, Subject, TableId, TxnKind};
+use crate::oltp::{self, TpcbScale};
+use crate::subject::{
+    EngineId, OpError, Session, Subject, SubjectInfo, SubjectSetup, TableId, TxnKind,
+};
 
 pub mod dist;
 mod micro;
@@ -135,6 +145,132 @@ pub trait Workload: Send + Sync {
     -> Result<Vec<Check>, OpError>;
 }
 
+/// What the runner needs from a workload at one point, whatever its data model.
+pub trait PointWorkload: Send + Sync {
+    /// Table names (for sizing and the settings).
+    fn tables(&self) -> Vec<&'static str>;
+    /// Parameters as printed with results.
+    fn params(&self) -> BTreeMap<String, String>;
+    /// Upper estimate of the bytes of data loaded (sizes caches and pools).
+    fn loaded_bytes(&self) -> u64;
+    /// Operations per transaction (on average).
+    fn ops_per_txn(&self) -> u64;
+    /// Bytes of data one operation adds at most, on average.
+    fn bytes_per_op(&self) -> u64;
+    /// Names of the transaction types ([`Thread::plan`] returns an index into them); latency
+    /// is also recorded per type.
+    fn txn_types(&self) -> Vec<&'static str>;
+    /// Opens a fresh instance of `engine` in `dir` with this workload's tables.
+    fn open(
+        &self,
+        engine: EngineId,
+        dir: &Path,
+        setup: &SubjectSetup,
+    ) -> Result<Box<dyn Instance + '_>, OpError>;
+}
+
+/// A workload bound to an opened engine, for one point.
+pub trait Instance: Sync {
+    /// What the engine is.
+    fn info(&self) -> &SubjectInfo;
+    /// Loads the data (untimed, through a session of its own, dropped before timing) and
+    /// prepares the engine for timing.
+    fn load(&self) -> Result<(), OpError>;
+    /// The calling thread's part: a session of its own and the workload's worker `index`.
+    fn thread(&self, index: usize) -> Result<Box<dyn Thread + '_>, OpError>;
+    /// Checks the engine's contents against what the threads report.
+    fn check(&self, reports: &[WorkerReport]) -> Result<Vec<Check>, OpError>;
+}
+
+/// One worker thread of an [`Instance`].
+pub trait Thread {
+    /// Plans the next transaction and returns its type; `None` when there is nothing left.
+    fn plan(&mut self) -> Option<usize>;
+    /// Executes the planned transaction once; returns how many operations it holds.
+    fn execute(&mut self) -> Result<u64, OpError>;
+    /// The planned transaction committed.
+    fn committed(&mut self);
+    /// What this thread committed.
+    fn report(&self) -> WorkerReport;
+}
+
+/// A key-value [`Workload`] as a [`PointWorkload`].
+struct KvPoint(Box<dyn Workload>);
+
+impl PointWorkload for KvPoint {
+    fn tables(&self) -> Vec<&'static str> {
+        self.0.tables()
+    }
+    fn params(&self) -> BTreeMap<String, String> {
+        self.0.params()
+    }
+    fn loaded_bytes(&self) -> u64 {
+        self.0.loaded_bytes()
+    }
+    fn ops_per_txn(&self) -> u64 {
+        self.0.ops_per_txn()
+    }
+    fn bytes_per_op(&self) -> u64 {
+        self.0.bytes_per_op()
+    }
+    fn txn_types(&self) -> Vec<&'static str> {
+        vec!["txn"]
+    }
+    fn open(
+        &self,
+        engine: EngineId,
+        dir: &Path,
+        setup: &SubjectSetup,
+    ) -> Result<Box<dyn Instance + '_>, OpError> {
+        let subject = engine.open(dir, setup)?;
+        Ok(Box::new(KvInstance { subject, workload: self.0.as_ref() }))
+    }
+}
+
+struct KvInstance<'w> {
+    subject: Box<dyn Subject>,
+    workload: &'w dyn Workload,
+}
+
+impl Instance for KvInstance<'_> {
+    fn info(&self) -> &SubjectInfo {
+        self.subject.info()
+    }
+    fn load(&self) -> Result<(), OpError> {
+        self.workload.load(self.subject.as_ref())?;
+        self.subject.before_timing()
+    }
+    fn thread(&self, index: usize) -> Result<Box<dyn Thread + '_>, OpError> {
+        Ok(Box::new(KvThread {
+            session: self.subject.session()?,
+            worker: self.workload.worker(index),
+        }))
+    }
+    fn check(&self, reports: &[WorkerReport]) -> Result<Vec<Check>, OpError> {
+        self.workload.check(self.subject.as_ref(), reports)
+    }
+}
+
+struct KvThread<'a> {
+    session: Box<dyn Session + 'a>,
+    worker: Box<dyn Worker + 'a>,
+}
+
+impl Thread for KvThread<'_> {
+    fn plan(&mut self) -> Option<usize> {
+        self.worker.plan().then_some(0)
+    }
+    fn execute(&mut self) -> Result<u64, OpError> {
+        self.worker.execute(self.session.as_mut())
+    }
+    fn committed(&mut self) {
+        self.worker.committed();
+    }
+    fn report(&self) -> WorkerReport {
+        self.worker.report()
+    }
+}
+
 /// Every workload of the harness.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WorkloadId {
@@ -142,6 +278,8 @@ pub enum WorkloadId {
     Micro(MicroKind, u32),
     /// A YCSB core workload.
     Ycsb(YcsbKind),
+    /// TPC-B at the given scale.
+    Tpcb(TpcbScale),
 }
 
 impl WorkloadId {
@@ -154,7 +292,16 @@ impl WorkloadId {
             }
         }
         v.extend(YcsbKind::ALL.iter().map(|&k| WorkloadId::Ycsb(k)));
+        v.push(WorkloadId::Tpcb(TpcbScale::default()));
         v
+    }
+
+    /// Whether `engine` runs this workload (the OLTP workloads have no PMDK mapping).
+    pub fn supports(self, engine: EngineId) -> bool {
+        match self {
+            WorkloadId::Micro(..) | WorkloadId::Ycsb(_) => true,
+            WorkloadId::Tpcb(_) => oltp::supports(engine),
+        }
     }
 
     /// Registry name (`insert1`, `ycsb-a`).
@@ -162,6 +309,7 @@ impl WorkloadId {
         match self {
             WorkloadId::Micro(kind, n) => format!("{}{n}", kind.name()),
             WorkloadId::Ycsb(k) => format!("ycsb-{}", k.letter()),
+            WorkloadId::Tpcb(_) => "tpcb".into(),
         }
     }
 
@@ -170,6 +318,7 @@ impl WorkloadId {
         match self {
             WorkloadId::Micro(kind, n) => kind.describe(n),
             WorkloadId::Ycsb(k) => k.describe().into(),
+            WorkloadId::Tpcb(_) => oltp::tpcb::DESCRIPTION.into(),
         }
     }
 
@@ -179,6 +328,9 @@ impl WorkloadId {
         let l = s.to_ascii_lowercase();
         if let Some(k) = YcsbKind::ALL.iter().find(|k| format!("ycsb-{}", k.letter()) == l) {
             return Ok(WorkloadId::Ycsb(*k));
+        }
+        if l == "tpcb" {
+            return Ok(WorkloadId::Tpcb(TpcbScale::default()));
         }
         for kind in [MicroKind::Insert, MicroKind::Update, MicroKind::Delete] {
             if let Some(n) = l.strip_prefix(kind.name()) {
@@ -193,12 +345,12 @@ impl WorkloadId {
         }
         let names: Vec<String> = WorkloadId::all().into_iter().map(WorkloadId::name).collect();
         Err(format!(
-            "unknown workload {s:?} (expected one of {}, or the groups micro, ycsb, all)",
+            "unknown workload {s:?} (expected one of {}, or the groups micro, ycsb, oltp, all)",
             names.join(", ")
         ))
     }
 
-    /// Parses a comma-separated list with the groups `micro`, `ycsb`, `all`.
+    /// Parses a comma-separated list with the groups `micro`, `ycsb`, `oltp`, `all`.
     pub fn parse_list(items: &[String]) -> Result<Vec<WorkloadId>, String> {
         let mut out = Vec::new();
         for item in items.iter().flat_map(|s| s.split(',')).map(str::trim).filter(|s| !s.is_empty())
@@ -210,6 +362,7 @@ impl WorkloadId {
                     .filter(|w| matches!(w, WorkloadId::Micro(..)))
                     .collect(),
                 "ycsb" => YcsbKind::ALL.iter().map(|&k| WorkloadId::Ycsb(k)).collect(),
+                "oltp" => vec![WorkloadId::Tpcb(TpcbScale::default())],
                 _ => vec![WorkloadId::parse(item)?],
             };
             for w in group {
@@ -225,10 +378,13 @@ impl WorkloadId {
     }
 
     /// A fresh instance for one point.
-    pub fn instantiate(self, p: &WorkloadParams) -> Box<dyn Workload> {
+    pub fn instantiate(self, p: &WorkloadParams) -> Box<dyn PointWorkload> {
         match self {
-            WorkloadId::Micro(kind, n) => Box::new(micro::Micro::new(kind, n, p)),
-            WorkloadId::Ycsb(k) => Box::new(ycsb::Ycsb::new(k, p)),
+            WorkloadId::Micro(kind, n) => {
+                Box::new(KvPoint(Box::new(micro::Micro::new(kind, n, p))))
+            }
+            WorkloadId::Ycsb(k) => Box::new(KvPoint(Box::new(ycsb::Ycsb::new(k, p)))),
+            WorkloadId::Tpcb(scale) => oltp::point(Box::new(oltp::tpcb::Tpcb::new(scale, p))),
         }
     }
 }
