@@ -5,7 +5,9 @@
 //! engine and injected latency) when the run had more than one thread count, and
 //! `<workload>-latency.svg` (transactions/s of Ferrite engines over injected latency, one line
 //! per engine and thread count; baselines as dashed horizontal lines at their 0 ns figure,
-//! labelled "baseline, 0 ns") when it had more than one latency.
+//! labelled "baseline, 0 ns") when it had more than one latency, with `<workload>-p99-latency.svg`
+//! beside it (p99 transaction latency in µs over injected latency, the same lines). The x axis
+//! names the latency model (per barrier or per flushed line) when the run used one.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -59,48 +61,96 @@ pub fn plots_from_rows(rows: &[CsvRow], out_dir: &Path) -> Result<Vec<PathBuf>, 
                 })
                 .collect();
             let path = out_dir.join(format!("{w}-threads.svg"));
-            draw(&path, &format!("{w}: throughput over threads"), "threads", &series)?;
-            files.push(path);
-        }
-        if lats.len() > 1 {
-            let (lo, hi) = (lats[0] as f64, lats[lats.len() - 1] as f64);
-            let mut by: BTreeMap<(String, usize), Vec<(f64, f64)>> = BTreeMap::new();
-            let mut base: Series = Vec::new();
-            for r in &mine {
-                if r.family == "ferrite" {
-                    by.entry((r.label.clone(), r.threads))
-                        .or_default()
-                        .push((r.latency_ns as f64, r.tx_per_s));
-                } else {
-                    base.push((
-                        format!("{} t{} (baseline, 0 ns)", r.label, r.threads),
-                        vec![(lo, r.tx_per_s), (hi, r.tx_per_s)],
-                        true,
-                    ));
-                }
-            }
-            let mut series: Series = by
-                .into_iter()
-                .map(|((label, t), mut pts)| {
-                    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-                    (format!("{label} t{t}"), pts, false)
-                })
-                .collect();
-            series.extend(base);
-            let path = out_dir.join(format!("{w}-latency.svg"));
             draw(
                 &path,
-                &format!("{w}: throughput over injected latency"),
-                "injected latency (ns)",
+                &format!("{w}: throughput over threads"),
+                "threads",
+                "transactions/s",
+                Metric::Throughput,
                 &series,
             )?;
             files.push(path);
+        }
+        if lats.len() > 1 {
+            let models: Vec<&str> = {
+                let mut m: Vec<&str> = mine
+                    .iter()
+                    .filter(|r| r.family == "ferrite")
+                    .map(|r| r.latency_model.as_str())
+                    .collect();
+                m.sort_unstable();
+                m.dedup();
+                m
+            };
+            let x_desc = match models.as_slice() {
+                [m] => format!("injected latency (ns per {m})"),
+                _ => "injected latency (ns)".to_owned(),
+            };
+            let (lo, hi) = (lats[0] as f64, lats[lats.len() - 1] as f64);
+            for (metric, suffix, y_desc) in [
+                (Metric::Throughput, "latency", "transactions/s"),
+                (Metric::P99, "p99-latency", "p99 latency (µs)"),
+            ] {
+                let value = |r: &CsvRow| match metric {
+                    Metric::Throughput => r.tx_per_s,
+                    Metric::P99 => r.p99_us,
+                };
+                let mut by: BTreeMap<(String, usize, String), Vec<(f64, f64)>> = BTreeMap::new();
+                let mut base: Series = Vec::new();
+                for r in &mine {
+                    if r.family == "ferrite" {
+                        by.entry((r.label.clone(), r.threads, r.latency_model.clone()))
+                            .or_default()
+                            .push((r.latency_ns as f64, value(r)));
+                    } else {
+                        base.push((
+                            format!("{} t{} (baseline, 0 ns)", r.label, r.threads),
+                            vec![(lo, value(r)), (hi, value(r))],
+                            true,
+                        ));
+                    }
+                }
+                let mut series: Series = by
+                    .into_iter()
+                    .map(|((label, t, model), mut pts)| {
+                        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                        let name = if models.len() > 1 {
+                            format!("{label} t{t} ({model})")
+                        } else {
+                            format!("{label} t{t}")
+                        };
+                        (name, pts, false)
+                    })
+                    .collect();
+                series.extend(base);
+                let path = out_dir.join(format!("{w}-{suffix}.svg"));
+                let title = match metric {
+                    Metric::Throughput => format!("{w}: throughput over injected latency"),
+                    Metric::P99 => format!("{w}: p99 latency over injected latency"),
+                };
+                draw(&path, &title, &x_desc, y_desc, metric, &series)?;
+                files.push(path);
+            }
         }
     }
     Ok(files)
 }
 
-fn draw(path: &Path, title: &str, x_desc: &str, series: &Series) -> Result<(), String> {
+/// What a plot's y axis shows.
+#[derive(Clone, Copy)]
+enum Metric {
+    Throughput,
+    P99,
+}
+
+fn draw(
+    path: &Path,
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    metric: Metric,
+    series: &Series,
+) -> Result<(), String> {
     let e = |e: &dyn std::fmt::Display| format!("plot {}: {e}", path.display());
     let xs = series.iter().flat_map(|s| s.1.iter().map(|p| p.0));
     let (x0, x1) = xs.fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(x), b.max(x)));
@@ -125,9 +175,12 @@ fn draw(path: &Path, title: &str, x_desc: &str, series: &Series) -> Result<(), S
         .configure_mesh()
         .x_labels(x_labels)
         .x_desc(x_desc)
-        .y_desc("transactions/s")
+        .y_desc(y_desc)
         .x_label_formatter(&xfmt)
-        .y_label_formatter(&|v| si(*v))
+        .y_label_formatter(&|v| match metric {
+            Metric::Throughput => si(*v),
+            Metric::P99 => format!("{v:.1}"),
+        })
         .draw()
         .map_err(|x| e(&x))?;
     for (i, (name, pts, dashed)) in series.iter().enumerate() {
@@ -215,7 +268,7 @@ mod tests {
             rows.push(row("LMDB", "baseline", t, 0, 500.0 * t as f64));
         }
         let files = plots_from_rows(&rows, &dir).unwrap();
-        assert_eq!(files.len(), 2);
+        assert_eq!(files.len(), 3);
         let th = texts(&files[0]);
         for n in ["1", "2", "4"] {
             assert_eq!(th.iter().filter(|t| *t == n).count(), 1, "tick {n} in {th:?}");
@@ -223,6 +276,11 @@ mod tests {
         let lat = texts(&files[1]);
         assert!(lat.iter().any(|t| t == "LMDB t1 (baseline, 0 ns)"), "{lat:?}");
         assert!(lat.iter().any(|t| t == "Ferrite x t4"), "{lat:?}");
+        assert!(lat.iter().any(|t| t == "injected latency (ns per barrier)"), "{lat:?}");
+        let p99 = texts(&files[2]);
+        assert!(files[2].ends_with("w-p99-latency.svg"), "{files:?}");
+        assert!(p99.iter().any(|t| t == "p99 latency (µs)"), "{p99:?}");
+        assert!(p99.iter().any(|t| t == "LMDB t2 (baseline, 0 ns)"), "{p99:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
