@@ -478,6 +478,46 @@ pub fn table(report: &Report) -> String {
     render_table(&rows)
 }
 
+/// The per-transaction-type table of the points whose workload has more than one type (TATP,
+/// TPC-C): committed transactions, their share of the point, latency percentiles and aborts
+/// per type. `None` when no point has types.
+pub fn types_table(report: &Report) -> Option<String> {
+    let mut rows = vec![
+        [
+            "workload", "engine", "thr", "inj ns", "type", "txns", "share", "p50 us", "p99 us",
+            "p99.9 us", "aborts",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect::<Vec<_>>(),
+    ];
+    let mut any = false;
+    for r in report.results.iter().filter(|r| r.error.is_none() && r.txn_types.len() > 1) {
+        if any {
+            rows.push(Vec::new());
+        }
+        any = true;
+        let total: u64 = r.txn_types.iter().map(|t| t.txns).sum();
+        for t in &r.txn_types {
+            let share = if total == 0 { 0.0 } else { 100.0 * t.txns as f64 / total as f64 };
+            rows.push(vec![
+                r.workload.clone(),
+                r.label.clone(),
+                r.threads.to_string(),
+                r.latency_ns.to_string(),
+                t.name.clone(),
+                t.txns.to_string(),
+                format!("{share:.1}%"),
+                us(t.p50_us),
+                us(t.p99_us),
+                us(t.p999_us),
+                t.aborts.to_string(),
+            ]);
+        }
+    }
+    any.then(|| render_table(&rows))
+}
+
 /// Everything printed after a run: header, table, engine configurations, checks.
 pub fn summary(report: &Report) -> String {
     let mut s = String::new();
@@ -495,6 +535,11 @@ pub fn summary(report: &Report) -> String {
     let _ = writeln!(s);
     s.push_str(&table(report));
     let _ = writeln!(s);
+    if let Some(t) = types_table(report) {
+        let _ = writeln!(s, "Per transaction type (latency from the first attempt to the commit):");
+        s.push_str(&t);
+        let _ = writeln!(s);
+    }
     let _ = writeln!(s, "Engines (effective configuration; full detail in results.json):");
     let mut seen = BTreeSet::new();
     for r in &report.results {

@@ -70,12 +70,18 @@ fn every_workload_on_every_engine() {
     let problems = shape_problems(&spec, &report, Some((&json, &csv)));
     assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.join("\n"));
 
-    // One thread plot and one latency plot per workload, drawn from the CSV.
+    // Per workload, drawn from the CSV: a thread plot, a throughput-over-latency plot and a
+    // p99-over-latency plot.
     let plots = plots_from_csv(&csv, &out).expect("plots");
-    assert_eq!(plots.len(), 2 * WorkloadId::all().len(), "{plots:?}");
+    assert_eq!(plots.len(), 3 * WorkloadId::all().len(), "{plots:?}");
     for p in &plots {
         let svg = std::fs::read_to_string(p).unwrap();
-        assert!(svg.starts_with("<svg") && svg.contains("transactions/s"), "{}", p.display());
+        let y = if p.to_string_lossy().ends_with("-p99-latency.svg") {
+            "p99 latency (µs)"
+        } else {
+            "transactions/s"
+        };
+        assert!(svg.starts_with("<svg") && svg.contains(y), "{}", p.display());
     }
 
     // The table: ratios against SQLite WAL+FULL, n/a counters for baselines, labelled
@@ -86,6 +92,18 @@ fn every_workload_on_every_engine() {
     assert!(t.contains("n/a") && t.contains("0 (baseline)"), "{t}");
     let s = summary(&report);
     assert!(s.contains("passed their workload consistency checks"), "{s}");
+    // The per-type table lists every type of a point with more than one (TATP, TPC-C); shown
+    // here on a copy of a point given a second, made-up type.
+    let mut typed = report.clone();
+    let r = typed.results.iter_mut().find(|r| r.error.is_none()).expect("a point");
+    let mut second = r.txn_types.first().cloned().expect("every point has a type");
+    second.name = "second-type".into();
+    second.txns = 1;
+    let first = r.txn_types[0].name.clone();
+    r.txn_types.push(second);
+    let t = ferrite_bench::report::types_table(&typed).expect("a typed point");
+    assert!(t.contains("second-type") && t.contains(&first), "{t}");
+    assert!(summary(&typed).contains("Per transaction type"));
     for r in &report.results {
         let ratio = r.ratio.expect("every row has a reference row");
         assert!(ratio.is_finite() && ratio > 0.0);
