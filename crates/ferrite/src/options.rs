@@ -247,6 +247,7 @@ impl Options {
                 v.push(("pmem.max_pool_size".to_owned(), max));
                 let mode = pm.durability_mode().map_or("detect".to_owned(), |m| format!("{m:?}"));
                 v.push(("pmem.durability".to_owned(), mode));
+                v.push(("pmem.prefault".to_owned(), pm.is_prefault().to_string()));
             }
             EngineKind::Reference => {
                 let on = if self.reference.validation { "on" } else { "off (broken, tests only)" };

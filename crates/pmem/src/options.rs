@@ -29,6 +29,7 @@ pub struct Options {
     latency: Latency,
     segment_size: u64,
     max_pool_size: Option<u64>,
+    prefault: bool,
 }
 
 /// Layout name used when none is given.
@@ -48,6 +49,7 @@ impl Default for Options {
             latency: Latency::default(),
             segment_size: DEFAULT_SEGMENT_SIZE,
             max_pool_size: None,
+            prefault: false,
         }
     }
 }
@@ -118,6 +120,23 @@ impl Options {
     pub fn max_pool_size(mut self, bytes: u64) -> Self {
         self.max_pool_size = Some(bytes);
         self
+    }
+
+    /// Populates every segment file's pages when it is mapped (created, opened or grown),
+    /// so that the first store to a page takes no page fault (on tmpfs, the kernel zeroes a
+    /// page at its first fault even after `fallocate`). Costs the time to populate the whole
+    /// segment up front and its whole size in memory. Best effort: a kernel without
+    /// `MADV_POPULATE_WRITE` (before Linux 5.14) leaves the pages to fault as usual. No effect
+    /// on heap-backed or simulated pools. Default off; the benchmark harness turns it on for
+    /// Ferrite's pools, as it prefaults PMDK's pool.
+    pub fn prefault(mut self, on: bool) -> Self {
+        self.prefault = on;
+        self
+    }
+
+    /// Whether segments are populated when mapped (see [`Options::prefault`]).
+    pub fn is_prefault(&self) -> bool {
+        self.prefault
     }
 
     /// The latency-emulation settings.

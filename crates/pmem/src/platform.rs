@@ -61,6 +61,29 @@ pub fn allocate_space(file: &File, len: u64) -> io::Result<()> {
     if rc == 0 { Ok(()) } else { Err(io::Error::from_raw_os_error(rc)) }
 }
 
+/// Populates the pages of `[addr, addr + len)` for writing (`MADV_POPULATE_WRITE`). Returns
+/// `Ok(false)` where the kernel does not know the advice (before Linux 5.14).
+///
+/// # Safety
+/// `[addr, addr + len)` must be a live shared mapping of a file with its space allocated (a
+/// hole would fail with `EFAULT`, which is returned as an error, never a signal).
+pub unsafe fn populate_write(addr: NonNull<u8>, len: usize) -> io::Result<bool> {
+    loop {
+        // SAFETY: the caller guarantees a live mapping of `len` bytes at `addr`; the advice
+        // only faults pages in, it changes no contents.
+        let rc = unsafe { libc::madvise(addr.as_ptr().cast(), len, libc::MADV_POPULATE_WRITE) };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EINVAL) => return Ok(false),
+            _ => return Err(err),
+        }
+    }
+}
+
 /// Space figures of the file system holding a path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FsSpace {

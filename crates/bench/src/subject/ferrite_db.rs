@@ -35,9 +35,11 @@ pub(super) fn open(
     }))
 }
 
-/// The database options of `kind` for `setup` (flush instruction, injected latency).
+/// The database options of `kind` for `setup` (flush instruction, injected latency). Pool
+/// segments are prefaulted when mapped, as PMDK's pool is prefaulted at creation
+/// (`subject/pmdk.rs`): neither engine pays first-touch page faults inside the timed phase.
 pub(crate) fn options(kind: EngineKind, setup: &SubjectSetup) -> Options {
-    let mut pmem = ferrite::pmem::Options::new();
+    let mut pmem = ferrite::pmem::Options::new().prefault(true);
     if let Some(f) = setup.flush {
         pmem = pmem.flush(f);
     }
@@ -297,7 +299,7 @@ mod tests {
                 .open(&dir.path().join(kind.name()), &setup)
                 .unwrap_or_else(|e| panic!("{kind}: {e}"));
             let config = &subject.info().config;
-            for (k, v) in Options::new().engine(kind).engine_settings() {
+            for (k, v) in options(kind, &setup).engine_settings() {
                 assert_eq!(config.get(&k), Some(&v), "{kind}: setting {k}");
             }
             // One write and one read through the session, so the adapter is exercised.

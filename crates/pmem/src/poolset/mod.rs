@@ -111,6 +111,8 @@ pub struct PoolSet {
     /// Size of the segments `grow` adds (settable through a shared handle).
     segment_size: AtomicU64,
     sync: bool,
+    /// Populate segments when they are mapped ([`Options::prefault`]).
+    prefault: bool,
     mode_reason: String,
     was_clean: bool,
     slots: Box<[Slot]>,
@@ -194,6 +196,7 @@ impl PoolSet {
             false,
             None,
         )?;
+        set.prefault_segment(0, seg_size);
         set.init_segment0(seg_size)?;
         guard.disarm();
         Ok(set)
@@ -238,6 +241,7 @@ impl PoolSet {
             Some(set.space.region.sub(0, seg_size)?),
             sim_site(),
         )?;
+        set.prefault_segment(0, seg_size);
         set.init_segment0(seg_size)?;
         Ok(set)
     }
@@ -323,6 +327,7 @@ impl PoolSet {
             j.was_clean,
             None,
         )?;
+        set.prefault_segment(0, size0);
         set.publish(0, 0, size0);
         let mut voff = size0;
         for (&id, &size) in j.live.iter().skip(1) {
@@ -447,6 +452,7 @@ impl PoolSet {
     ) -> Result<PoolSet> {
         let cfg = PersistCfg { mode: decision.mode, flush, eadr: opts.is_eadr() };
         let emu = Emulator::new(opts.latency()).map(Arc::new);
+        let prefault = opts.is_prefault() && sim.is_none();
         let slots = (0..MAX_SEGMENTS).map(|_| Slot::default()).collect();
         if let Some(lock) = lock {
             reservation.hold_lock(lock);
@@ -463,6 +469,7 @@ impl PoolSet {
             layout,
             segment_size: AtomicU64::new(segment_size),
             sync: decision.mode == DurabilityMode::Pmem,
+            prefault,
             mode_reason: decision.reason,
             was_clean,
             slots,

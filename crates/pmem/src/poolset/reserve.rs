@@ -90,6 +90,20 @@ impl PoolSet {
         })
     }
 
+    /// With [`Options::prefault`](crate::Options::prefault), populates the pages of the
+    /// segment just mapped at `[voff, voff + size)`. Best effort: a failure leaves the pages to
+    /// fault as usual.
+    pub(super) fn prefault_segment(&self, voff: u64, size: u64) {
+        if !self.prefault {
+            return;
+        }
+        if let Ok(addr) = self.addr(voff, size) {
+            // SAFETY: a segment file is mapped over `[addr, addr + size)` (the caller just
+            // mapped it), with its space allocated at creation (`allocate_space`).
+            let _ = unsafe { platform::populate_write(addr, size as usize) };
+        }
+    }
+
     /// Maps `size` bytes of the segment `file` at `voff`. On failure the range is refilled
     /// with anonymous memory before the error is returned (no hole, PS2).
     pub(super) fn map_segment(&self, file: &File, path: &Path, voff: u64, size: u64) -> Result<()> {
@@ -111,6 +125,9 @@ impl PoolSet {
             // is not published to anyone; no Rust reference covers it.
             unsafe { platform::map_fixed(addr, len, file, self.sync) }
         };
+        if r.is_ok() {
+            self.prefault_segment(voff, size);
+        }
         r.map_err(|e| {
             self.fill_with_anon(addr, len);
             if self.sync {
