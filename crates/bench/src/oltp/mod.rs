@@ -57,6 +57,7 @@ use crate::workload::{Check, Instance, PointWorkload, Thread, WorkerReport};
 mod ferrite_db;
 pub mod lmdb;
 mod sqlite;
+pub mod tatp;
 pub mod tpcb;
 
 pub use tpcb::TpcbScale;
