@@ -69,6 +69,9 @@ pub struct BenchArgs {
     /// TPC-B accounts per branch. Default: 100000, the standard's (smoke: 1000).
     #[arg(long, value_name = "N")]
     pub accounts_per_branch: Option<u32>,
+    /// TATP subscribers. Default: 100000 (smoke: 2000).
+    #[arg(long, value_name = "N")]
+    pub subscribers: Option<u32>,
     /// Value size in bytes.
     #[arg(long, value_name = "B", default_value_t = 100)]
     pub value_size: usize,
@@ -303,7 +306,8 @@ fn print_list() {
     }
     println!(
         "  groups: micro, ycsb, oltp, all; insertN/updateN/deleteN take any N in 1..=1024; \
-         tpcb takes --branches and --accounts-per-branch; PMDK runs no OLTP workload"
+         tpcb takes --branches and --accounts-per-branch, tatp --subscribers; PMDK runs no \
+         OLTP workload"
     );
     println!();
     println!("Engines:");
@@ -346,9 +350,19 @@ fn build_spec(args: &BenchArgs, mode: Mode) -> anyhow::Result<(RunSpec, String)>
     {
         bail!("--branches: 1 to 1000000; --accounts-per-branch: 1 to 100000000");
     }
+    let subscribers = args.subscribers.unwrap_or(if mode == Mode::Smoke {
+        2000
+    } else {
+        crate::oltp::tatp::DEFAULT_SUBSCRIBERS
+    });
+    if !(1..=100_000_000).contains(&subscribers) {
+        bail!("--subscribers: 1 to 100000000");
+    }
     for w in &mut workloads {
-        if let WorkloadId::Tpcb(s) = w {
-            *s = tpcb;
+        match w {
+            WorkloadId::Tpcb(s) => *s = tpcb,
+            WorkloadId::Tatp(n) => *n = subscribers,
+            _ => {}
         }
     }
     let engines = if !args.engines.is_empty() {
@@ -623,6 +637,16 @@ mod tests {
             [WorkloadId::Tpcb(TpcbScale { branches: 3, ..TpcbScale::default() })]
         );
         assert!(spec(&["-w", "tpcb", "--branches", "0"]).is_err());
+        // TATP: small in the smoke pass, --subscribers applies to tatp.
+        assert!(s.workloads.contains(&WorkloadId::Tatp(2000)));
+        let (t, _) = spec(&["-w", "oltp", "--subscribers", "1000000"]).unwrap();
+        assert_eq!(
+            t.workloads,
+            [WorkloadId::Tpcb(TpcbScale::default()), WorkloadId::Tatp(1_000_000)]
+        );
+        let (t, _) = spec(&["-w", "tatp"]).unwrap();
+        assert_eq!(t.workloads, [WorkloadId::Tatp(100_000)]);
+        assert!(spec(&["-w", "tatp", "--subscribers", "0"]).is_err());
         assert_eq!(s.threads, vec![1, 2]);
         assert_eq!(s.stop, Stop::Txns(200));
         let (c, r) = spec(&["--calibrate"]).unwrap();

@@ -744,6 +744,12 @@ pub fn settings_of(spec: &RunSpec, medium: &str) -> BTreeMap<String, String> {
                 sc.branches, sc.accounts_per_branch, spec.seed
             ));
         }
+        if let WorkloadId::Tatp(n) = w {
+            if !data.is_empty() {
+                data.push_str("; ");
+            }
+            data.push_str(&format!("tatp: {n} subscribers, seed {}", spec.seed));
+        }
     }
     BTreeMap::from([
         (

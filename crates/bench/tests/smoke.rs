@@ -53,13 +53,15 @@ fn report(spec: &RunSpec) -> Report {
 #[test]
 fn every_workload_on_every_engine() {
     let dir = TestDir::new("bench-smoke");
-    // TPC-B with small branches (1000 accounts), like `ferrite bench --smoke`.
+    // TPC-B with small branches (1000 accounts) and TATP with 2000 subscribers, like
+    // `ferrite bench --smoke`.
     let workloads: Vec<WorkloadId> = WorkloadId::all()
         .into_iter()
         .map(|w| match w {
             WorkloadId::Tpcb(_) => {
                 WorkloadId::Tpcb(TpcbScale { branches: 2, accounts_per_branch: 1000 })
             }
+            WorkloadId::Tatp(_) => WorkloadId::Tatp(2000),
             w => w,
         })
         .collect();
@@ -128,6 +130,21 @@ fn every_workload_on_every_engine() {
         assert_eq!(r.txn_types.len(), 1, "{:?}", r.txn_types);
         assert_eq!((r.txn_types[0].name.as_str(), r.txn_types[0].txns), ("tpcb", r.txns));
         assert_eq!(r.workload_params["accounts"], "2000");
+    }
+    // TATP likewise: every mapped engine, its checks held (row counts, call forwarding =
+    // loaded + inserted - deleted, no orphan), seven transaction types reported.
+    let tatp: Vec<_> = report.results.iter().filter(|r| r.workload == "tatp").collect();
+    for e in EngineId::available() {
+        let n = tatp.iter().filter(|r| r.engine == e.name()).count();
+        assert_eq!(n > 0, e != EngineId::Pmdk, "{e}: {n} tatp points");
+    }
+    for r in &tatp {
+        assert!(r.ok() && r.txns > 0, "{r:?}");
+        assert!(r.checks.len() >= 5 && r.checks[0].name.starts_with("subscribers"), "{r:?}");
+        assert!(r.checks[2].name.starts_with("call_forwarding"), "{:?}", r.checks);
+        assert_eq!(r.txn_types.len(), 7, "{:?}", r.txn_types);
+        assert_eq!(r.txn_types.iter().map(|t| t.txns).sum::<u64>(), r.txns);
+        assert_eq!(r.workload_params["subscribers"], "2000");
     }
     let sqlite = report.results.iter().find(|r| r.engine == "sqlite-wal-full").unwrap();
     for key in ["sqlite_version", "journal_mode", "synchronous", "compile_options"] {

@@ -16,6 +16,7 @@
 //! | `delete1`, `delete8`, `delete32` | as many deletes of loaded records (each record once) |
 //! | `ycsb-a` … `ycsb-f` | YCSB core workloads, one operation per transaction |
 //! | `tpcb` | TPC-B (typed rows, [`crate::oltp`]): the one account/teller/branch/history transaction |
+//! | `tatp` | TATP (typed rows, [`crate::oltp`]): the seven telecom transactions, expected failures counted apart |
 //!
 //! The runner sees every workload through [`PointWorkload`] (open an [`Instance`] on an
 //! engine, hand each thread a [`Thread`]), so key-value workloads ([`Workload`], on
@@ -280,6 +281,8 @@ pub enum WorkloadId {
     Ycsb(YcsbKind),
     /// TPC-B at the given scale.
     Tpcb(TpcbScale),
+    /// TATP with the given number of subscribers.
+    Tatp(u32),
 }
 
 impl WorkloadId {
@@ -293,6 +296,7 @@ impl WorkloadId {
         }
         v.extend(YcsbKind::ALL.iter().map(|&k| WorkloadId::Ycsb(k)));
         v.push(WorkloadId::Tpcb(TpcbScale::default()));
+        v.push(WorkloadId::Tatp(oltp::tatp::DEFAULT_SUBSCRIBERS));
         v
     }
 
@@ -300,7 +304,7 @@ impl WorkloadId {
     pub fn supports(self, engine: EngineId) -> bool {
         match self {
             WorkloadId::Micro(..) | WorkloadId::Ycsb(_) => true,
-            WorkloadId::Tpcb(_) => oltp::supports(engine),
+            WorkloadId::Tpcb(_) | WorkloadId::Tatp(_) => oltp::supports(engine),
         }
     }
 
@@ -310,6 +314,7 @@ impl WorkloadId {
             WorkloadId::Micro(kind, n) => format!("{}{n}", kind.name()),
             WorkloadId::Ycsb(k) => format!("ycsb-{}", k.letter()),
             WorkloadId::Tpcb(_) => "tpcb".into(),
+            WorkloadId::Tatp(_) => "tatp".into(),
         }
     }
 
@@ -319,6 +324,7 @@ impl WorkloadId {
             WorkloadId::Micro(kind, n) => kind.describe(n),
             WorkloadId::Ycsb(k) => k.describe().into(),
             WorkloadId::Tpcb(_) => oltp::tpcb::DESCRIPTION.into(),
+            WorkloadId::Tatp(_) => oltp::tatp::DESCRIPTION.into(),
         }
     }
 
@@ -331,6 +337,9 @@ impl WorkloadId {
         }
         if l == "tpcb" {
             return Ok(WorkloadId::Tpcb(TpcbScale::default()));
+        }
+        if l == "tatp" {
+            return Ok(WorkloadId::Tatp(oltp::tatp::DEFAULT_SUBSCRIBERS));
         }
         for kind in [MicroKind::Insert, MicroKind::Update, MicroKind::Delete] {
             if let Some(n) = l.strip_prefix(kind.name()) {
@@ -362,7 +371,10 @@ impl WorkloadId {
                     .filter(|w| matches!(w, WorkloadId::Micro(..)))
                     .collect(),
                 "ycsb" => YcsbKind::ALL.iter().map(|&k| WorkloadId::Ycsb(k)).collect(),
-                "oltp" => vec![WorkloadId::Tpcb(TpcbScale::default())],
+                "oltp" => vec![
+                    WorkloadId::Tpcb(TpcbScale::default()),
+                    WorkloadId::Tatp(oltp::tatp::DEFAULT_SUBSCRIBERS),
+                ],
                 _ => vec![WorkloadId::parse(item)?],
             };
             for w in group {
@@ -385,6 +397,7 @@ impl WorkloadId {
             }
             WorkloadId::Ycsb(k) => Box::new(KvPoint(Box::new(ycsb::Ycsb::new(k, p)))),
             WorkloadId::Tpcb(scale) => oltp::point(Box::new(oltp::tpcb::Tpcb::new(scale, p))),
+            WorkloadId::Tatp(n) => oltp::point(Box::new(oltp::tatp::Tatp::new(n, p))),
         }
     }
 }
