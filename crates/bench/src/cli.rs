@@ -30,15 +30,16 @@ use crate::workload::{Distribution, WorkloadId, dist::DEFAULT_THETA};
 #[command(
     about = "Run benchmarks of Ferrite's engines against SQLite, LMDB and PMDK",
     long_about = "Run benchmarks of Ferrite's engines against SQLite, LMDB and PMDK.\n\n\
-                  With no arguments: the quick suite (insert1 and ycsb-a on every engine of \
-                  this build, one thread, 3 s per point) in a fresh directory under /dev/shm, \
+                  With no arguments: the quick suite (insert1, ycsb-a and TATP at 100 000 \
+                  subscribers on every engine of this build that runs them, one thread, 3 s \
+                  per point) in a fresh directory under /dev/shm, \
                   printed as a side-by-side table with a ratio column. `--list` shows the \
                   workloads and engines; `--calibrate` compares the baselines with the \
                   project's calibration anchors; `--smoke` is the quick shape-and-consistency \
                   pass CI runs."
 )]
 pub struct BenchArgs {
-    /// Workloads (comma-separated; groups: micro, ycsb, all). Default: insert1,ycsb-a.
+    /// Workloads (comma-separated; groups: micro, ycsb, oltp, all). Default: insert1,ycsb-a,tatp.
     #[arg(long = "workload", short = 'w', value_delimiter = ',', value_name = "W")]
     pub workloads: Vec<String>,
     /// Engines (comma-separated; groups: all, ferrite, baselines, sqlite). Default: all.
@@ -330,9 +331,8 @@ fn build_spec(args: &BenchArgs, mode: Mode) -> anyhow::Result<(RunSpec, String)>
         WorkloadId::parse_list(&args.workloads).map_err(anyhow::Error::msg)?
     } else {
         match mode {
-            Mode::Run => {
-                WorkloadId::parse_list(&["insert1,ycsb-a".into()]).map_err(anyhow::Error::msg)?
-            }
+            Mode::Run => WorkloadId::parse_list(&["insert1,ycsb-a,tatp".into()])
+                .map_err(anyhow::Error::msg)?,
             Mode::Calibrate => vec![WorkloadId::parse("insert1").map_err(anyhow::Error::msg)?],
             Mode::Smoke => WorkloadId::all(),
         }
