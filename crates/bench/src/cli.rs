@@ -584,7 +584,8 @@ mod tests {
     #[test]
     fn defaults_are_the_quick_suite() {
         let (s, r) = spec(&[]).unwrap();
-        assert_eq!(s.workloads.len(), 2);
+        let names: Vec<String> = s.workloads.iter().map(|w| w.name()).collect();
+        assert_eq!(names, ["insert1", "ycsb-a", "tatp"]);
         assert_eq!(s.engines, EngineId::defaults());
         // SOFORT is the first row; the in-memory reference engine only runs on request.
         assert_eq!(s.engines[0], EngineId::Ferrite(ferrite::EngineKind::Sofort));
@@ -594,7 +595,7 @@ mod tests {
         assert_eq!(r, "sqlite-wal-full");
         // Baselines appear once, Ferrite engines once per latency.
         let (s, _) = spec(&["--latency-ns", "0,300,1000", "-e", "reference,lmdb"]).unwrap();
-        assert_eq!(s.points().len(), 2 * (3 + 1));
+        assert_eq!(s.points().len(), 3 * (3 + 1), "three workloads");
     }
 
     #[test]
