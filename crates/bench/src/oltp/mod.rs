@@ -619,6 +619,44 @@ pub fn run_retrying(
     crate::workload::retry(|| session.run(kind, body))
 }
 
+/// What the OLTP workloads' tests share: the subject setup, the workload parameters and the
+/// engines that have an OLTP mapping.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::{EngineId, Schema, SubjectSetup, supports};
+    use crate::subject::LatencyModel;
+    use crate::workload::{Distribution, WorkloadParams};
+
+    /// A setup for `schema`'s tables with `data_bytes` of data, no injected latency.
+    pub fn setup(schema: &Schema, data_bytes: u64) -> SubjectSetup {
+        SubjectSetup {
+            tables: schema.tables.iter().map(|t| t.name).collect(),
+            data_bytes,
+            latency_ns: 0,
+            latency_model: LatencyModel::Barrier,
+            flush: None,
+        }
+    }
+
+    /// One thread, uniform keys, the given seed.
+    pub fn params(seed: u64) -> WorkloadParams {
+        WorkloadParams {
+            scale: 0,
+            value_size: 0,
+            distribution: Distribution::Uniform,
+            theta: 0.99,
+            seed,
+            threads: 1,
+            planned_txns: None,
+        }
+    }
+
+    /// Every engine of this build with an OLTP mapping.
+    pub fn engines() -> impl Iterator<Item = EngineId> {
+        EngineId::available().into_iter().filter(|&e| supports(e))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -670,7 +708,6 @@ mod tests {
     /// `delete` and a refused duplicate.
     #[test]
     fn every_engine_answers_the_same() {
-        use crate::subject::LatencyModel;
         use ferrite::pmem::internals::testing::TestDir;
         let dir = TestDir::new("bench-oltp-layer");
         let with_index = Arc::new(Schema::new(vec![orders()]).unwrap());
@@ -682,16 +719,10 @@ mod tests {
             }])
             .unwrap(),
         );
-        let setup = SubjectSetup {
-            tables: vec!["orders"],
-            data_bytes: 1 << 20,
-            latency_ns: 0,
-            latency_model: LatencyModel::Barrier,
-            flush: None,
-        };
+        let setup = testing::setup(&with_index, 1 << 20);
         let v = |x: i64| Value::I64(x);
         let mut answers: Vec<(EngineId, Vec<Vec<i64>>)> = Vec::new();
-        for engine in EngineId::available().into_iter().filter(|&e| supports(e)) {
+        for engine in testing::engines() {
             // LMDB maps no non-unique index: it gets the same table without one, and skips index
             // reads (its unique-index mapping is tested by TATP).
             let lmdb = engine == EngineId::Lmdb;
@@ -775,7 +806,6 @@ mod tests {
     /// remove it, equality and range reads through it.
     #[test]
     fn unique_index_on_every_engine() {
-        use crate::subject::LatencyModel;
         use ferrite::pmem::internals::testing::TestDir;
         let dir = TestDir::new("bench-oltp-unique");
         let schema = Arc::new(
@@ -789,16 +819,10 @@ mod tests {
             ])
             .unwrap(),
         );
-        let setup = SubjectSetup {
-            tables: vec!["people"],
-            data_bytes: 1 << 20,
-            latency_ns: 0,
-            latency_model: LatencyModel::Barrier,
-            flush: None,
-        };
+        let setup = testing::setup(&schema, 1 << 20);
         let v = |x: i64| Value::I64(x);
         let s = |x: &str| Value::Str(x.into());
-        for engine in EngineId::available().into_iter().filter(|&e| supports(e)) {
+        for engine in testing::engines() {
             let subject = open(engine, &dir.path().join(engine.name()), &setup, &schema)
                 .unwrap_or_else(|e| panic!("{engine}: {e}"));
             let mut ses = subject.session().unwrap();

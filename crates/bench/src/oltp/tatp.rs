@@ -752,29 +752,13 @@ impl OltpWorker for TatpWorker<'_> {
 mod tests {
     use super::*;
     use crate::oltp;
-    use crate::subject::{EngineId, LatencyModel, SubjectSetup};
+    use crate::subject::SubjectSetup;
     use ferrite::pmem::internals::testing::TestDir;
 
-    fn setup(schema: &Schema) -> SubjectSetup {
-        SubjectSetup {
-            tables: schema.tables.iter().map(|t| t.name).collect(),
-            data_bytes: 4 << 20,
-            latency_ns: 0,
-            latency_model: LatencyModel::Barrier,
-            flush: None,
-        }
-    }
+    use crate::oltp::testing::{engines, params};
 
-    fn params(seed: u64) -> WorkloadParams {
-        WorkloadParams {
-            scale: 0,
-            value_size: 0,
-            distribution: crate::workload::Distribution::Uniform,
-            theta: 0.99,
-            seed,
-            threads: 1,
-            planned_txns: None,
-        }
+    fn setup(schema: &Schema) -> SubjectSetup {
+        crate::oltp::testing::setup(schema, 4 << 20)
     }
 
     fn int(row: &[Value], c: usize) -> i64 {
@@ -927,7 +911,7 @@ mod tests {
         let schema = Arc::new(schema());
         let i = Value::I64;
         let s = |x: &str| Value::Str(x.into());
-        for engine in EngineId::available().into_iter().filter(|&e| oltp::supports(e)) {
+        for engine in engines() {
             let subject =
                 oltp::open(engine, &dir.path().join(engine.name()), &setup(&schema), &schema)
                     .unwrap_or_else(|e| panic!("{engine}: {e}"));
@@ -1040,7 +1024,7 @@ mod tests {
         println!("seed {seed}");
         for fault in [Fault::None, Fault::UncountedInsert] {
             let w = Tatp::new(200, &params(seed)).with_fault(fault);
-            for engine in EngineId::available().into_iter().filter(|&e| oltp::supports(e)) {
+            for engine in engines() {
                 let path = dir.path().join(format!("{engine}-{fault:?}"));
                 let subject = oltp::open(engine, &path, &setup(&w.schema), &w.schema).unwrap();
                 w.load(subject.as_ref()).unwrap();

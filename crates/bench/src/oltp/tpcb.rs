@@ -456,29 +456,13 @@ impl OltpWorker for TpcbWorker<'_> {
 mod tests {
     use super::*;
     use crate::oltp::{self, OltpOps};
-    use crate::subject::{EngineId, LatencyModel, SubjectSetup};
+    use crate::subject::SubjectSetup;
     use ferrite::pmem::internals::testing::TestDir;
 
-    fn setup(schema: &Schema) -> SubjectSetup {
-        SubjectSetup {
-            tables: schema.tables.iter().map(|t| t.name).collect(),
-            data_bytes: 1 << 20,
-            latency_ns: 0,
-            latency_model: LatencyModel::Barrier,
-            flush: None,
-        }
-    }
+    use crate::oltp::testing::{engines, params};
 
-    fn params(seed: u64) -> WorkloadParams {
-        WorkloadParams {
-            scale: 0,
-            value_size: 0,
-            distribution: crate::workload::Distribution::Uniform,
-            theta: 0.99,
-            seed,
-            threads: 1,
-            planned_txns: None,
-        }
+    fn setup(schema: &Schema) -> SubjectSetup {
+        crate::oltp::testing::setup(schema, 1 << 20)
     }
 
     #[test]
@@ -548,7 +532,7 @@ mod tests {
         let dir = TestDir::new("bench-tpcb-txn");
         let sc = TpcbScale { branches: 2, accounts_per_branch: 5 };
         let w = Tpcb::new(sc, &params(1));
-        for engine in EngineId::available().into_iter().filter(|&e| oltp::supports(e)) {
+        for engine in engines() {
             let subject =
                 oltp::open(engine, &dir.path().join(engine.name()), &setup(&w.schema), &w.schema)
                     .unwrap_or_else(|e| panic!("{engine}: {e}"));
@@ -614,7 +598,7 @@ mod tests {
         let sc = TpcbScale { branches: 2, accounts_per_branch: 20 };
         for fault in [Fault::None, Fault::SkipTeller] {
             let w = Tpcb::new(sc, &params(3)).with_fault(fault);
-            for engine in EngineId::available().into_iter().filter(|&e| oltp::supports(e)) {
+            for engine in engines() {
                 let path = dir.path().join(format!("{engine}-{fault:?}"));
                 let subject = oltp::open(engine, &path, &setup(&w.schema), &w.schema).unwrap();
                 w.load(subject.as_ref()).unwrap();

@@ -551,6 +551,7 @@ fn catalog_word(st: &SofortStore, off: u64) -> u64 {
 fn poke(st: &SofortStore, off: u64, v: u64) {
     let pm = &st.inner.pm;
     pm.s().store_u64(pm.cat + off, v, Ordering::Release).unwrap();
+    // ORDER(P-APP-1): the test's damage is durable before the store is reopened
     pm.s().persist(pm.cat + off, 8).unwrap();
 }
 
@@ -585,6 +586,7 @@ fn corrupt_or_newer_catalogs_are_typed_errors() {
         let g = alloc.pool().resolve(cat).unwrap();
         assert_eq!(alloc.pool().load_u64(g + off, Ordering::Acquire).unwrap(), f(w));
         alloc.pool().store_u64(g + off, w, Ordering::Release).unwrap();
+        // ORDER(P-APP-1): the test's damage is durable before the store is reopened
         alloc.pool().persist(g + off, 8).unwrap();
         alloc.close().unwrap();
         let (st, _) = SofortStore::open(PoolSet::open(&path, &opts()).unwrap()).unwrap();
@@ -599,6 +601,7 @@ fn corrupt_or_newer_catalogs_are_typed_errors() {
     let g = pm.set().resolve(d).unwrap() + TABLE_HEAD + 3 * T_COLUMN;
     let b = pm.s().load_u64(g, Ordering::Acquire).unwrap();
     pm.s().store_u64(g, b ^ 0xff00, Ordering::Release).unwrap();
+    // ORDER(P-APP-1): the test's damage is durable before the store is reopened
     pm.s().persist(g, 8).unwrap();
     st.close().unwrap();
     let err = SofortStore::open(PoolSet::open(&path, &opts()).unwrap()).unwrap_err();
@@ -620,6 +623,7 @@ fn areas_sharing_an_extension_block_are_corrupted() {
     let target = pm.set().to_pptr(a0 + A_EXT).unwrap();
     let ext =
         pm.staged_alloc(EXT_BYTES, target, |s, g| pm::init_null_ptrs(s, g + EXT_NEXT, 16)).unwrap();
+    // ORDER(P-APP-1): the test's damage is durable before the store is reopened
     pm.s().persist_pptr(a1 + A_EXT, ext).unwrap();
     st.close().unwrap();
     let err = SofortStore::open(PoolSet::open(&path, &opts()).unwrap()).unwrap_err();

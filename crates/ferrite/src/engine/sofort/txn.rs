@@ -1043,6 +1043,7 @@ impl TxHandle {
             self.finish_abort();
             return Err(e);
         }
+        // ORDER(P-SOF-5): F1, F1.5, F2 and the finalization, each persist named inside
         let (committed, r) = inner.persist_commit(&self, c);
         if !committed {
             inner.poison();
