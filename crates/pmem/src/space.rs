@@ -229,6 +229,13 @@ impl Space {
         self.stored(off, 8, site, || self.region.fetch_and_u64(off, val, ord))
     }
 
+    /// Hints the processor to cache the line holding `off` (a later load of it is likely);
+    /// no effect on contents, ordering or persistence. Out-of-range offsets are ignored.
+    #[inline(always)]
+    pub fn prefetch(&self, off: u64) {
+        self.region.prefetch(off)
+    }
+
     /// Copies `buf.len()` bytes at `off` into `buf` (relaxed word loads).
     pub fn read_into(&self, off: u64, buf: &mut [u8]) -> Result<()> {
         self.region.read_into(off, buf)

@@ -103,6 +103,22 @@ fn bounds_and_alignment_errors() {
 }
 
 #[test]
+fn prefetch_is_only_a_hint() {
+    each_backend(|p| {
+        let n = p.size();
+        p.store_u64(n - 8, 0xfeed, Release).unwrap();
+        let before = ferrite_pmem::Counters::snapshot();
+        // Inside, at the last byte, at the end and far beyond: no fault, no error, no effect.
+        for off in [0, 4095, n - 1, n, n + 64, u64::MAX] {
+            p.prefetch(off);
+        }
+        assert_eq!(p.load_u64(n - 8, Acquire).unwrap(), 0xfeed);
+        let after = ferrite_pmem::Counters::snapshot();
+        assert_eq!(after - before, Default::default(), "a prefetch counted as a store or persist");
+    });
+}
+
+#[test]
 fn reopen_after_clean_close_and_after_drop() {
     let dir = TestDir::new("reopen");
     let path = dir.join("p");

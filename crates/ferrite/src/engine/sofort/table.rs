@@ -327,9 +327,23 @@ impl PTable {
 
     /// Reads row `r`'s values. Bad stored references are `Corrupted`.
     pub(super) fn read_row(&self, s: &Space, r: u64) -> StorageResult<Row> {
-        let mut row = Vec::with_capacity(self.cols.len());
-        for (c, col) in self.table.schema.columns().iter().enumerate() {
+        let cols = self.table.schema.columns();
+        // A row's column slots lie in as many arrays (and lines), and a variable-length
+        // value's bytes in yet another line: ask for all of them before waiting on any, so
+        // their misses overlap instead of following one another.
+        for c in 0..cols.len() {
+            s.prefetch(self.slot_at(c, r)?);
+        }
+        let mut words = Vec::with_capacity(cols.len());
+        for (c, col) in cols.iter().enumerate() {
             let w = s.load_u64(self.slot_at(c, r)?, Ordering::Acquire)?;
+            if matches!(col.ty(), Type::Bytes | Type::Str) {
+                self.prefetch_heap(s, c, w);
+            }
+            words.push(w);
+        }
+        let mut row = Vec::with_capacity(cols.len());
+        for ((c, col), w) in cols.iter().enumerate().zip(words) {
             row.push(match col.ty() {
                 Type::I64 => Value::I64(w as i64),
                 Type::F64 => Value::F64(f64::from_bits(w)),
@@ -342,6 +356,21 @@ impl PTable {
             });
         }
         Ok(row)
+    }
+
+    /// Prefetches the lines of the value `w` of column `c` (a hint: a bad reference is
+    /// ignored here and reported by [`PTable::read_heap`]).
+    fn prefetch_heap(&self, s: &Space, c: usize, w: u64) {
+        let (chunk, off, len) = unpack_ref(w);
+        if let Some(g) = self.heaps.get(c).and_then(Option::as_ref).and_then(|h| h.arr.block(chunk))
+        {
+            // The first lines only: a long value's copy streams well enough by itself.
+            let start = g.wrapping_add(off);
+            let lines = (start % 64 + len).div_ceil(64).min(4);
+            for i in 0..lines {
+                s.prefetch((start & !63).wrapping_add(i * 64));
+            }
+        }
     }
 
     fn read_heap(&self, s: &Space, c: usize, w: u64) -> StorageResult<Vec<u8>> {
