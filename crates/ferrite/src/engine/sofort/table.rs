@@ -218,6 +218,14 @@ impl PTable {
                 }
             }
         }
+        // As in `read_row`: the row's slots are one line per column; ask for all of them
+        // (and the first line of each new value) before the first store waits on one.
+        for (c, &w) in words.iter().enumerate() {
+            s.prefetch(self.slot_at(c, r)?);
+            if matches!(row[c], Value::Bytes(_) | Value::Str(_)) {
+                self.prefetch_heap(s, c, w);
+            }
+        }
         let mut write = || -> SofortResult<()> {
             for (c, v) in row.iter().enumerate() {
                 let b = match v {
