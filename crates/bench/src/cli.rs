@@ -673,11 +673,25 @@ mod tests {
         let (t, _) = spec(&["-w", "oltp", "--subscribers", "1000000"]).unwrap();
         assert_eq!(
             t.workloads,
-            [WorkloadId::Tpcb(TpcbScale::default()), WorkloadId::Tatp(1_000_000)]
+            [
+                WorkloadId::Tpcb(TpcbScale::default()),
+                WorkloadId::Tatp(1_000_000),
+                WorkloadId::Tpcc(TpccScale::default())
+            ]
         );
         let (t, _) = spec(&["-w", "tatp"]).unwrap();
         assert_eq!(t.workloads, [WorkloadId::Tatp(100_000)]);
         assert!(spec(&["-w", "tatp", "--subscribers", "0"]).is_err());
+        // TPC-C: one small warehouse in the smoke pass, --warehouses applies to tpcc.
+        let tiny = TpccScale { warehouses: 1, items: 1000, customers: 30 };
+        assert!(s.workloads.contains(&WorkloadId::Tpcc(tiny)));
+        let (t, _) = spec(&["-w", "tpcc", "--warehouses", "4"]).unwrap();
+        assert_eq!(
+            t.workloads,
+            [WorkloadId::Tpcc(TpccScale { warehouses: 4, ..TpccScale::default() })]
+        );
+        assert!(spec(&["-w", "tpcc", "--warehouses", "0"]).is_err());
+        assert!(spec(&["-w", "tpcc", "--warehouses", "4096"]).is_err());
         assert_eq!(s.threads, vec![1, 2]);
         assert_eq!(s.stop, Stop::Txns(200));
         let (c, r) = spec(&["--calibrate"]).unwrap();

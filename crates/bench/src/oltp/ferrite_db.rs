@@ -4,7 +4,8 @@
 //! composite key is packed ([`TableDef::pack`]) into a leading `i64` column [`PK`], which is
 //! the primary key (the API has one-column primary keys), followed by the real columns, key
 //! columns included. Indexes are the API's (unique or not). `add` reads the row and updates
-//! the column. Scans are API scans: primary-key ranges as packed-key ranges, index ranges as
+//! the column. A duplicate key reported by `commit` (a concurrent committer took the key) is
+//! retryable, like a conflict. Scans are API scans: primary-key ranges as packed-key ranges, index ranges as
 //! prefix bounds on the index.
 
 use std::ops::Bound;
@@ -95,7 +96,16 @@ impl OltpSession for FerriteSession<'_> {
         body(&mut ops)?;
         match ops.txn {
             Txn::Read(_) => Ok(()),
-            Txn::Write(t) => t.commit().map_err(engine_err),
+            // A duplicate key found at commit (not at the write, which `insert` reports as
+            // `false`) means a concurrent transaction committed the key after this one's
+            // snapshot. The engines check uniqueness before validating reads, so a
+            // transaction whose reads are stale (TPC-C: two New-Orders that read the same
+            // `d_next_o_id`) fails this way instead of with `Conflict`; retrying re-reads and
+            // decides again, as after a conflict.
+            Txn::Write(t) => t.commit().map_err(|e| match e {
+                Error::DuplicateKey { .. } => OpError::Retryable(format!("at commit: {e}")),
+                e => engine_err(e),
+            }),
         }
     }
 }
