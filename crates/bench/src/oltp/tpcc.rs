@@ -1470,9 +1470,11 @@ impl OltpWorkload for TpccWorkload {
             format!("{history} rows; loaded {loaded}, payments {payments}"),
         ));
         let (txns, rolled) = (sum(DONE[0]), sum("rolled_back"));
+        // 1 % is expected; more than 5 % (plus a few, for short runs) means New-Orders roll
+        // back for another reason.
         out.push(Check::new(
-            "expected New-Order rollbacks (counted apart from aborts)",
-            true,
+            "expected New-Order rollbacks (about 1 %, counted apart from aborts)",
+            rolled <= txns / 20 + 3,
             format!(
                 "{rolled} of {txns} New-Orders rolled back ({:.2} %); {} deliveries skipped an \
                  empty district",
