@@ -433,6 +433,9 @@ mod tests {
             "SELECT w, o, c, note FROM orders WHERE w = ?1 AND o > ?2 ORDER BY w DESC, o DESC \
              LIMIT ?3"
         );
+        // Regression: an index scan names its index. Without it SQLite's planner (no
+        // statistics) answered TPC-C's newest order of a customer (index prefix, descending,
+        // LIMIT 1) by walking the district's orders in primary-key order.
         assert_eq!(
             build(t, Shape::Scan(0, 2, 0, 0, false, false)),
             "SELECT w, o, c, note FROM orders INDEXED BY orders_by_c WHERE w = ?1 AND c = ?2 \
