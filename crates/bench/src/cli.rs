@@ -17,7 +17,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::calibrate;
 use crate::machine::{machine, utc_now, utc_stamp};
-use crate::oltp::TpcbScale;
+use crate::oltp::{TpcbScale, TpccScale};
 use crate::plot::plots_from_csv;
 use crate::report::{PointResult, Report, settings_of, shape_problems, summary};
 use crate::runner::{self, Progress};
@@ -73,6 +73,10 @@ pub struct BenchArgs {
     /// TATP subscribers. Default: 100000 (smoke: 2000).
     #[arg(long, value_name = "N")]
     pub subscribers: Option<u32>,
+    /// TPC-C warehouses (1 to 4095; about 100 MB of rows each). Default: 1 (the smoke pass
+    /// loads one small warehouse: 1000 items, 30 customers per district).
+    #[arg(long, value_name = "N")]
+    pub warehouses: Option<u32>,
     /// Value size in bytes.
     #[arg(long, value_name = "B", default_value_t = 100)]
     pub value_size: usize,
@@ -307,8 +311,9 @@ fn print_list() {
     }
     println!(
         "  groups: micro, ycsb, oltp, all; insertN/updateN/deleteN take any N in 1..=1024; \
-         tpcb takes --branches and --accounts-per-branch, tatp --subscribers; PMDK runs no \
-         OLTP workload"
+         tpcb takes --branches and --accounts-per-branch, tatp --subscribers, tpcc \
+         --warehouses; PMDK runs no OLTP workload, LMDB no TPC-C (its key-value mapping has \
+         no non-unique index)"
     );
     println!();
     println!("Engines:");
@@ -358,10 +363,20 @@ fn build_spec(args: &BenchArgs, mode: Mode) -> anyhow::Result<(RunSpec, String)>
     if !(1..=100_000_000).contains(&subscribers) {
         bail!("--subscribers: 1 to 100000000");
     }
+    let warehouses = args.warehouses.unwrap_or(1);
+    if !(1..=crate::oltp::tpcc::MAX_WAREHOUSES).contains(&warehouses) {
+        bail!("--warehouses: 1 to {}", crate::oltp::tpcc::MAX_WAREHOUSES);
+    }
+    let tpcc = if mode == Mode::Smoke {
+        TpccScale { warehouses, items: 1000, customers: 30 }
+    } else {
+        TpccScale { warehouses, ..TpccScale::default() }
+    };
     for w in &mut workloads {
         match w {
             WorkloadId::Tpcb(s) => *s = tpcb,
             WorkloadId::Tatp(n) => *n = subscribers,
+            WorkloadId::Tpcc(s) => *s = tpcc,
             _ => {}
         }
     }
@@ -377,6 +392,21 @@ fn build_spec(args: &BenchArgs, mode: Mode) -> anyhow::Result<(RunSpec, String)>
     };
     if mode == Mode::Calibrate && engines.iter().any(|e| e.family() == Family::Ferrite) {
         bail!("--calibrate runs baselines only (the anchors are theirs)");
+    }
+    if !args.engines.is_empty() {
+        // An engine asked for by name that does not run a workload gets no point there: say so.
+        for w in &workloads {
+            for e in engines.iter().filter(|&&e| !w.supports(e)) {
+                eprintln!(
+                    "note: {e} does not run {w} ({}); skipped",
+                    if matches!(e, EngineId::Lmdb) {
+                        "its key-value mapping has no non-unique index"
+                    } else {
+                        "no OLTP mapping"
+                    }
+                );
+            }
+        }
     }
     let threads = if !args.threads.is_empty() {
         args.threads.clone()
@@ -643,11 +673,25 @@ mod tests {
         let (t, _) = spec(&["-w", "oltp", "--subscribers", "1000000"]).unwrap();
         assert_eq!(
             t.workloads,
-            [WorkloadId::Tpcb(TpcbScale::default()), WorkloadId::Tatp(1_000_000)]
+            [
+                WorkloadId::Tpcb(TpcbScale::default()),
+                WorkloadId::Tatp(1_000_000),
+                WorkloadId::Tpcc(TpccScale::default())
+            ]
         );
         let (t, _) = spec(&["-w", "tatp"]).unwrap();
         assert_eq!(t.workloads, [WorkloadId::Tatp(100_000)]);
         assert!(spec(&["-w", "tatp", "--subscribers", "0"]).is_err());
+        // TPC-C: one small warehouse in the smoke pass, --warehouses applies to tpcc.
+        let tiny = TpccScale { warehouses: 1, items: 1000, customers: 30 };
+        assert!(s.workloads.contains(&WorkloadId::Tpcc(tiny)));
+        let (t, _) = spec(&["-w", "tpcc", "--warehouses", "4"]).unwrap();
+        assert_eq!(
+            t.workloads,
+            [WorkloadId::Tpcc(TpccScale { warehouses: 4, ..TpccScale::default() })]
+        );
+        assert!(spec(&["-w", "tpcc", "--warehouses", "0"]).is_err());
+        assert!(spec(&["-w", "tpcc", "--warehouses", "4096"]).is_err());
         assert_eq!(s.threads, vec![1, 2]);
         assert_eq!(s.stop, Stop::Txns(200));
         let (c, r) = spec(&["--calibrate"]).unwrap();

@@ -13,7 +13,7 @@
 //! with a ratio column and write JSON, CSV and SVG plots ([`plot`]). [`calibrate`] compares the
 //! baselines with the calibration anchors of the project's conventions.
 //!
-//! Typed OLTP workloads (TPC-B; TATP and TPC-C to come) run through a second, typed interface
+//! Typed OLTP workloads (TPC-B, TATP, TPC-C) run through a second, typed interface
 //! ([`oltp`]: multi-column rows, composite keys, index and range scans), mapped natively onto
 //! each engine, and reach the same runner through [`workload::PointWorkload`].
 //!

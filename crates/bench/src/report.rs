@@ -750,6 +750,15 @@ pub fn settings_of(spec: &RunSpec, medium: &str) -> BTreeMap<String, String> {
             }
             data.push_str(&format!("tatp: {n} subscribers, seed {}", spec.seed));
         }
+        if let WorkloadId::Tpcc(sc) = w {
+            if !data.is_empty() {
+                data.push_str("; ");
+            }
+            data.push_str(&format!(
+                "tpcc: {} warehouses, {} items, {} customers per district, seed {}",
+                sc.warehouses, sc.items, sc.customers, spec.seed
+            ));
+        }
     }
     BTreeMap::from([
         (

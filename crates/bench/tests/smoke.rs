@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use ferrite::pmem::internals::testing::TestDir;
 use ferrite_bench::machine::{machine, utc_now};
-use ferrite_bench::oltp::TpcbScale;
+use ferrite_bench::oltp::{TpcbScale, TpccScale};
 use ferrite_bench::plot::plots_from_csv;
 use ferrite_bench::report::{Report, settings_of, shape_problems, summary, table};
 use ferrite_bench::runner::{self, NoProgress, RunSpec, Stop, Warmup};
@@ -53,8 +53,9 @@ fn report(spec: &RunSpec) -> Report {
 #[test]
 fn every_workload_on_every_engine() {
     let dir = TestDir::new("bench-smoke");
-    // TPC-B with small branches (1000 accounts) and TATP with 2000 subscribers, like
-    // `ferrite bench --smoke`.
+    // TPC-B with small branches (1000 accounts), TATP with 2000 subscribers and TPC-C with
+    // one small warehouse (1000 items, 30 customers per district), like `ferrite bench
+    // --smoke`; TPC-C runs on every engine but LMDB.
     let workloads: Vec<WorkloadId> = WorkloadId::all()
         .into_iter()
         .map(|w| match w {
@@ -62,6 +63,9 @@ fn every_workload_on_every_engine() {
                 WorkloadId::Tpcb(TpcbScale { branches: 2, accounts_per_branch: 1000 })
             }
             WorkloadId::Tatp(_) => WorkloadId::Tatp(2000),
+            WorkloadId::Tpcc(_) => {
+                WorkloadId::Tpcc(TpccScale { warehouses: 1, items: 1000, customers: 30 })
+            }
             w => w,
         })
         .collect();
@@ -145,6 +149,25 @@ fn every_workload_on_every_engine() {
         assert_eq!(r.txn_types.len(), 7, "{:?}", r.txn_types);
         assert_eq!(r.txn_types.iter().map(|t| t.txns).sum::<u64>(), r.txns);
         assert_eq!(r.workload_params["subscribers"], "2000");
+    }
+    // TPC-C: every engine with an OLTP mapping except LMDB (no non-unique index in its
+    // key-value mapping), consistency conditions 1-4 and the row counts held, five types.
+    let tpcc: Vec<_> = report.results.iter().filter(|r| r.workload == "tpcc").collect();
+    for e in EngineId::available() {
+        let n = tpcc.iter().filter(|r| r.engine == e.name()).count();
+        let runs = e != EngineId::Pmdk && e != EngineId::Lmdb;
+        assert_eq!(n > 0, runs, "{e}: {n} tpcc points");
+    }
+    for r in &tpcc {
+        assert!(r.ok() && r.txns > 0, "{r:?}");
+        let names: Vec<&str> = r.checks.iter().map(|c| c.name.as_str()).collect();
+        for k in 1..=4 {
+            let prefix = format!("TPC-C condition {k}:");
+            assert!(names.iter().any(|n| n.starts_with(&prefix)), "{names:?}");
+        }
+        assert_eq!(r.txn_types.len(), 5, "{:?}", r.txn_types);
+        assert_eq!(r.txn_types.iter().map(|t| t.txns).sum::<u64>(), r.txns);
+        assert_eq!(r.workload_params["warehouses"], "1");
     }
     let sqlite = report.results.iter().find(|r| r.engine == "sqlite-wal-full").unwrap();
     for key in ["sqlite_version", "journal_mode", "synchronous", "compile_options"] {

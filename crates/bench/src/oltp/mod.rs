@@ -1,5 +1,5 @@
-//! Typed OLTP workloads (TPC-B and TATP today; TPC-C is built on the same layer) on every
-//! engine, each through its native interface.
+//! Typed OLTP workloads (TPC-B, TATP and TPC-C) on every engine, each through its native
+//! interface.
 //!
 //! # The layer
 //! A workload declares a [`Schema`]: tables ([`TableDef`]) of typed columns (`i64`, `f64`,
@@ -59,8 +59,10 @@ pub mod lmdb;
 mod sqlite;
 pub mod tatp;
 pub mod tpcb;
+pub mod tpcc;
 
 pub use tpcb::TpcbScale;
+pub use tpcc::TpccScale;
 
 /// A row: one value per column, in column order.
 pub type Row = Vec<Value>;

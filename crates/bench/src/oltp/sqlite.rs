@@ -4,9 +4,9 @@
 //! (key columns)) WITHOUT ROWID`, so a row lives in its primary-key B-tree under the real
 //! composite key; `CREATE [UNIQUE] INDEX` per index; every operation one statement, prepared
 //! once per connection and cached (`get` a `SELECT` by key, `add` one `UPDATE … SET c = c + ?
-//! … RETURNING c`, a scan one `SELECT … WHERE prefix AND range ORDER BY … LIMIT`); explicit
-//! transactions (`BEGIN IMMEDIATE` for writers). Types: `i64` INTEGER, `f64` REAL, `str` TEXT,
-//! `bytes` BLOB.
+//! … RETURNING c`, a scan one `SELECT … [INDEXED BY index] WHERE prefix AND range ORDER BY …
+//! LIMIT`); explicit transactions (`BEGIN IMMEDIATE` for writers). Types: `i64` INTEGER, `f64`
+//! REAL, `str` TEXT, `bytes` BLOB.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -204,6 +204,12 @@ fn build(t: &TableDef, shape: Shape) -> String {
             let order: Vec<String> =
                 order.iter().map(|&c| format!("{}{dir}", t.columns[c].name)).collect();
             let mut s = format!("SELECT {all} FROM {}", t.name);
+            if index != usize::MAX {
+                // An index scan uses its index: without statistics the planner may pick the
+                // primary key when it yields the ORDER BY (TPC-C's newest order of a
+                // customer, descending with LIMIT 1, then walks the whole district).
+                let _ = write!(s, " INDEXED BY {}", t.indexes[index].name);
+            }
             if !conds.is_empty() {
                 let _ = write!(s, " WHERE {}", conds.join(" AND "));
             }
@@ -427,9 +433,13 @@ mod tests {
             "SELECT w, o, c, note FROM orders WHERE w = ?1 AND o > ?2 ORDER BY w DESC, o DESC \
              LIMIT ?3"
         );
+        // Regression: an index scan names its index. Without it SQLite's planner (no
+        // statistics) answered TPC-C's newest order of a customer (index prefix, descending,
+        // LIMIT 1) by walking the district's orders in primary-key order.
         assert_eq!(
             build(t, Shape::Scan(0, 2, 0, 0, false, false)),
-            "SELECT w, o, c, note FROM orders WHERE w = ?1 AND c = ?2 ORDER BY w, c, o"
+            "SELECT w, o, c, note FROM orders INDEXED BY orders_by_c WHERE w = ?1 AND c = ?2 \
+             ORDER BY w, c, o"
         );
     }
 }

@@ -17,6 +17,7 @@
 //! | `ycsb-a` … `ycsb-f` | YCSB core workloads, one operation per transaction |
 //! | `tpcb` | TPC-B (typed rows, [`crate::oltp`]): the one account/teller/branch/history transaction |
 //! | `tatp` | TATP (typed rows, [`crate::oltp`]): the seven telecom transactions, expected failures counted apart |
+//! | `tpcc` | TPC-C (typed rows, [`crate::oltp`]): the five order-entry transactions, consistency conditions 1–4; not on LMDB |
 //!
 //! The runner sees every workload through [`PointWorkload`] (open an [`Instance`] on an
 //! engine, hand each thread a [`Thread`]), so key-value workloads ([`Workload`], on
@@ -29,7 +30,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::keys::{fill_value, key_of, value_matches};
-use crate::oltp::{self, TpcbScale};
+use crate::oltp::{self, TpcbScale, TpccScale};
 use crate::subject::{
     EngineId, OpError, Session, Subject, SubjectInfo, SubjectSetup, TableId, TxnKind,
 };
@@ -283,6 +284,8 @@ pub enum WorkloadId {
     Tpcb(TpcbScale),
     /// TATP with the given number of subscribers.
     Tatp(u32),
+    /// TPC-C at the given scale.
+    Tpcc(TpccScale),
 }
 
 impl WorkloadId {
@@ -297,14 +300,17 @@ impl WorkloadId {
         v.extend(YcsbKind::ALL.iter().map(|&k| WorkloadId::Ycsb(k)));
         v.push(WorkloadId::Tpcb(TpcbScale::default()));
         v.push(WorkloadId::Tatp(oltp::tatp::DEFAULT_SUBSCRIBERS));
+        v.push(WorkloadId::Tpcc(TpccScale::default()));
         v
     }
 
-    /// Whether `engine` runs this workload (the OLTP workloads have no PMDK mapping).
+    /// Whether `engine` runs this workload (the OLTP workloads have no PMDK mapping; TPC-C
+    /// none on LMDB, whose key-value mapping has no non-unique index).
     pub fn supports(self, engine: EngineId) -> bool {
         match self {
             WorkloadId::Micro(..) | WorkloadId::Ycsb(_) => true,
             WorkloadId::Tpcb(_) | WorkloadId::Tatp(_) => oltp::supports(engine),
+            WorkloadId::Tpcc(_) => oltp::tpcc::supports(engine),
         }
     }
 
@@ -315,6 +321,7 @@ impl WorkloadId {
             WorkloadId::Ycsb(k) => format!("ycsb-{}", k.letter()),
             WorkloadId::Tpcb(_) => "tpcb".into(),
             WorkloadId::Tatp(_) => "tatp".into(),
+            WorkloadId::Tpcc(_) => "tpcc".into(),
         }
     }
 
@@ -325,6 +332,7 @@ impl WorkloadId {
             WorkloadId::Ycsb(k) => k.describe().into(),
             WorkloadId::Tpcb(_) => oltp::tpcb::DESCRIPTION.into(),
             WorkloadId::Tatp(_) => oltp::tatp::DESCRIPTION.into(),
+            WorkloadId::Tpcc(_) => oltp::tpcc::DESCRIPTION.into(),
         }
     }
 
@@ -340,6 +348,9 @@ impl WorkloadId {
         }
         if l == "tatp" {
             return Ok(WorkloadId::Tatp(oltp::tatp::DEFAULT_SUBSCRIBERS));
+        }
+        if l == "tpcc" {
+            return Ok(WorkloadId::Tpcc(TpccScale::default()));
         }
         for kind in [MicroKind::Insert, MicroKind::Update, MicroKind::Delete] {
             if let Some(n) = l.strip_prefix(kind.name()) {
@@ -374,6 +385,7 @@ impl WorkloadId {
                 "oltp" => vec![
                     WorkloadId::Tpcb(TpcbScale::default()),
                     WorkloadId::Tatp(oltp::tatp::DEFAULT_SUBSCRIBERS),
+                    WorkloadId::Tpcc(TpccScale::default()),
                 ],
                 _ => vec![WorkloadId::parse(item)?],
             };
@@ -398,6 +410,9 @@ impl WorkloadId {
             WorkloadId::Ycsb(k) => Box::new(KvPoint(Box::new(ycsb::Ycsb::new(k, p)))),
             WorkloadId::Tpcb(scale) => oltp::point(Box::new(oltp::tpcb::Tpcb::new(scale, p))),
             WorkloadId::Tatp(n) => oltp::point(Box::new(oltp::tatp::Tatp::new(n, p))),
+            WorkloadId::Tpcc(scale) => {
+                oltp::point(Box::new(oltp::tpcc::TpccWorkload::new(scale, p)))
+            }
         }
     }
 }
