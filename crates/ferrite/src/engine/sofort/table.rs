@@ -335,23 +335,44 @@ impl PTable {
 
     /// Reads row `r`'s values. Bad stored references are `Corrupted`.
     pub(super) fn read_row(&self, s: &Space, r: u64) -> StorageResult<Row> {
+        self.read_columns(s, r, |_| true)
+    }
+
+    /// Reads what the indexes need of row `r`: its primary-key and index columns, every
+    /// other column a placeholder `I64(0)` (for [`PTable::keys`] only; garbage collection
+    /// reads no other column).
+    pub(super) fn read_key_columns(&self, s: &Space, r: u64) -> StorageResult<Row> {
+        let t = &self.table;
+        self.read_columns(s, r, |c| c == t.pk || t.indexes.iter().any(|ix| ix.columns.contains(&c)))
+    }
+
+    /// Reads the columns `want` selects; the others are `I64(0)`.
+    fn read_columns(&self, s: &Space, r: u64, want: impl Fn(usize) -> bool) -> StorageResult<Row> {
         let cols = self.table.schema.columns();
         // A row's column slots lie in as many arrays (and lines), and a variable-length
         // value's bytes in yet another line: ask for all of them before waiting on any, so
         // their misses overlap instead of following one another.
-        for c in 0..cols.len() {
+        for c in (0..cols.len()).filter(|&c| want(c)) {
             s.prefetch(self.slot_at(c, r)?);
         }
         let mut words = Vec::with_capacity(cols.len());
         for (c, col) in cols.iter().enumerate() {
+            if !want(c) {
+                words.push(None);
+                continue;
+            }
             let w = s.load_u64(self.slot_at(c, r)?, Ordering::Acquire)?;
             if matches!(col.ty(), Type::Bytes | Type::Str) {
                 self.prefetch_heap(s, c, w);
             }
-            words.push(w);
+            words.push(Some(w));
         }
         let mut row = Vec::with_capacity(cols.len());
         for ((c, col), w) in cols.iter().enumerate().zip(words) {
+            let Some(w) = w else {
+                row.push(Value::I64(0));
+                continue;
+            };
             row.push(match col.ty() {
                 Type::I64 => Value::I64(w as i64),
                 Type::F64 => Value::F64(f64::from_bits(w)),

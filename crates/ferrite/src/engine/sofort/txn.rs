@@ -386,7 +386,7 @@ impl Inner {
     /// Spec Alg. 5.14: index entries out, extents freed, the row id reusable.
     fn collect_row(&self, t: &PTable, r: u64) -> SofortResult<()> {
         let s = self.s();
-        let row = t.read_row(s, r)?;
+        let row = t.read_key_columns(s, r)?;
         t.index_remove(r, &row);
         t.release_extents(s, r)?;
         t.give_back([r]);
