@@ -204,7 +204,12 @@ pub fn encode_writes(writes: &[Write]) -> Result<String, CampaignError> {
     Ok(out)
 }
 
-fn decode_writes<'a>(fields: impl Iterator<Item = &'a str>) -> Result<Vec<Write>, CampaignError> {
+/// Parses [`encode_writes`]'s output.
+pub fn decode_writes(text: &str) -> Result<Vec<Write>, CampaignError> {
+    decode_fields(text.split_whitespace())
+}
+
+fn decode_fields<'a>(fields: impl Iterator<Item = &'a str>) -> Result<Vec<Write>, CampaignError> {
     fields.map(Write::decode).collect()
 }
 
@@ -668,6 +673,12 @@ impl Campaign {
         &self.db
     }
 
+    /// Opens the database as the verification does (tests: tamper with it between rounds).
+    #[doc(hidden)]
+    pub fn reopen(&self) -> Result<Box<dyn OltpSubject>, CampaignError> {
+        Ok(oltp::reopen(self.engine, &self.db, &self.setup, self.workload.schema())?)
+    }
+
     /// What was found so far.
     pub fn summary(&self) -> &Summary {
         &self.summary
@@ -789,7 +800,7 @@ impl Campaign {
                             self.next_seq
                         )));
                     }
-                    let writes = decode_writes(fields)?;
+                    let writes = decode_fields(fields)?;
                     if verb == "intent" {
                         *pending = Some((seq, writes));
                     } else {
