@@ -204,3 +204,36 @@ fn writes_round_trip_through_the_protocol() {
     };
     assert!(ferrite_bench::campaign::encode_writes(&[bad]).is_err());
 }
+
+/// An in-flight transaction found half there (one of its writes holds where the model says
+/// otherwise, another does not) is a partial transaction: a violation, not a loss.
+#[test]
+fn a_partial_in_flight_transaction_is_a_violation() {
+    let _serial = serial();
+    let seed = test_seed();
+    let dir = TestDir::new("campaign-partial");
+    let mut c = Campaign::create(config(&dir, seed)).expect("create and load");
+    let vlr = |s_id: i64| population(seed, s_id).subscriber[33].as_i64().unwrap();
+    let w = |s_id: i64, v: i64| Write {
+        table: SUBSCRIBER,
+        key: vec![s_id],
+        expect: Expect::Present(vec![(33, Value::I64(v))]),
+    };
+    c.feed_ack(1, vec![w(4, vlr(4))]);
+    // Half of transaction 2 reaches the database: subscriber 4, not subscriber 5.
+    {
+        let subject = c.reopen().unwrap();
+        let mut s = subject.session().unwrap();
+        run_retrying(s.as_mut(), TxnKind::ReadWrite, &mut |ops| {
+            assert!(ops.update(SUBSCRIBER, &[4], &[(33, Value::I64(-2))])?);
+            Ok(())
+        })
+        .unwrap();
+    }
+    c.verify(Some((2, vec![w(4, -2), w(5, -2)]))).unwrap();
+    let s = c.summary();
+    assert!(s.losses.is_empty(), "{}", s.report());
+    assert_eq!(s.violations.len(), 1, "{}", s.report());
+    assert!(s.violations[0].contains("in-flight seq 2 is partial"), "{}", s.report());
+    assert_eq!(s.in_flight_applied, 0);
+}
