@@ -27,6 +27,7 @@
 #![forbid(unsafe_code)]
 
 pub mod calibrate;
+pub mod campaign;
 pub mod cli;
 pub mod keys;
 pub mod machine;

@@ -76,7 +76,7 @@ pub struct CrashtestArgs {
     quiet: bool,
 }
 
-fn parse_seed(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_seed(s: &str) -> Result<u64, String> {
     let r = match s.strip_prefix("0x") {
         Some(h) => u64::from_str_radix(h, 16),
         None => s.parse(),
@@ -84,7 +84,7 @@ fn parse_seed(s: &str) -> Result<u64, String> {
     r.map_err(|_| format!("not a seed: {s:?} (decimal or 0x hex)"))
 }
 
-fn fresh_seed() -> u64 {
+pub(crate) fn fresh_seed() -> u64 {
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 mod alloc_stats;
+mod campaign;
 mod crashtest;
 mod info;
 
@@ -34,6 +35,14 @@ enum Command {
     /// Open a PAllocator pool set (recovering it, as any open does), run its full check and
     /// print segments, pages per class and blocks (exit 0 passed, 1 inconsistent).
     AllocStats(alloc_stats::AllocStatsArgs),
+    /// Kill -9 campaign: a child runs an OLTP workload on a file-backed database and
+    /// acknowledges commits through a pipe; it is killed with SIGKILL at seeded moments, the
+    /// database is reopened and verified (nothing acknowledged lost, the workload's
+    /// invariants), and again (exit 0 passed, 1 a loss or violation).
+    Campaign(campaign::CampaignArgs),
+    /// The campaign's child (started by `ferrite campaign`).
+    #[command(hide = true)]
+    CampaignChild(campaign::CampaignChildArgs),
 }
 
 fn main() -> ExitCode {
@@ -49,6 +58,8 @@ fn main() -> ExitCode {
         Command::Crashtest(args) => crashtest::run(&args),
         Command::AllocStats(args) => alloc_stats::run(&args),
         Command::Bench(args) => ferrite_bench::cli::run(&args),
+        Command::Campaign(args) => campaign::run(&args),
+        Command::CampaignChild(args) => campaign::run_child(&args),
     };
     match result {
         Ok(code) => code,

@@ -56,6 +56,32 @@ pub(super) fn open(
     Ok(Box::new(FerriteOltp { db, schema: Arc::clone(schema), info }))
 }
 
+/// Opens the database [`open`] created in `dir` (recovery runs inside `Database::open`) and
+/// checks that every table of `schema` is there with its columns.
+pub(super) fn reopen(
+    kind: EngineKind,
+    dir: &Path,
+    setup: &SubjectSetup,
+    schema: &Arc<Schema>,
+) -> Result<Box<dyn OltpSubject>, OpError> {
+    let options = options(kind, setup);
+    let settings = options.engine_settings();
+    let db = Database::open(dir.join("ferrite-db"), options).map_err(engine_err)?;
+    for t in &schema.tables {
+        let stored = db.table_schema(t.name).map_err(engine_err)?;
+        let want = t.columns.len() + usize::from(t.key.len() > 1);
+        if stored.columns().len() != want {
+            return Err(OpError::Engine(format!(
+                "{}: {} stored columns, the schema has {want}",
+                t.name,
+                stored.columns().len()
+            )));
+        }
+    }
+    let info = info(kind, setup, settings);
+    Ok(Box::new(FerriteOltp { db, schema: Arc::clone(schema), info }))
+}
+
 struct FerriteOltp {
     db: Database,
     schema: Arc<Schema>,
@@ -69,6 +95,10 @@ impl OltpSubject for FerriteOltp {
 
     fn session(&self) -> Result<Box<dyn OltpSession + '_>, OpError> {
         Ok(Box::new(FerriteSession { s: self }))
+    }
+
+    fn engine_check(&self) -> Option<Result<String, OpError>> {
+        Some(self.db.check().map_err(engine_err))
     }
 }
 

@@ -467,6 +467,11 @@ pub trait OltpSubject: Send + Sync {
     fn before_timing(&self) -> Result<(), OpError> {
         Ok(())
     }
+    /// The engine's own invariant check (Ferrite's `Database::check`), with no transaction
+    /// open: `None` if the engine has none, else its one-line summary or the broken invariant.
+    fn engine_check(&self) -> Option<Result<String, OpError>> {
+        None
+    }
 }
 
 /// Whether `engine` runs the OLTP workloads.
@@ -490,6 +495,25 @@ pub fn open(
         }
         EngineId::Lmdb => lmdb::open(dir, setup, schema),
         EngineId::Pmdk => Err(OpError::Engine("PMDK runs no OLTP workload".into())),
+    }
+}
+
+/// Opens the existing instance of a persistent Ferrite engine that [`open`] made in `dir`
+/// (recovering it after a crash), checking that it holds `schema`'s tables. Other engines
+/// and the in-memory reference engine are refused (the kill campaign is its only user).
+pub fn reopen(
+    engine: EngineId,
+    dir: &Path,
+    setup: &SubjectSetup,
+    schema: &Arc<Schema>,
+) -> Result<Box<dyn OltpSubject>, OpError> {
+    match engine {
+        EngineId::Ferrite(kind) if kind.is_persistent() => {
+            ferrite_db::reopen(kind, dir, setup, schema)
+        }
+        _ => Err(OpError::Engine(format!(
+            "{engine}: only a persistent Ferrite engine can be reopened"
+        ))),
     }
 }
 
