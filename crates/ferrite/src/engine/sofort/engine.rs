@@ -453,21 +453,34 @@ impl SofortTxn {
     ) -> Result<()> {
         let name = e.p.name();
         let h = self.h.as_mut().ok_or_else(ended)?;
-        let Some((r, old)) = h.get(&e.p, pk).map_err(|x| map_err(x, name))? else {
+        let Some((r, mut new)) = h.get(&e.p, pk).map_err(|x| map_err(x, name))? else {
             return Err(Error::NotFound { table: name.to_owned(), key: key.clone() });
         };
-        let mut new = old.clone();
-        for (pos, v) in assignments {
-            if let Some(cell) = new.get_mut(*pos) {
-                *cell = v.clone();
-            }
-        }
+        // The new version in place of the old one, keeping only the replaced values (a copy
+        // of the whole row cost one allocation per string column).
+        let replaced: Vec<(usize, Value)> = assignments
+            .iter()
+            .filter_map(|(pos, v)| {
+                new.get_mut(*pos).map(|cell| (*pos, std::mem::replace(cell, v.clone())))
+            })
+            .collect();
         let s = &e.schema;
+        // Conservative: floats compare by bits, so -0.0 against 0.0 (equal, but maybe not as
+        // keys) and NaNs count as changed and get the uniqueness check.
+        let differs = |c: &usize| {
+            replaced.iter().any(|(pos, old)| {
+                pos == c
+                    && new.get(*c).is_some_and(|v| match (v, old) {
+                        (Value::F64(a), Value::F64(b)) => a.to_bits() != b.to_bits(),
+                        _ => v != old,
+                    })
+            })
+        };
         let changed: Vec<usize> = s
             .indexes
             .iter()
             .enumerate()
-            .filter(|(_, ix)| ix.unique && s.index_prefix(ix, &old) != s.index_prefix(ix, &new))
+            .filter(|(_, ix)| ix.unique && ix.columns.iter().any(differs))
             .map(|(i, _)| i)
             .collect();
         let _g = if changed.is_empty() {
