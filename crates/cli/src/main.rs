@@ -12,6 +12,12 @@ mod info;
 
 use std::process::ExitCode;
 
+/// The binary's Rust heap: mimalloc. Ferrite builds rows of owned values (`Vec`, `String`)
+/// per operation, and glibc's allocator took about a fifth of the cycles of a TPC-C run
+/// (`docs/benchmarks.md`); C libraries linked in (SQLite, LMDB) keep their own allocation.
+#[global_allocator]
+static HEAP: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{Parser, Subcommand};
 
 /// Ferrite: a transactional storage engine for persistent memory.
