@@ -76,7 +76,7 @@ use ferrite::{EngineKind, Value};
 use crate::keys::Rng;
 use crate::oltp::{self, OltpOps, OltpSession, OltpSubject, Row, Schema, TableId};
 use crate::subject::{EngineId, LatencyModel, OpError, SubjectSetup, TxnKind};
-use crate::workload::Check;
+use crate::workload::{Check, Distribution, WorkloadParams};
 
 pub mod tatp;
 pub mod tpcc;
@@ -295,6 +295,19 @@ pub fn workload(
             Some(scale) => Ok(Box::new(tpcc::TpccCampaign::new(scale, seed))),
             None => Err(CampaignError::Usage(format!("unknown campaign workload {other:?}"))),
         },
+    }
+}
+
+/// The workload parameters of a campaign's population (one thread, seeded).
+pub(crate) fn params(seed: u64) -> WorkloadParams {
+    WorkloadParams {
+        scale: 0,
+        value_size: 0,
+        distribution: Distribution::Uniform,
+        theta: 0.99,
+        seed,
+        threads: 1,
+        planned_txns: None,
     }
 }
 

@@ -32,7 +32,7 @@ use crate::keys::Rng;
 use crate::oltp::tatp::{self, CALL_FORWARDING, SPECIAL_FACILITY, SUBSCRIBER, Tatp, TatpTxn};
 use crate::oltp::{OltpOps, OltpSession, OltpSubject, OltpWorkload, Row, Schema};
 use crate::subject::{OpError, TxnKind};
-use crate::workload::{Check, Distribution, WorkerReport, WorkloadParams};
+use crate::workload::{Check, WorkerReport};
 
 /// Column positions the acknowledgements name.
 #[derive(Clone, Copy, Debug)]
@@ -57,15 +57,7 @@ pub struct TatpCampaign {
 impl TatpCampaign {
     /// TATP with `subscribers` subscribers, population seeded with `seed`.
     pub fn new(subscribers: u32, seed: u64) -> TatpCampaign {
-        let params = WorkloadParams {
-            scale: 0,
-            value_size: 0,
-            distribution: Distribution::Uniform,
-            theta: 0.99,
-            seed,
-            threads: 1,
-            planned_txns: None,
-        };
+        let params = super::params(seed);
         let tatp = Tatp::new(subscribers, &params);
         let s = tatp.schema();
         // The TATP schema is constant and has these columns (its unit tests pin them).

@@ -42,7 +42,7 @@ use crate::oltp::tpcc::{
 };
 use crate::oltp::{OltpOps, OltpSession, OltpSubject, OltpWorkload, Range, Row, Schema};
 use crate::subject::{OpError, TxnKind};
-use crate::workload::{Check, Distribution, WorkerReport, WorkloadParams};
+use crate::workload::{Check, WorkerReport};
 
 /// The history thread of the campaign's Payments.
 const HISTORY_THREAD: i64 = 1;
@@ -96,15 +96,7 @@ pub struct TpccCampaign {
 impl TpccCampaign {
     /// TPC-C at `scale`, population seeded with `seed`.
     pub fn new(scale: TpccScale, seed: u64) -> TpccCampaign {
-        let params = WorkloadParams {
-            scale: 0,
-            value_size: 0,
-            distribution: Distribution::Uniform,
-            theta: 0.99,
-            seed,
-            threads: 1,
-            planned_txns: None,
-        };
+        let params = super::params(seed);
         let tpcc = TpccWorkload::new(scale, &params);
         let s = tpcc.schema();
         // The TPC-C schema is constant and has these columns (its unit tests pin them).
