@@ -13,8 +13,10 @@ use std::sync::{Mutex, MutexGuard};
 use ferrite::pmem::internals::testing::{TestDir, test_seed};
 use ferrite::{EngineKind, Value};
 use ferrite_bench::campaign::{Campaign, ChildSpec, Config, Expect, Fault, Write};
+use ferrite_bench::oltp::TpccScale;
 use ferrite_bench::oltp::run_retrying;
 use ferrite_bench::oltp::tatp::{ACCESS_INFO, SUBSCRIBER, population};
+use ferrite_bench::oltp::tpcc::{self, DISTRICT};
 use ferrite_bench::subject::TxnKind;
 
 const CHILD: &str = "FERRITE_CAMPAIGN_CHILD";
@@ -236,4 +238,90 @@ fn a_partial_in_flight_transaction_is_a_violation() {
     assert_eq!(s.violations.len(), 1, "{}", s.report());
     assert!(s.violations[0].contains("in-flight seq 2 is partial"), "{}", s.report());
     assert_eq!(s.in_flight_applied, 0);
+}
+
+/// TPC-C at a test scale: 1 warehouse, 200 items, 30 customers per district.
+fn tpcc_config(dir: &TestDir, seed: u64) -> Config {
+    let scale = TpccScale { warehouses: 1, items: 200, customers: 30 };
+    let mut cfg = config(dir, seed);
+    cfg.workload = ferrite_bench::campaign::tpcc::spec(scale);
+    cfg
+}
+
+#[test]
+fn a_short_tpcc_campaign_passes() {
+    if std::env::var_os(CHILD).is_some() {
+        return;
+    }
+    let _serial = serial();
+    let seed = test_seed();
+    let dir = TestDir::new("campaign-tpcc-short");
+    let mut cfg = tpcc_config(&dir, seed);
+    cfg.kills = 3;
+    let mut c = Campaign::create(cfg).expect("create and load");
+    c.run(&launch, &mut |_, _| {}).expect("campaign");
+    let s = c.summary();
+    println!("{}", s.report());
+    assert!(s.passed(), "seed {seed:#x}: {}", s.report());
+    assert_eq!(s.kills + s.exits, 3);
+    assert!(s.acked >= 3 && s.keys_checked > 0, "{}", s.report());
+}
+
+/// A TPC-C child that acknowledges a Payment it rolled back: the verifier reports its
+/// history row (a key of its own, tagged with the sequence number) as lost.
+#[test]
+fn a_dropped_tpcc_commit_is_reported_as_a_loss() {
+    if std::env::var_os(CHILD).is_some() {
+        return;
+    }
+    let _serial = serial();
+    let seed = test_seed();
+    let dir = TestDir::new("campaign-tpcc-dropped");
+    let mut cfg = tpcc_config(&dir, seed);
+    cfg.kills = 1;
+    cfg.max_acks = u64::MAX / 2; // never reached: the child stops by itself
+    cfg.child_max_commits = 20;
+    cfg.fault = Fault::AckRolledBack;
+    let mut c = Campaign::create(cfg).expect("create and load");
+    c.run(&launch, &mut |_, _| {}).expect("campaign");
+    let s = c.summary();
+    println!("{}", s.report());
+    assert_eq!((s.kills, s.exits), (0, 1), "seed {seed:#x}: {}", s.report());
+    assert_eq!(s.losses.len(), 1, "seed {seed:#x}: {}", s.report());
+    let loss = &s.losses[0];
+    // The fault waits for the next Payment, so its seq is 21 or later (read-only or
+    // non-Payment draws in between are skipped without a number).
+    assert_eq!((loss.table, loss.key.as_slice()), ("history", &[1, loss.seq as i64][..]));
+    assert!(loss.seq >= 21, "{loss}");
+    assert!(loss.found.contains("absent"), "{loss}");
+    // The history row count (loaded + acknowledged Payments) is one short too.
+    assert!(s.violations.iter().any(|v| v.contains("history")), "{}", s.report());
+    assert!(!s.passed());
+}
+
+/// A consistency condition broken behind the campaign's back (a district's next order id
+/// bumped) is reported as a violation of condition 2.
+#[test]
+fn a_broken_tpcc_condition_is_a_violation() {
+    let _serial = serial();
+    let seed = test_seed();
+    let dir = TestDir::new("campaign-tpcc-invariant");
+    let mut c = Campaign::create(tpcc_config(&dir, seed)).expect("create and load");
+    c.verify(None).unwrap();
+    assert!(c.summary().passed(), "{}", c.summary().report());
+    {
+        let subject = c.reopen().unwrap();
+        let next = tpcc::schema().tables[DISTRICT].position("d_next_o_id").unwrap();
+        let mut s = subject.session().unwrap();
+        run_retrying(s.as_mut(), TxnKind::ReadWrite, &mut |ops| {
+            assert!(ops.update(DISTRICT, &[1, 3], &[(next, Value::I64(999))])?);
+            Ok(())
+        })
+        .unwrap();
+    }
+    c.verify(None).unwrap();
+    let s = c.summary();
+    assert!(s.losses.is_empty(), "{}", s.report());
+    assert_eq!(s.violations.len(), 1, "{}", s.report());
+    assert!(s.violations[0].contains("condition 2"), "{}", s.report());
 }

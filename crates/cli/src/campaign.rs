@@ -8,12 +8,13 @@ use anyhow::{Context, bail};
 use clap::Args;
 use ferrite::EngineKind;
 use ferrite_bench::campaign::{self, Campaign, ChildSpec, Config};
+use ferrite_bench::oltp::TpccScale;
 
 use crate::crashtest::{fresh_seed, parse_seed};
 
 #[derive(Debug, Args)]
 pub struct CampaignArgs {
-    /// The workload the child runs (tatp; TPC-C is planned).
+    /// The workload the child runs: tatp or tpcc.
     #[arg(long, default_value = "tatp")]
     workload: String,
     /// Rounds: each kills the child with SIGKILL (or lets it stop by itself), then reopens
@@ -37,6 +38,15 @@ pub struct CampaignArgs {
     /// TATP subscribers.
     #[arg(long, default_value_t = 1000)]
     subscribers: u32,
+    /// TPC-C warehouses.
+    #[arg(long, default_value_t = 1)]
+    warehouses: u32,
+    /// TPC-C items (test scale; the specification's 100 000 by default).
+    #[arg(long, default_value_t = 100_000)]
+    items: u32,
+    /// TPC-C customers per district (test scale; the specification's 3 000 by default).
+    #[arg(long, default_value_t = 3000)]
+    customers: u32,
     /// Each round kills the child after a seeded number of acknowledged commits in 1..=N.
     #[arg(long, default_value_t = 400)]
     max_acks: u64,
@@ -70,16 +80,27 @@ pub fn run(args: &CampaignArgs) -> anyhow::Result<ExitCode> {
         }
     };
     std::fs::create_dir_all(&root).with_context(|| format!("create {}", root.display()))?;
-    let mut cfg = Config::new(&args.workload, engine, root.clone(), seed);
+    let (workload, scale) = if args.workload == "tpcc" {
+        let scale =
+            TpccScale { warehouses: args.warehouses, items: args.items, customers: args.customers }
+                .clamped();
+        let text = format!(
+            "{} warehouses, {} items, {} customers per district",
+            scale.warehouses, scale.items, scale.customers
+        );
+        (campaign::tpcc::spec(scale), text)
+    } else {
+        (args.workload.clone(), format!("{} subscribers", args.subscribers))
+    };
+    let mut cfg = Config::new(&workload, engine, root.clone(), seed);
     cfg.kills = args.kills;
     cfg.subscribers = args.subscribers;
     cfg.max_acks = args.max_acks;
     cfg.jitter_us = args.jitter_us;
     println!(
-        "Campaign: {} on {engine}, {} subscribers, {} kills, acks per round 1..={}, jitter \
+        "Campaign: {} on {engine}, {scale}, {} kills, acks per round 1..={}, jitter \
          0..{} µs on a quarter of the kills, seed {seed:#x}, database {}",
         args.workload,
-        args.subscribers,
         args.kills,
         args.max_acks,
         args.jitter_us,

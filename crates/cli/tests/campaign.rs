@@ -32,6 +32,34 @@ fn a_short_campaign_passes_and_cleans_up() {
 }
 
 #[test]
+fn a_short_tpcc_campaign_passes() {
+    let seed = format!("{:#x}", test_seed());
+    let dir = TestDir::new("cli-campaign-tpcc");
+    let d = dir.path().to_str().unwrap();
+    let (code, out, err) = ferrite(&[
+        "campaign",
+        "--workload",
+        "tpcc",
+        "--items",
+        "200",
+        "--customers",
+        "30",
+        "--kills",
+        "3",
+        "--max-acks",
+        "60",
+        "--seed",
+        &seed,
+        "--dir",
+        d,
+    ]);
+    assert_eq!(code, 0, "seed {seed}\n{out}\n{err}");
+    for want in ["tpcc on", "1 warehouses, 200 items", "Kills: 3", "Lost: 0", "PASSED"] {
+        assert!(out.contains(want), "{want:?} missing:\n{out}");
+    }
+}
+
+#[test]
 fn refusals_are_usage_errors() {
     let dir = TestDir::new("cli-campaign-refused");
     let d = dir.path().to_str().unwrap();

@@ -35,7 +35,8 @@
 //!    acknowledged write and what was found;
 //! 4. the workload's invariants hold ([`CampaignWorkload::invariants`]; TATP's row counts with
 //!    call forwarding = load + applied inserts − applied deletes, every call forwarding under
-//!    its facility).
+//!    its facility; TPC-C's consistency conditions 1–4 and row counts from the applied
+//!    writes, [`tpcc`]).
 //!
 //! "Holds" compares only the columns a write names. A value not tagged with `seq` (TATP's
 //! `bit_1`, `data_a`) can equal an older one, so a lost write of it can go unnoticed; tagged
@@ -75,9 +76,10 @@ use ferrite::{EngineKind, Value};
 use crate::keys::Rng;
 use crate::oltp::{self, OltpOps, OltpSession, OltpSubject, Row, Schema, TableId};
 use crate::subject::{EngineId, LatencyModel, OpError, SubjectSetup, TxnKind};
-use crate::workload::Check;
+use crate::workload::{Check, Distribution, WorkloadParams};
 
 pub mod tatp;
+pub mod tpcc;
 
 /// What starts every protocol line.
 pub const TAG: &str = "FERRITE-CAMPAIGN ";
@@ -241,12 +243,11 @@ impl Fault {
 /// The workload side of a campaign: what the child runs and acknowledges, and what the
 /// parent checks besides the acknowledged writes.
 ///
-/// Adding a workload (TPC-C): `load` as the benchmark loads it; `transaction` runs one
-/// transaction of the standard mix through `session` and returns the writes that its commit
-/// makes verifiable (New-Order: `orders`/`new_order` rows `(w, d, o_id)` present, the
-/// district's `next_o_id`; Delivery: the delivered `new_order` rows absent), calling
-/// `intent` with them before the commit; `applied` sees every write the parent applies (for
-/// counts); `invariants` returns the consistency conditions 1–4.
+/// Adding a workload: `load` as the benchmark loads it; the driver runs one transaction of
+/// the standard mix through `session` (with [`run_faultable`]) and returns the writes that
+/// its commit makes verifiable, calling `intent` with them before the commit; `applied` sees
+/// every write the parent applies (for counts); `invariants` returns the workload's checks.
+/// Implementations: [`tatp::TatpCampaign`], [`tpcc::TpccCampaign`].
 pub trait CampaignWorkload: Send + Sync {
     /// Name (as `--workload` spells it).
     fn name(&self) -> &'static str;
@@ -281,7 +282,8 @@ pub trait CampaignDriver {
     ) -> Result<Option<Vec<Write>>, OpError>;
 }
 
-/// A workload by name.
+/// A workload by name: `tatp` (with `subscribers`), `tpcc` or `tpcc:W,ITEMS,CUSTOMERS`
+/// ([`tpcc::parse_spec`]; `subscribers` unused).
 pub fn workload(
     name: &str,
     subscribers: u32,
@@ -289,10 +291,54 @@ pub fn workload(
 ) -> Result<Box<dyn CampaignWorkload>, CampaignError> {
     match name {
         "tatp" => Ok(Box::new(tatp::TatpCampaign::new(subscribers, seed))),
-        "tpcc" => Err(CampaignError::Usage(
-            "the campaign's TPC-C workload is not built yet (see CampaignWorkload)".into(),
-        )),
-        other => Err(CampaignError::Usage(format!("unknown campaign workload {other:?}"))),
+        other => match tpcc::parse_spec(other)? {
+            Some(scale) => Ok(Box::new(tpcc::TpccCampaign::new(scale, seed))),
+            None => Err(CampaignError::Usage(format!("unknown campaign workload {other:?}"))),
+        },
+    }
+}
+
+/// The workload parameters of a campaign's population (one thread, seeded).
+pub(crate) fn params(seed: u64) -> WorkloadParams {
+    WorkloadParams {
+        scale: 0,
+        value_size: 0,
+        distribution: Distribution::Uniform,
+        theta: 0.99,
+        seed,
+        threads: 1,
+        planned_txns: None,
+    }
+}
+
+/// The error a deliberately rolled-back transaction returns (test-only fault).
+const ROLLED_BACK: &str = "rolled back on purpose (campaign fault)";
+
+/// A transaction body that returns the writes it made.
+pub(crate) type WritesBody<'a> = dyn FnMut(&mut dyn OltpOps) -> Result<Vec<Write>, OpError> + 'a;
+
+/// Runs `body` as one transaction of `kind` on `session`, retrying retryable failures, and
+/// returns the writes `body` returned (it calls the intent itself). With `rollback` (the
+/// test-only fault), the transaction is rolled back after `body` and its writes are returned
+/// anyway.
+pub(crate) fn run_faultable(
+    session: &mut dyn OltpSession,
+    kind: TxnKind,
+    rollback: bool,
+    body: &mut WritesBody<'_>,
+) -> Result<Vec<Write>, OpError> {
+    let mut writes = Vec::new();
+    let res = oltp::run_retrying(session, kind, &mut |ops| {
+        writes = body(ops)?;
+        if rollback {
+            return Err(OpError::Engine(ROLLED_BACK.into()));
+        }
+        Ok(())
+    });
+    match res {
+        Ok(()) => Ok(writes),
+        Err(OpError::Engine(m)) if rollback && m == ROLLED_BACK => Ok(writes),
+        Err(e) => Err(e),
     }
 }
 
@@ -445,7 +491,7 @@ pub fn run_child(spec: &ChildSpec) -> Result<(), CampaignError> {
 /// How a campaign runs.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// Workload name (`tatp`).
+    /// Workload name (`tatp`, or `tpcc:W,ITEMS,CUSTOMERS` from [`tpcc::spec`]).
     pub workload: String,
     /// Engine (persistent).
     pub engine: EngineKind,

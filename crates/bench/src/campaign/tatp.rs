@@ -27,15 +27,12 @@ use std::sync::Arc;
 
 use ferrite::Value;
 
-use super::{CampaignDriver, CampaignWorkload, Expect, Write};
+use super::{CampaignDriver, CampaignWorkload, Expect, Write, run_faultable};
 use crate::keys::Rng;
 use crate::oltp::tatp::{self, CALL_FORWARDING, SPECIAL_FACILITY, SUBSCRIBER, Tatp, TatpTxn};
-use crate::oltp::{self, OltpOps, OltpSession, OltpSubject, OltpWorkload, Row, Schema};
+use crate::oltp::{OltpOps, OltpSession, OltpSubject, OltpWorkload, Row, Schema};
 use crate::subject::{OpError, TxnKind};
-use crate::workload::{Check, Distribution, WorkerReport, WorkloadParams};
-
-/// The error a deliberately rolled-back transaction returns (test-only fault).
-const ROLLED_BACK: &str = "rolled back on purpose (campaign fault)";
+use crate::workload::{Check, WorkerReport};
 
 /// Column positions the acknowledgements name.
 #[derive(Clone, Copy, Debug)]
@@ -60,15 +57,7 @@ pub struct TatpCampaign {
 impl TatpCampaign {
     /// TATP with `subscribers` subscribers, population seeded with `seed`.
     pub fn new(subscribers: u32, seed: u64) -> TatpCampaign {
-        let params = WorkloadParams {
-            scale: 0,
-            value_size: 0,
-            distribution: Distribution::Uniform,
-            theta: 0.99,
-            seed,
-            threads: 1,
-            planned_txns: None,
-        };
+        let params = super::params(seed);
         let tatp = Tatp::new(subscribers, &params);
         let s = tatp.schema();
         // The TATP schema is constant and has these columns (its unit tests pin them).
@@ -235,22 +224,14 @@ impl CampaignDriver for TatpDriver {
         if rollback && !matches!(txn, TatpTxn::UpdateLocation { .. }) {
             return Ok(None);
         }
-        let mut writes = Vec::new();
-        let res = oltp::run_retrying(session, txn.kind(), &mut |ops| {
+        run_faultable(session, txn.kind(), rollback, &mut |ops| {
             let ok = tatp::transaction(ops, &txn)?;
-            writes = self.writes(ops, &txn, ok)?;
+            let writes = self.writes(ops, &txn, ok)?;
             if txn.kind() == TxnKind::ReadWrite {
                 intent(&writes)?;
             }
-            if rollback {
-                return Err(OpError::Engine(ROLLED_BACK.into()));
-            }
-            Ok(())
-        });
-        match res {
-            Ok(()) => Ok(Some(writes)),
-            Err(OpError::Engine(m)) if rollback && m == ROLLED_BACK => Ok(Some(writes)),
-            Err(e) => Err(e),
-        }
+            Ok(writes)
+        })
+        .map(Some)
     }
 }
