@@ -76,6 +76,9 @@ fn a_short_campaign_passes() {
     assert_eq!(s.kills + s.exits, 3);
     assert!(s.acked >= 3 && s.acked_writes > 0 && s.keys_checked > 0, "{}", s.report());
     assert_eq!((s.recovery_ns.len(), s.first_commit_ns.len()), (3, 3));
+    // One post-crash first transaction per round, each after its round's open.
+    assert_eq!(s.recovery_first_ns.len(), 3);
+    assert!(s.recovery_first_ns.iter().zip(&s.recovery_ns).all(|(first, open)| first >= open));
 }
 
 /// A child that acknowledges a transaction it rolled back (its last one, so no later write

@@ -61,7 +61,9 @@
 //! Kill moments are chosen by acknowledgement count (seeded, deterministic), then the parent
 //! optionally sleeps a seeded 0..`jitter_us` µs before `SIGKILL` so the kill also lands inside
 //! later transactions; no verdict depends on where the kill landed. Open times are measured,
-//! never asserted.
+//! never asserted: the parent's open after a kill (recovery) and from its start to the commit
+//! of a read-only probe transaction (the first transaction after the crash), the child's open
+//! of the database the parent closed, and from its start to the child's first commit.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -74,7 +76,7 @@ use std::time::{Duration, Instant};
 use ferrite::{EngineKind, Value};
 
 use crate::keys::Rng;
-use crate::oltp::{self, OltpOps, OltpSession, OltpSubject, Row, Schema, TableId};
+use crate::oltp::{self, OltpOps, OltpSession, OltpSubject, Range, Row, Schema, TableId};
 use crate::subject::{EngineId, LatencyModel, OpError, SubjectSetup, TxnKind};
 use crate::workload::{Check, Distribution, WorkloadParams};
 
@@ -581,6 +583,9 @@ pub struct Summary {
     pub violations: Vec<String>,
     /// The parent's open after each kill (recovery), ns.
     pub recovery_ns: Vec<u64>,
+    /// From the start of the parent's open after each kill to the commit of its first
+    /// transaction (a read-only probe of one row, before any verification), ns.
+    pub recovery_first_ns: Vec<u64>,
     /// The children's `open` (of a cleanly closed database), ns.
     pub child_open_ns: Vec<u64>,
     /// From the start of the child's `open` to its first commit, ns.
@@ -622,6 +627,7 @@ impl Summary {
              Lost: {}\n\
              Invariant violations: {}\n\
              Recovery open (parent, after each kill): {}\n\
+             Open to first transaction after a kill (parent, a read-only probe): {}\n\
              Child open (database closed cleanly by the parent): {}\n\
              Open to first commit (child): {}\n",
             self.kills,
@@ -634,6 +640,7 @@ impl Summary {
             self.losses.len(),
             self.violations.len(),
             stats_ms(&self.recovery_ns),
+            stats_ms(&self.recovery_first_ns),
             stats_ms(&self.child_open_ns),
             stats_ms(&self.first_commit_ns),
         );
@@ -916,6 +923,14 @@ impl Campaign {
             }
         };
         self.summary.recovery_ns.push(start.elapsed().as_nanos() as u64);
+        // The first transaction after the crash, before anything else touches the database:
+        // how soon the engine serves again (the children open a database the parent closed).
+        let mut session = subject.session()?;
+        oltp::run_retrying(session.as_mut(), TxnKind::ReadOnly, &mut |ops: &mut dyn OltpOps| {
+            ops.scan(0, &Range::all().limit(1), &mut |_| {}).map(|_| ())
+        })?;
+        drop(session);
+        self.summary.recovery_first_ns.push(start.elapsed().as_nanos() as u64);
         if let Some(Err(e)) = subject.engine_check() {
             self.summary.violations.push(format!("round {round}: the engine's check: {e}"));
         }
