@@ -69,4 +69,8 @@ fn refusals_are_usage_errors() {
     let (code, _, err) = ferrite(&["campaign", "--workload", "nope", "--dir", d]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("unknown campaign workload"), "{err}");
+    // Regression: `--kills 0` checked nothing and printed "Result: PASSED".
+    let (code, out, err) = ferrite(&["campaign", "--kills", "0", "--dir", d]);
+    assert_eq!(code, 2, "{out}\n{err}");
+    assert!(err.contains("kills must be at least 1") && !out.contains("PASSED"), "{out}\n{err}");
 }

@@ -699,6 +699,10 @@ impl Campaign {
         if cfg.max_acks == 0 {
             return Err(CampaignError::Usage("max_acks must be at least 1".into()));
         }
+        // A campaign of no round would check nothing and still report PASSED.
+        if cfg.kills == 0 {
+            return Err(CampaignError::Usage("kills must be at least 1".into()));
+        }
         let workload = workload(&cfg.workload, cfg.subscribers, cfg.seed)?;
         let setup = setup(workload.as_ref());
         let db = cfg.dir.join("db");
