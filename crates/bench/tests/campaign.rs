@@ -12,7 +12,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use ferrite::pmem::internals::testing::{TestDir, test_seed};
 use ferrite::{EngineKind, Value};
-use ferrite_bench::campaign::{Campaign, ChildSpec, Config, Expect, Fault, Write};
+use ferrite_bench::campaign::{Campaign, ChildSpec, Config, Expect, Fault, Summary, Write};
 use ferrite_bench::oltp::TpccScale;
 use ferrite_bench::oltp::run_retrying;
 use ferrite_bench::oltp::tatp::{ACCESS_INFO, SUBSCRIBER, population};
@@ -58,6 +58,15 @@ fn config(dir: &TestDir, seed: u64) -> Config {
     cfg
 }
 
+/// Creates, loads and runs a whole campaign; prints and returns its summary.
+fn run_to_end(cfg: Config) -> Summary {
+    let mut c = Campaign::create(cfg).expect("create and load");
+    c.run(&launch, &mut |_, _| {}).expect("campaign");
+    let s = c.summary().clone();
+    println!("{}", s.report());
+    s
+}
+
 #[test]
 fn a_short_campaign_passes() {
     if std::env::var_os(CHILD).is_some() {
@@ -68,10 +77,7 @@ fn a_short_campaign_passes() {
     let dir = TestDir::new("campaign-short");
     let mut cfg = config(&dir, seed);
     cfg.kills = 3;
-    let mut c = Campaign::create(cfg).expect("create and load");
-    c.run(&launch, &mut |_, _| {}).expect("campaign");
-    let s = c.summary();
-    println!("{}", s.report());
+    let s = run_to_end(cfg);
     assert!(s.passed(), "seed {seed:#x}: {}", s.report());
     assert_eq!(s.kills + s.exits, 3);
     assert!(s.acked >= 3 && s.acked_writes > 0 && s.keys_checked > 0, "{}", s.report());
@@ -96,10 +102,7 @@ fn a_dropped_commit_is_reported_as_a_loss() {
     cfg.max_acks = u64::MAX / 2; // never reached: the child stops by itself
     cfg.child_max_commits = 20;
     cfg.fault = Fault::AckRolledBack;
-    let mut c = Campaign::create(cfg).expect("create and load");
-    c.run(&launch, &mut |_, _| {}).expect("campaign");
-    let s = c.summary();
-    println!("{}", s.report());
+    let s = run_to_end(cfg);
     assert_eq!((s.kills, s.exits, s.acked), (0, 1, 21), "seed {seed:#x}: {}", s.report());
     assert_eq!(s.losses.len(), 1, "seed {seed:#x}: {}", s.report());
     let loss = &s.losses[0];
@@ -261,10 +264,7 @@ fn a_short_tpcc_campaign_passes() {
     let dir = TestDir::new("campaign-tpcc-short");
     let mut cfg = tpcc_config(&dir, seed);
     cfg.kills = 3;
-    let mut c = Campaign::create(cfg).expect("create and load");
-    c.run(&launch, &mut |_, _| {}).expect("campaign");
-    let s = c.summary();
-    println!("{}", s.report());
+    let s = run_to_end(cfg);
     assert!(s.passed(), "seed {seed:#x}: {}", s.report());
     assert_eq!(s.kills + s.exits, 3);
     assert!(s.acked >= 3 && s.keys_checked > 0, "{}", s.report());
@@ -285,10 +285,7 @@ fn a_dropped_tpcc_commit_is_reported_as_a_loss() {
     cfg.max_acks = u64::MAX / 2; // never reached: the child stops by itself
     cfg.child_max_commits = 20;
     cfg.fault = Fault::AckRolledBack;
-    let mut c = Campaign::create(cfg).expect("create and load");
-    c.run(&launch, &mut |_, _| {}).expect("campaign");
-    let s = c.summary();
-    println!("{}", s.report());
+    let s = run_to_end(cfg);
     assert_eq!((s.kills, s.exits), (0, 1), "seed {seed:#x}: {}", s.report());
     assert_eq!(s.losses.len(), 1, "seed {seed:#x}: {}", s.report());
     let loss = &s.losses[0];
