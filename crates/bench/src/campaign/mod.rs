@@ -76,7 +76,9 @@ use std::time::{Duration, Instant};
 use ferrite::{EngineKind, Value};
 
 use crate::keys::Rng;
-use crate::oltp::{self, OltpOps, OltpSession, OltpSubject, Range, Row, Schema, TableId};
+use crate::oltp::{
+    self, OltpOps, OltpSession, OltpSubject, OltpWorkload, Range, Row, Schema, TableId,
+};
 use crate::subject::{EngineId, LatencyModel, OpError, SubjectSetup, TxnKind};
 use crate::workload::{Check, Distribution, WorkloadParams};
 
@@ -253,12 +255,20 @@ impl Fault {
 pub trait CampaignWorkload: Send + Sync {
     /// Name (as `--workload` spells it).
     fn name(&self) -> &'static str;
+    /// The benchmark workload it runs (schema, sizes, loading).
+    fn oltp(&self) -> &dyn OltpWorkload;
     /// The schema.
-    fn schema(&self) -> &Arc<Schema>;
+    fn schema(&self) -> &Arc<Schema> {
+        self.oltp().schema()
+    }
     /// Bytes of data to size the pool for.
-    fn data_bytes(&self) -> u64;
-    /// Loads the tables into a fresh database (parent, once).
-    fn load(&self, subject: &dyn OltpSubject) -> Result<(), OpError>;
+    fn data_bytes(&self) -> u64 {
+        self.oltp().loaded_bytes() * 2 + (8 << 20)
+    }
+    /// Loads the tables into a fresh database (parent, once), as the benchmark loads them.
+    fn load(&self, subject: &dyn OltpSubject) -> Result<(), OpError> {
+        self.oltp().load(subject)
+    }
     /// The child's transaction stream, seeded.
     fn driver(&self, seed: u64) -> Box<dyn CampaignDriver + '_>;
     /// The parent saw `writes` become part of the database (acknowledged, or the in-flight

@@ -23,14 +23,12 @@
 //! `sub_nbr` equals `s_id` in TATP's population, so the rows of a transaction addressed by
 //! subscriber number are keyed by it.
 
-use std::sync::Arc;
-
 use ferrite::Value;
 
 use super::{CampaignDriver, CampaignWorkload, Expect, Write, run_faultable};
 use crate::keys::Rng;
 use crate::oltp::tatp::{self, CALL_FORWARDING, SPECIAL_FACILITY, SUBSCRIBER, Tatp, TatpTxn};
-use crate::oltp::{OltpOps, OltpSession, OltpSubject, OltpWorkload, Row, Schema};
+use crate::oltp::{OltpOps, OltpSession, OltpSubject, OltpWorkload, Row};
 use crate::subject::{OpError, TxnKind};
 use crate::workload::{Check, WorkerReport};
 
@@ -78,16 +76,8 @@ impl CampaignWorkload for TatpCampaign {
         "tatp"
     }
 
-    fn schema(&self) -> &Arc<Schema> {
-        self.tatp.schema()
-    }
-
-    fn data_bytes(&self) -> u64 {
-        self.tatp.loaded_bytes() * 2 + (8 << 20)
-    }
-
-    fn load(&self, subject: &dyn OltpSubject) -> Result<(), OpError> {
-        self.tatp.load(subject)
+    fn oltp(&self) -> &dyn OltpWorkload {
+        &self.tatp
     }
 
     fn driver(&self, seed: u64) -> Box<dyn CampaignDriver + '_> {

@@ -30,8 +30,6 @@
 //! `new_order` = loaded undelivered + New-Orders − delivered orders, history = loaded +
 //! Payments.
 
-use std::sync::Arc;
-
 use ferrite::Value;
 
 use super::{CampaignDriver, CampaignError, CampaignWorkload, Expect, Write, run_faultable};
@@ -40,7 +38,7 @@ use crate::oltp::tpcc::{
     self, DISTRICT, DISTRICTS, HISTORY, NEW_ORDER, NurandC, ORDER_LINE, ORDERS, Outcome, Planner,
     TpccScale, TpccTxn, TpccWorkload, TxnContext,
 };
-use crate::oltp::{OltpOps, OltpSession, OltpSubject, OltpWorkload, Range, Row, Schema};
+use crate::oltp::{OltpOps, OltpSession, OltpSubject, OltpWorkload, Range, Row};
 use crate::subject::{OpError, TxnKind};
 use crate::workload::{Check, WorkerReport};
 
@@ -129,16 +127,8 @@ impl CampaignWorkload for TpccCampaign {
         "tpcc"
     }
 
-    fn schema(&self) -> &Arc<Schema> {
-        self.tpcc.schema()
-    }
-
-    fn data_bytes(&self) -> u64 {
-        self.tpcc.loaded_bytes() * 2 + (8 << 20)
-    }
-
-    fn load(&self, subject: &dyn OltpSubject) -> Result<(), OpError> {
-        self.tpcc.load(subject)
+    fn oltp(&self) -> &dyn OltpWorkload {
+        &self.tpcc
     }
 
     fn driver(&self, seed: u64) -> Box<dyn CampaignDriver + '_> {
