@@ -1,12 +1,15 @@
-//! On-media layout of PAllocator (anchor format version 1): the anchor, the per-slot blocks,
-//! small-segment headers and page headers as `#[repr(C)]` structs, the size classes and page
-//! geometry. Drawn in `docs/design/allocator.md` ("Layouts").
+//! On-media layout of PAllocator (anchor format version 2): the anchor, the per-slot blocks,
+//! the thread records, the per-slot extension blocks, small-segment headers and page headers
+//! as `#[repr(C)]` structs, the size classes and page geometry. Drawn in
+//! `docs/design/allocator.md` ("Layouts"). Version 1 differs only in what it leaves zero (the
+//! journal head's words after the header, `committed`, the records and the extension blocks)
+//! and in its journal checksum; `open` upgrades it.
 //!
 //! # Invariants
 //! - Every field offset the allocator uses is derived from these structs (`offset_of!`), and the
-//!   asserts below pin each struct's size and each offset to the version-1 format: a change
-//!   fails to compile rather than silently moving bytes (the stored fixture
-//!   `tests/fixtures/alloc-v1.txt` checks the bytes themselves).
+//!   asserts below pin each struct's size and each offset to the format: a change fails to
+//!   compile rather than silently moving bytes (the stored fixtures
+//!   `tests/fixtures/alloc-v1.txt` and `alloc-v2.txt` check the bytes themselves).
 //! - Every `PPtr` field is 16-byte aligned, so both of its words share one cache line; null is
 //!   segment word `u64::MAX`.
 //! - Fields written while other threads read them are whole 8-byte words (conventions §2.3):
@@ -93,7 +96,10 @@ pub struct Anchor {
 }
 
 pub const ANCHOR_MAGIC: u64 = u64::from_le_bytes(*b"FERRPALC");
-pub const ANCHOR_VERSION: u32 = 1;
+/// The format this build writes.
+pub const ANCHOR_VERSION: u32 = 2;
+/// The format `open` upgrades from.
+pub const ANCHOR_VERSION_1: u32 = 1;
 pub const A_MAGIC: u64 = offset_of!(Anchor, magic) as u64;
 pub const A_VERSION_SLOTS: u64 = offset_of!(Anchor, version_slots) as u64;
 pub const A_GEOMETRY: u64 = offset_of!(Anchor, geometry) as u64;
@@ -110,8 +116,8 @@ pub const A_CRC_RANGE: std::ops::Range<usize> = A_VERSION_SLOTS as usize..A_CRC 
 pub const GEOMETRY: u64 = PAGE | (CLASSES.len() as u64) << 32;
 
 impl Anchor {
-    /// A version-1 anchor with `slots` slots and null pointers, its checksum set, its magic
-    /// still 0 (creation stores the magic last).
+    /// An anchor of the current version with `slots` slots and null pointers, its checksum
+    /// set, its magic still 0 (creation stores the magic last).
     pub fn new(slots: u32, segment: u64) -> Anchor {
         let mut a = Anchor::new_zeroed();
         a.version_slots = u64::from(ANCHOR_VERSION) | u64::from(slots) << 32;
@@ -133,17 +139,108 @@ impl Anchor {
         self.version_slots as u32
     }
 
+    /// This anchor with its version word set to `version` and its checksum recomputed.
+    pub fn with_version(mut self, version: u32) -> Anchor {
+        self.version_slots = u64::from(version) | self.version_slots & !0xffff_ffff;
+        self.crc = u64::from(self.checksum());
+        self
+    }
+
     /// Slot count.
     pub fn slots(&self) -> u32 {
         (self.version_slots >> 32) as u32
     }
 }
 
-// ----- slot block -----
+// ----- journals: a slot's item and the thread records -----
 
 /// Most word writes one operation may log (the largest, a free that empties a page of a full
-/// segment and returns the segment, logs 20).
+/// segment and returns the segment, logs 20; the caller's location is not an entry).
 pub const MAX_REDO: u64 = 24;
+
+/// The first line of a journal (a slot's item or a thread record): the header word and the
+/// fields the header's checksum covers besides the entries (`redo.rs`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct JournalHead {
+    /// 0 when disarmed; when armed, count (bits 0..16) | [`REDO_TAG`] (bits 16..32) | crc32c
+    /// (bits 32..64) of `seq`, `slot`, the caller fields and the entries (version 1: of the
+    /// count and the entries).
+    pub log: u64,
+    /// The operation's sequence number in its slot (version 1: zero).
+    pub seq: u64,
+    /// The slot the operation ran in.
+    pub slot: u64,
+    /// Packed address (`redo.rs`) of the caller's location, or [`NO_CALLER`].
+    pub caller: u64,
+    /// The pointer the caller's location held before the operation.
+    pub expect: PPtr,
+    /// The pointer the operation stores there.
+    pub new: PPtr,
+}
+
+/// `JournalHead::caller` of an operation without a caller's location.
+pub const NO_CALLER: u64 = u64::MAX;
+pub const J_LOG: u64 = offset_of!(JournalHead, log) as u64;
+pub const J_SEQ: u64 = offset_of!(JournalHead, seq) as u64;
+pub const J_SLOT: u64 = offset_of!(JournalHead, slot) as u64;
+pub const J_CALLER: u64 = offset_of!(JournalHead, caller) as u64;
+pub const J_EXPECT: u64 = offset_of!(JournalHead, expect) as u64;
+pub const J_NEW: u64 = offset_of!(JournalHead, new) as u64;
+/// Offset of a journal's entries (its second line).
+pub const J_ENTRIES: u64 = size_of::<JournalHead>() as u64;
+
+/// A thread record (segment 0, [`RECORDS_BASE`] + i × [`RECORD_BYTES`]): a journal leased by
+/// one thread at a time (P-ALLOC-8).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct Record {
+    /// The journal's first line.
+    pub head: JournalHead,
+    /// The redo entries.
+    pub entries: [RedoEntry; MAX_REDO as usize],
+    /// Zero.
+    pub pad: [u64; 8],
+}
+
+/// Thread records per pool.
+pub const MAX_RECORDS: u32 = 64;
+/// Bytes per record.
+pub const RECORD_BYTES: u64 = size_of::<Record>() as u64;
+/// Segment 0 offset of record 0 (after the largest slot-block array).
+pub const RECORDS_BASE: u64 = PAGE;
+
+/// Per-slot extension block (segment 0, [`EXT_BASE`] + slot × [`EXT_BYTES`]): the big
+/// allocator's per-slot roots.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct SlotExt {
+    /// Head of the slot's list of big segments.
+    pub big_segments: PPtr,
+    /// Heads of the slot's free big-block lists, one per size bucket.
+    pub big_free: [PPtr; 31],
+}
+
+impl SlotExt {
+    /// An extension block with empty lists.
+    pub fn new() -> SlotExt {
+        SlotExt { big_segments: PPtr::NULL, big_free: [PPtr::NULL; 31] }
+    }
+}
+
+/// Bytes per extension block.
+pub const EXT_BYTES: u64 = size_of::<SlotExt>() as u64;
+/// Segment 0 offset of slot 0's extension block (after the records).
+pub const EXT_BASE: u64 = RECORDS_BASE + MAX_RECORDS as u64 * RECORD_BYTES;
+pub const X_BIG_SEGMENTS: u64 = offset_of!(SlotExt, big_segments) as u64;
+pub const X_BIG_FREE: u64 = offset_of!(SlotExt, big_free) as u64;
+
+/// Bytes of segment 0 an anchor with `slots` slots occupies.
+pub const fn anchor_end(slots: u32) -> u64 {
+    EXT_BASE + slots as u64 * EXT_BYTES
+}
+
+// ----- slot block -----
 
 /// One redo entry: a packed (segment, offset) address (`segment << 40 | offset`, see `redo.rs`)
 /// and the new value of the word there.
@@ -160,11 +257,8 @@ pub struct RedoEntry {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct SlotBlock {
-    /// Recovery-item header: 0 when disarmed; when armed, count (bits 0..16) | [`REDO_TAG`]
-    /// (bits 16..32) | crc32c of the count and the entries (bits 32..64).
-    pub log: u64,
-    /// Zero (the entries start on their own line).
-    pub pad0: [u64; 7],
+    /// The slot item's first line (the journal of threads that hold no record).
+    pub head: JournalHead,
     /// The redo entries, line-aligned so that a log of up to four writes (an allocation) is
     /// one line.
     pub entries: [RedoEntry; MAX_REDO as usize],
@@ -172,8 +266,10 @@ pub struct SlotBlock {
     pub active: PPtr,
     /// Full-segments list head.
     pub full: PPtr,
+    /// The sequence number of the slot's last committed operation (P-ALLOC-1).
+    pub committed: u64,
     /// Zero.
-    pub pad1: [u64; 4],
+    pub pad1: [u64; 3],
     /// One page-list head per class (pages of the class with a free block).
     pub classes: [PPtr; CLASSES.len()],
 }
@@ -182,6 +278,9 @@ impl SlotBlock {
     /// A disarmed slot block with empty lists.
     pub fn new() -> SlotBlock {
         let mut b = SlotBlock::new_zeroed();
+        b.head.caller = NO_CALLER;
+        b.head.expect = PPtr::NULL;
+        b.head.new = PPtr::NULL;
         b.active = PPtr::NULL;
         b.full = PPtr::NULL;
         b.classes = [PPtr::NULL; CLASSES.len()];
@@ -193,8 +292,9 @@ impl SlotBlock {
 pub const SLOT_BYTES: u64 = size_of::<SlotBlock>() as u64;
 /// Most slots an anchor page can hold.
 pub const MAX_SLOTS: u32 = ((PAGE - A_SLOTS) / SLOT_BYTES) as u32;
-pub const S_LOG: u64 = offset_of!(SlotBlock, log) as u64;
+pub const S_LOG: u64 = offset_of!(SlotBlock, head) as u64 + J_LOG;
 pub const S_ENTRIES: u64 = offset_of!(SlotBlock, entries) as u64;
+pub const S_COMMITTED: u64 = offset_of!(SlotBlock, committed) as u64;
 pub const S_ASL: u64 = offset_of!(SlotBlock, active) as u64;
 pub const S_FSL: u64 = offset_of!(SlotBlock, full) as u64;
 pub const S_PLM: u64 = offset_of!(SlotBlock, classes) as u64;
@@ -306,7 +406,7 @@ impl PageState {
     }
 }
 
-// ----- the version-1 format, pinned -----
+// ----- the format, pinned -----
 
 const _: () = assert!(size_of::<Anchor>() == 1024);
 const _: () = assert!(A_MAGIC == 0 && A_VERSION_SLOTS == 8 && A_GEOMETRY == 16);
@@ -317,7 +417,13 @@ const _: () = assert!(size_of::<RedoEntry>() == 16);
 const _: () = assert!(size_of::<SlotBlock>() == 1152 && SLOT_BYTES.is_multiple_of(64));
 const _: () = assert!(S_LOG == 0 && S_ENTRIES == 64 && S_ASL == 448 && S_FSL == 464);
 const _: () = assert!(S_PLM == 512 && class_head(CLASSES.len()) == SLOT_BYTES);
-const _: () = assert!(MAX_SLOTS == 56);
+const _: () = assert!(S_COMMITTED == 480);
+const _: () = assert!(MAX_SLOTS == 56 && A_SLOTS + MAX_SLOTS as u64 * SLOT_BYTES == RECORDS_BASE);
+const _: () = assert!(size_of::<JournalHead>() == 64 && J_EXPECT == 32 && J_NEW == 48);
+const _: () = assert!(J_LOG == 0 && J_SEQ == 8 && J_SLOT == 16 && J_CALLER == 24);
+const _: () = assert!(size_of::<Record>() == 512 && offset_of!(Record, entries) as u64 == J_ENTRIES);
+const _: () = assert!(size_of::<SlotExt>() == 512 && EXT_BASE == 98_304);
+const _: () = assert!(anchor_end(MAX_SLOTS) == 126_976);
 const _: () = assert!(size_of::<SegmentHeader>() == 320);
 const _: () = assert!(G_NEXT == 0 && G_OWNER == 16 && G_COUNTS == 24 && G_MAGIC == 32);
 const _: () = assert!(G_BITMAP == 64 && G_BITMAP + MAX_PAGES / 8 == G_BYTES);
@@ -362,16 +468,16 @@ mod tests {
     }
 
     #[test]
-    fn new_structs_hold_the_v1_words() {
+    fn new_structs_hold_the_format_words() {
         let a = Anchor::new(3, 1 << 20);
         let b = a.as_bytes();
-        assert_eq!(&b[8..16], &(1u64 | 3 << 32).to_le_bytes());
+        assert_eq!(&b[8..16], &(2u64 | 3 << 32).to_le_bytes());
         assert_eq!(&b[64..72], &u64::MAX.to_le_bytes(), "null root");
         assert_eq!(a.crc, u64::from(crc32c::crc32c(&b[8..48])));
         assert_eq!(a.slots(), 3);
         let s = SlotBlock::new();
         let sb = s.as_bytes();
-        assert!(sb[..448].iter().all(|&x| x == 0), "a disarmed item");
+        assert!(sb[..8].iter().all(|&x| x == 0), "a disarmed item");
         assert_eq!(&sb[512..520], &u64::MAX.to_le_bytes(), "null class heads");
         let h = SegmentHeader::new(2, 7);
         assert_eq!(&h.as_bytes()[24..32], &(7u64 << 32).to_le_bytes());

@@ -70,6 +70,13 @@ pub use check::AllocReport;
 use layout::*;
 pub use layout::{CLASSES, MAX_SMALL, PAGE, class_of, page_geometry};
 
+/// Segment-owner codes of the transient owner map (SegIDToAllocID): 0 is the free-segment
+/// list, `slot + 1` a small segment of `slot`, `OWNER_BIG + slot` a big segment of `slot`,
+/// [`OWNER_HUGE`] a huge segment.
+const OWNER_BIG: u32 = 0x1_0000;
+/// Owner code of a huge segment.
+const OWNER_HUGE: u32 = u32::MAX;
+
 /// Slots a new allocator gets by default.
 pub const DEFAULT_SLOTS: u32 = 4;
 /// Most slots an allocator can have (the slot blocks fill the anchor's first 64 KiB).

@@ -29,15 +29,33 @@ use super::layout::{ENTRY_BYTES, MAX_REDO, REDO_TAG, RedoEntry, S_ENTRIES, S_LOG
 use super::{PAllocator, corrupt};
 use crate::storage::{StorageError, StorageResult};
 
-/// A redo transaction being built: the writes, with reads that see them.
+/// A redo transaction being built: the writes, with reads that see them, the caller's
+/// location, and whether it writes words shared between slots.
 pub(super) struct Txn {
     writes: Vec<RedoEntry>,
     overlay: HashMap<u64, u64>,
+    /// The caller's location, the pointer it holds, the pointer the operation stores.
+    caller: Option<(PPtr, PPtr, PPtr)>,
+    shared: bool,
 }
 
 impl Txn {
     pub(super) fn new() -> Txn {
-        Txn { writes: Vec::new(), overlay: HashMap::new() }
+        Txn { writes: Vec::new(), overlay: HashMap::new(), caller: None, shared: false }
+    }
+
+    /// Sets the caller's location `loc` (which holds `expect`) to `new` with this transaction.
+    /// Recovery completes it only while `loc` still holds `expect` (see `docs/design/allocator.md`,
+    /// "Two persist barriers per operation"); it is not a redo entry.
+    pub(super) fn set_caller(&mut self, loc: PPtr, expect: PPtr, new: PPtr) {
+        self.caller = Some((loc, expect, new));
+    }
+
+    /// Marks the transaction as writing words other slots' operations also write (the
+    /// free-segment list, a segment entering or leaving it, a huge segment's header): its
+    /// journal is disarmed synchronously, before the global lock is released (P-ALLOC-7).
+    pub(super) fn mark_shared(&mut self) {
+        self.shared = true;
     }
 }
 
@@ -112,7 +130,10 @@ impl PAllocator {
     }
 
     /// Commits `txn` through slot `slot`'s recovery item (P-ALLOC-1..3).
-    pub(super) fn commit(&self, slot: u32, txn: Txn) -> StorageResult<()> {
+    pub(super) fn commit(&self, slot: u32, mut txn: Txn) -> StorageResult<()> {
+        if let Some((loc, _, new)) = txn.caller.take() {
+            self.write_pptr(&mut txn, loc.segment, loc.offset, new)?;
+        }
         if txn.writes.is_empty() {
             return Ok(());
         }

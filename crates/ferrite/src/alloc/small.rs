@@ -72,7 +72,7 @@ impl PAllocator {
         let state = PageState { next_free: next, num_free: st.num_free - 1, ..st };
         self.write(&mut txn, page.segment, page.offset + P_STATE, state.pack())?;
         let block = PPtr::new(page.segment, page.offset + b);
-        self.write_pptr(&mut txn, into.segment, into.offset, block)?;
+        txn.set_caller(into, PPtr::NULL, block);
         if state.num_free == 0 {
             let after = self.page_link(&txn, page.segment, page.offset + P_NEXT)?;
             self.write_pptr(&mut txn, 0, plm, after)?;
@@ -107,7 +107,7 @@ impl PAllocator {
             ..st
         };
         self.write(&mut txn, page.segment, page.offset + P_STATE, state.pack())?;
-        self.write(&mut txn, from.segment, from.offset, u64::MAX)?; // null: one 8-byte store
+        txn.set_caller(from, p, PPtr::NULL);
         let plm = self.slot_base(slot) + class_head(c);
         if st.num_free == 0 {
             // The page was full: it rejoins its class list.
