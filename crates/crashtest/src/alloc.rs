@@ -151,6 +151,22 @@ pub(crate) const REPLAY_DISARM: (&str, &str) = (
     "the disarm after a replay in recovery: replaying a committed item is idempotent, so an item left armed by a lost disarm is replayed again, with the same words, by the next recovery; only operations after recovery (which this target does not run) could expose it",
 );
 
+/// P-ALLOC-7 in a single-threaded workload: the synchronous disarm of a shared transaction
+/// protects it from *another* thread's later change of the shared words while this thread's
+/// disarm is still pending; with one thread, its own next fence comes first.
+pub(crate) const SINGLE_THREAD_SYNC_DISARM: (&str, &str) = (
+    "#P-ALLOC-7",
+    "one thread: the synchronous disarm of a shared transaction guards against another thread changing the shared words before this thread's next fence; a single thread's next fence always comes first (alloc-threads detects it)",
+);
+
+/// P-ALLOC-9 in a single-threaded workload: the slot's `committed` supersedes a journal whose
+/// disarm is still pending in *another* thread; with one thread every older journal is
+/// already disarmed or overwritten.
+pub(crate) const SINGLE_THREAD_COMMITTED: (&str, &str) = (
+    "#P-ALLOC-9",
+    "one thread: the slot's durable `committed` supersedes an armed journal of another thread whose disarm is still pending; with one thread the older journal is always overwritten or disarmed first (alloc-threads detects it)",
+);
+
 impl Target for AllocSmall {
     type Op = AllocOp;
     type Recovered = Recovered;
@@ -168,7 +184,7 @@ impl Target for AllocSmall {
         200
     }
     fn benign_sites(&self) -> &'static [(&'static str, &'static str)] {
-        &[REPLAY_DISARM]
+        &[REPLAY_DISARM, SINGLE_THREAD_SYNC_DISARM, SINGLE_THREAD_COMMITTED]
     }
 
     fn workload(&self, ctx: &mut Ctx<AllocOp>) -> Result<(), String> {
@@ -176,6 +192,9 @@ impl Target for AllocSmall {
         let pe = |e: ferrite_pmem::Error| e.to_string();
         let set = ctx.create_pool_set(&opts())?;
         let t = ctx.begin(AllocOp::Create);
+        // One slot for the whole run (not the slot of whatever CPU the thread is on), so that a
+        // run is reproducible from its seed.
+        PAllocator::bind_thread_to_slot(0);
         let a = PAllocator::create(Arc::new(set), 2).map_err(e)?;
         ctx.done(t);
         let t = ctx.begin(AllocOp::Table);

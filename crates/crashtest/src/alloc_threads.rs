@@ -14,6 +14,17 @@
 //! threads start; which operations overlap is up to the scheduler (runs with threads are not
 //! reproducible from the seed; their failures replay from the saved image).
 //!
+//! The random rounds end with a round that frees every block, then three fixed rounds.
+//! Supersession: thread 0 allocates three blocks of one page and frees the first as its last
+//! operation (its journal's disarm still pending); thread 1 then frees the second through
+//! slot 0 and commits once more: only slot 0's durable `committed` tells recovery that thread
+//! 0's journal is superseded (P-ALLOC-1). Hand-off: thread 0 frees the page's last block,
+//! which returns the segment to the shared free list (a shared transaction), and stays idle
+//! while thread 1 releases every free segment: had thread 0's disarm not been made durable
+//! before the global lock went (P-ALLOC-7), recovery would replay it onto a removed segment.
+//! Probes (persists at call sites of their own, P-APP-3) make the tester crash right after
+//! each of these steps.
+//!
 //! The check after every crash is the one of `alloc-small` (`check()`, allocated blocks =
 //! reachable blocks, stamps), but per table slot: with two operations in flight on different
 //! slots, each may or may not have taken effect independently of the other. The target counts
@@ -113,6 +124,61 @@ fn schedule(rng: &mut ferrite_pmem::SplitMix64) -> Vec<[Vec<AllocOp>; 2]> {
         }
         steps.push(round);
     }
+    // A round that frees every block each thread still holds.
+    let free_all = |held: &mut Vec<bool>| {
+        let mut round: [Vec<AllocOp>; 2] = [Vec::new(), Vec::new()];
+        for (t, ops) in round.iter_mut().enumerate() {
+            let t = t as u64;
+            for base in [1, SPARE] {
+                for slot in base + t * PER_THREAD..base + (t + 1) * PER_THREAD {
+                    if std::mem::take(&mut held[slot as usize]) {
+                        ops.push(AllocOp::Free { slot });
+                    }
+                }
+            }
+        }
+        round
+    };
+    steps.push(free_all(&mut held));
+    // Supersession (P-ALLOC-1's `committed`): thread 0 allocates three blocks of one page and
+    // frees the first as its last operation of the round (a lazy disarm, no fence after it);
+    // then thread 1 frees the second through slot 0 (their owner) and allocates one block
+    // (its commit fences, so its own journal of slot 0 is disarmed and overwritten). Thread
+    // 0's journal is still armed, and only slot 0's durable `committed` says that a later
+    // operation changed the page since. The third block keeps the page in use (a page or
+    // segment move would flush `committed`'s line for other reasons).
+    let tag = (ROUNDS * 2 + 2) * BATCH + 1;
+    let inbox = INBOX + PER_THREAD;
+    let (a, b, c) = (1 + 3 * PER_THREAD / 4, 2 + 3 * PER_THREAD / 4, 3 + 3 * PER_THREAD / 4);
+    let mine = 1 + PER_THREAD + PER_THREAD - 1;
+    for x in [a, b, c, mine, inbox] {
+        assert!(!held[x as usize], "the supersession round's slots are free");
+    }
+    steps.push([
+        vec![
+            AllocOp::Alloc { slot: a, size: 64, tag },
+            AllocOp::Alloc { slot: b, size: 64, tag: tag + 1 },
+            AllocOp::Alloc { slot: c, size: 64, tag: tag + 2 },
+            AllocOp::Free { slot: a },
+        ],
+        Vec::new(),
+    ]);
+    steps.push([
+        Vec::new(),
+        vec![
+            AllocOp::Copy { from: b, to: inbox },
+            AllocOp::Clear { slot: b },
+            AllocOp::Free { slot: inbox },
+            AllocOp::Alloc { slot: mine, size: 64, tag: tag + 3 },
+        ],
+    ]);
+    // Hand-off (P-ALLOC-7): thread 0 frees the page's last block as its last operation, so
+    // the page and its segment go back to the shared free list in a shared transaction; then
+    // (in the release phase, see `workload`) thread 1 releases every free segment while
+    // thread 0 is idle. Had thread 0's journal stayed armed (a disarm not made durable before
+    // the global lock went), recovery would replay it: the free list's head back to a removed
+    // segment.
+    steps.push([vec![AllocOp::Free { slot: c }], vec![AllocOp::Free { slot: mine }]]);
     steps
 }
 
@@ -127,13 +193,30 @@ impl Target for AllocThreads {
         "PAllocator with two threads on two slots (both recovery items armed at once), each freeing blocks the other slot allocated"
     }
     fn rules(&self) -> &'static [&'static str] {
-        &["P-ALLOC-1", "P-ALLOC-2", "P-ALLOC-3", "P-ALLOC-4", "P-ALLOC-5", "P-PM-8"]
+        &[
+            "P-ALLOC-1",
+            "P-ALLOC-2",
+            "P-ALLOC-3",
+            "P-ALLOC-4",
+            "P-ALLOC-5",
+            "P-ALLOC-7",
+            "P-ALLOC-8",
+            "P-ALLOC-9",
+            "P-PM-8",
+        ]
     }
     fn min_images(&self) -> u64 {
         200
     }
     fn benign_sites(&self) -> &'static [(&'static str, &'static str)] {
-        &[crate::alloc::REPLAY_DISARM]
+        &[
+            crate::alloc::REPLAY_DISARM,
+            ("#P-APP-3", "a probe: a persist of a word nothing reads, made only to be crashed at"),
+            (
+                "#P-ALLOC-8",
+                "the fence of a thread that exits: it makes the thread's last disarm durable, which matters only if another thread later leases its record or moves a block it allocated; in this workload each thread's last operation is a free (whose replay is conditional on the location still holding the block) or an allocation followed by its stamp's own fence, and no thread starts after them (`a_thread_that_exits_makes_its_last_allocation_final` in crates/ferrite/tests/alloc.rs shows the fence needed)",
+            ),
+        ]
     }
 
     fn workload(&self, ctx: &mut Ctx<AllocOp>) -> Result<(), String> {
@@ -141,6 +224,9 @@ impl Target for AllocThreads {
         let pe = |e: ferrite_pmem::Error| e.to_string();
         let steps = schedule(ctx.rng());
         let set = ctx.create_pool_set(&opts())?;
+        // The table lives in slot 1 (not the slot of whatever CPU this thread is on), so that
+        // slot 0's segments are all free after the last random round.
+        PAllocator::bind_thread_to_slot(1);
         let t = ctx.begin(AllocOp::Create);
         let a = PAllocator::create(Arc::new(set), 2).map_err(e)?;
         ctx.done(t);
@@ -157,6 +243,19 @@ impl Target for AllocThreads {
         ctx.done(t);
         // The offset words of the (null) table slots SCRATCH and SCRATCH + 1.
         let scratch = g + SCRATCH * 16 + 8;
+        // A probe: a persist of the (null) table slot SCRATCH + 2's offset word at a call site
+        // of its own (each call of `probe` is a site: `#[track_caller]`). The tester crashes
+        // every first visit of a site (hot sites only now and then), so a probe makes the
+        // crash right after a given step certain instead of up to the schedule and the
+        // sampling.
+        #[track_caller]
+        fn probe(set: &ferrite_pmem::PoolSet, w: u64, v: u64) -> Result<(), String> {
+            set.store_u64(w, v, Ordering::Relaxed).map_err(|e| e.to_string())?;
+            set.persist_rule("P-APP-3", w, 8).map_err(|e| e.to_string()) // ORDER(P-APP-3): a crash point of its own (the word is never read)
+        }
+        let probe_word = scratch + 32;
+        // After the table is published, before the threads start.
+        probe(&set, probe_word, 1)?;
         let barrier = Barrier::new(2);
         let failed = AtomicBool::new(false);
         let ctx = &*ctx;
@@ -190,7 +289,7 @@ impl Target for AllocThreads {
                         PAllocator::bind_thread_to_slot(me as u32);
                         let mut first_error = Ok(());
                         let mut tok_count = 0u64;
-                        for round in steps {
+                        for (r, round) in steps.iter().enumerate() {
                             // Every round starts together; after a failure the thread keeps
                             // meeting the barrier (so the other never waits forever) but
                             // does nothing.
@@ -222,7 +321,24 @@ impl Target for AllocThreads {
                                     }
                                 }
                             }
+                            // The supersession round (the last but one): thread 0 is idle at
+                            // the barrier with its disarm pending.
+                            if me == 1 && r + 2 == steps.len() && first_error.is_ok() {
+                                first_error = probe(set, probe_word, 2);
+                            }
                         }
+                        // The release phase (see `schedule`): thread 1 releases every free
+                        // segment while thread 0, whose last operation returned a segment,
+                        // waits; then a probe crashes right after it.
+                        barrier.wait();
+                        if me == 1 && first_error.is_ok() && !failed.load(Ordering::Acquire) {
+                            first_error = match a.release_free_segments(0).map_err(e) {
+                                Ok(0) => Err("the release phase found no free segment".into()),
+                                Ok(_) => probe(set, probe_word, 3),
+                                Err(x) => Err(x),
+                            };
+                        }
+                        barrier.wait();
                         first_error
                     })
                 })

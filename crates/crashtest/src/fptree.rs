@@ -2,7 +2,7 @@
 //! on a simulated pool set ([D1], [S1]).
 //!
 //! The pool set cannot grow past two segments (its reservation holds exactly two): segment 0
-//! (8 KiB: the allocator's anchor) and one small segment with one page per size class the workload
+//! (12 KiB: the pool set's header page and the allocator's anchor, 6 784 B for one slot) and one small segment with one page per size class the workload
 //! uses — the table of pointers, the tree's root, the leaves. The workload:
 //! 1. `setup`: creates the allocator, allocates a table of persistent pointers into the
 //!    anchor's root (slot 1 will hold the tree's root; slots 2.. are ballast), nulls it and
@@ -54,7 +54,7 @@ const READY: u64 = 0x5245_4144_595f_5442;
 
 /// Segment 0 holds only the anchor: it is created small (the allocator records `SEG` as the
 /// size of the segments it adds), which keeps crash images small.
-const SEG0: u64 = 8192;
+const SEG0: u64 = 4096 + 8192;
 
 fn opts() -> Options {
     Options::default().layout("crashtest-fptree").segment_size(SEG0).max_pool_size(SEG0 + SEG)
@@ -228,6 +228,8 @@ impl Target for FptreeFixed {
                 "the workload's own durable garbage in recycled blocks: without its persist the blocks are zeroed, which only makes the test weaker",
             ),
             crate::alloc::REPLAY_DISARM,
+            crate::alloc::SINGLE_THREAD_SYNC_DISARM,
+            crate::alloc::SINGLE_THREAD_COMMITTED,
         ]
     }
 

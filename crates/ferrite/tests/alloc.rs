@@ -33,16 +33,22 @@ fn fresh(dir: &TestDir, slots: u32) -> (PAllocator, PPtr) {
 fn fresh_with(dir: &TestDir, slots: u32, o: &Options) -> (PAllocator, PPtr) {
     let set = PoolSet::create(dir.join("set"), o).unwrap();
     let a = PAllocator::create(Arc::new(set), slots).unwrap();
+    let table = null_table(&a);
+    (a, table)
+}
+
+/// Allocates the table of persistent pointers into the root and nulls it durably (a null
+/// pointer: segment word u64::MAX, offset 0).
+fn null_table(a: &PAllocator) -> PPtr {
     let table = a.allocate(TABLE, a.root_location()).unwrap();
     let g = a.pool().resolve_range(table, TABLE).unwrap();
     for i in 0..TABLE / 8 {
-        // Null pointers: segment word u64::MAX, offset 0.
         a.pool()
             .store_u64(g + i * 8, if i % 2 == 0 { u64::MAX } else { 0 }, Ordering::Relaxed)
             .unwrap();
     }
     a.pool().persist(g, TABLE).unwrap();
-    (a, table)
+    table
 }
 
 fn slot(table: PPtr, i: u64) -> PPtr {
@@ -169,15 +175,24 @@ fn exact_persist_counts() {
     let c = Counters::snapshot();
     a.allocate(64, slot(table, 1)).unwrap();
     let d = Counters::snapshot() - c;
-    // Commit: the checksummed header line and 4 entries (one line) + fence; page state, the
-    // block's entry (marked allocated) and the pointer (3 lines) + fence; disarm + fence.
-    assert_eq!((d.lines_flushed(), d.fences), (6, 3), "allocate: {d:?}");
+    // Two barriers (docs/design/allocator.md, "Two persist barriers per operation"):
+    // commit = the journal's head line and its entry line (2 entries) + the slot's `committed`
+    // line, one fence; apply = the block's entry, the page state and `into` (3 lines), one
+    // fence; the lazy disarm is one more flushed line and no fence.
+    assert_eq!((d.lines_flushed(), d.fences), (7, 2), "allocate: {d:?}");
     let c = Counters::snapshot();
     a.deallocate(slot(table, 1)).unwrap();
     let d = Counters::snapshot() - c;
-    // Commit of 3 writes (entry word, state, pointer: header line + entry line), 3 lines
-    // (entry, state, pointer), disarm.
-    assert_eq!((d.lines_flushed(), d.fences), (6, 3), "deallocate: {d:?}");
+    // The same shape: journal (2 lines) + `committed`; entry, state, `from`; lazy disarm.
+    assert_eq!((d.lines_flushed(), d.fences), (7, 2), "deallocate: {d:?}");
+    // Off the common path: the first allocation of another class takes a page from the
+    // slot's active segment. The page's header and entries are persisted first (P-ALLOC-4:
+    // 1 fence), the page transaction (bitmap, counts, class head) commits in 2 fences and is
+    // disarmed lazily (its words are the slot's own), then the allocation takes 2: 5 fences.
+    let c = Counters::snapshot();
+    a.allocate(15_000, slot(table, 2)).unwrap();
+    let d = Counters::snapshot() - c;
+    assert_eq!((d.lines_flushed(), d.fences), (16, 5), "allocate with a new page: {d:?}");
 }
 
 #[test]
@@ -220,12 +235,7 @@ fn an_exhausted_pool_is_pool_full_and_unchanged() {
     let dir = TestDir::new("alloc-full");
     let set = PoolSet::create(dir.join("set"), &opts().max_pool_size(3 * SEG)).unwrap();
     let a = PAllocator::create(Arc::new(set), 1).unwrap();
-    let table = a.allocate(TABLE, a.root_location()).unwrap();
-    let g = a.pool().resolve_range(table, TABLE).unwrap();
-    for i in 0..TABLE / 16 {
-        a.pool().store_u64(g + i * 16, u64::MAX, Ordering::Relaxed).unwrap();
-    }
-    a.pool().persist(g, TABLE).unwrap();
+    let table = null_table(&a);
     let mut n = 0;
     let err = loop {
         match a.allocate(MAX_SMALL, slot(table, n)) {
@@ -375,12 +385,7 @@ fn two_armed_items_recover_together() {
     let domain = Arc::new(SimDomain::new(false));
     let set = PoolSet::create_sim_with(domain.clone(), &o).unwrap();
     let a = PAllocator::create(Arc::new(set), 2).unwrap();
-    let table = a.allocate(TABLE, a.root_location()).unwrap();
-    let g = a.pool().resolve_range(table, TABLE).unwrap();
-    for i in 0..TABLE / 16 {
-        a.pool().store_u64(g + i * 16, u64::MAX, Ordering::Relaxed).unwrap();
-    }
-    a.pool().persist(g, TABLE).unwrap();
+    let table = null_table(&a);
     let met = Arc::new((Barrier::new(2), Barrier::new(2)));
     let image: Arc<Mutex<Option<CrashImage>>> = Arc::new(Mutex::new(None));
     {
@@ -458,4 +463,121 @@ fn free_segments_are_released_and_ids_reused() {
     }
     assert_eq!(a.pool().segment_count(), grown, "released ids are reused by growth");
     assert_eq!(a.check().unwrap().allocated_blocks, 41);
+}
+
+/// A two-slot allocator on a simulated pool set with a null-initialised table in the root
+/// (allocated through slot 1).
+fn sim_alloc() -> (Arc<ferrite::pmem::SimDomain>, Options, PAllocator, PPtr) {
+    let o = Options::default().layout("alloc-test").segment_size(5 * 64 * 1024 + 4096);
+    let o = o.max_pool_size(8 << 20);
+    let domain = Arc::new(ferrite::pmem::SimDomain::new(false));
+    let set = PoolSet::create_sim_with(domain.clone(), &o).unwrap();
+    PAllocator::bind_thread_to_slot(1);
+    let a = PAllocator::create(Arc::new(set), 2).unwrap();
+    let table = null_table(&a);
+    (domain, o, a, table)
+}
+
+/// Moves the block of table slot `from` to `to` the way a data structure does (copy, persist,
+/// then null the old slot, persist), on the calling thread.
+fn move_block(a: &PAllocator, table: PPtr, from: u64, to: u64) {
+    let s = a.pool();
+    let p = s.load_pptr(s.resolve(slot(table, from)).unwrap()).unwrap();
+    s.persist_pptr(s.resolve(slot(table, to)).unwrap(), p).unwrap();
+    s.persist_pptr_null(s.resolve(slot(table, from)).unwrap()).unwrap();
+}
+
+/// Whether recovering `image` puts a block back into table slot `k`.
+fn slot_holds_a_block(image: &ferrite::pmem::CrashImage, o: &Options, table: PPtr, k: u64) -> bool {
+    let r = PAllocator::open(Arc::new(PoolSet::open_sim(image, o).unwrap())).unwrap();
+    let s = r.pool();
+    let back = !s.load_pptr(s.resolve(slot(table, k)).unwrap()).unwrap().is_null();
+    r.check().unwrap();
+    back
+}
+
+/// P-ALLOC-8: a thread allocates and exits without any persist of its own after the
+/// allocation (its journal's disarm is flushed, not fenced); then another thread moves the
+/// block. The exiting thread's fence makes the disarm durable, so recovery leaves the move
+/// alone. With that fence dropped (found by its rule in a first run), recovery replays the
+/// allocation over the move and the block is referenced twice: the fence is needed.
+#[test]
+fn a_thread_that_exits_makes_its_last_allocation_final() {
+    use ferrite::pmem::ImageSpec;
+    use ferrite::pmem::sim::{Event, EventKind, SimDomain};
+    use std::sync::Mutex;
+
+    let run = |drop: Option<&str>| -> (Vec<String>, bool) {
+        let (domain, o, a, table) = sim_alloc();
+        if let Some(k) = drop {
+            domain.drop_persist(k);
+        }
+        let keys = Arc::new(Mutex::new(Vec::new()));
+        {
+            let keys = keys.clone();
+            domain.set_hook(Some(Arc::new(move |_: &SimDomain, e: &Event| {
+                if e.kind == EventKind::Fence && e.site.rule == Some("P-ALLOC-8") {
+                    keys.lock().unwrap().push(e.site.key());
+                }
+            })));
+        }
+        // An explicit join: a scope's end does not wait for the thread's TLS destructors
+        // (where the exit fence runs), `join` does (a first version raced here).
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                PAllocator::bind_thread_to_slot(0);
+                a.allocate(64, slot(table, 1)).unwrap();
+            })
+            .join()
+            .unwrap();
+        });
+        domain.set_hook(None);
+        move_block(&a, table, 1, 2);
+        let image = domain.capture(&ImageSpec::durable());
+        let keys = keys.lock().unwrap().clone();
+        (keys, slot_holds_a_block(&image, &o, table, 1))
+    };
+    let (keys, back) = run(None);
+    assert!(!back, "the moved block came back into the slot it was allocated into");
+    assert_eq!(keys.len(), 1, "one exit fence: {keys:?}");
+    let (_, back) = run(Some(&keys[0]));
+    assert!(back, "without the exit fence the allocation is replayed over the move");
+}
+
+/// The caller's rule (docs/design/allocator.md): after `allocate` returns, another thread may
+/// move the block out of its location only once the allocating thread has fenced. Here the
+/// allocating thread stays alive and makes no persist; the main thread moves the block; the
+/// durable image is taken before the allocating thread does anything else. Without `settle`
+/// recovery replays the allocation over the move (the hazard the rule exists for, shown
+/// here so that the rule is not a claim); with `settle` it does not.
+#[test]
+fn another_thread_moves_a_block_safely_after_settle() {
+    use ferrite::pmem::ImageSpec;
+    use std::sync::mpsc::channel;
+
+    let run = |settle: bool| -> bool {
+        let (domain, o, a, table) = sim_alloc();
+        let (allocated, wait_allocated) = channel();
+        let (release, wait_release) = channel::<()>();
+        let a = &a;
+        let image = std::thread::scope(|s| {
+            s.spawn(move || {
+                PAllocator::bind_thread_to_slot(0);
+                a.allocate(64, slot(table, 1)).unwrap();
+                if settle {
+                    a.settle();
+                }
+                allocated.send(()).unwrap();
+                wait_release.recv().unwrap();
+            });
+            wait_allocated.recv().unwrap();
+            move_block(a, table, 1, 2);
+            let image = domain.capture(&ImageSpec::durable());
+            release.send(()).unwrap();
+            image
+        });
+        slot_holds_a_block(&image, &o, table, 1)
+    };
+    assert!(run(false), "without settle the allocation is replayed over another thread's move");
+    assert!(!run(true), "after settle the move stands");
 }

@@ -1,5 +1,6 @@
 //! Thin, checked wrappers over the operating-system calls the persistence layer needs:
-//! `flock`, `fallocate`, `statvfs`/`statfs`, `mmap`/`munmap`/`msync`, `getrandom`.
+//! `flock`, `fallocate`, `statvfs`/`statfs`, `mmap`/`munmap`/`msync`, `getrandom`,
+//! `sched_getcpu`.
 //!
 //! Each wrapper turns `errno` into `std::io::Error`; the callers attach the path and the
 //! operation and map specific errors (`EWOULDBLOCK` → locked, `ENOSPC` → full) to typed errors.
@@ -18,6 +19,14 @@ pub fn page_size() -> usize {
         let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
         if v > 0 { v as usize } else { 4096 }
     })
+}
+
+/// The CPU the calling thread is running on (`sched_getcpu`), or `None` where the call fails.
+/// A hint only: the thread may be moved right after.
+pub fn current_cpu() -> Option<u32> {
+    // SAFETY: sched_getcpu takes no arguments and has no memory effects.
+    let c = unsafe { libc::sched_getcpu() };
+    u32::try_from(c).ok()
 }
 
 /// Takes an exclusive, non-blocking `flock` on `file`. `Ok(false)` means another open file

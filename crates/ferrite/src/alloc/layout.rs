@@ -190,7 +190,7 @@ pub const J_NEW: u64 = offset_of!(JournalHead, new) as u64;
 /// Offset of a journal's entries (its second line).
 pub const J_ENTRIES: u64 = size_of::<JournalHead>() as u64;
 
-/// A thread record (segment 0, [`RECORDS_BASE`] + i × [`RECORD_BYTES`]): a journal leased by
+/// A thread record (segment 0, [`records_base`] + i × [`RECORD_BYTES`]): a journal leased by
 /// one thread at a time (P-ALLOC-8).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
@@ -203,14 +203,26 @@ pub struct Record {
     pub pad: [u64; 8],
 }
 
-/// Thread records per pool.
+/// Thread records per slot (a pool with `n` slots has `min(8 n, MAX_RECORDS)`).
+pub const RECORDS_PER_SLOT: u32 = 8;
+/// Most thread records a pool has.
 pub const MAX_RECORDS: u32 = 64;
 /// Bytes per record.
 pub const RECORD_BYTES: u64 = size_of::<Record>() as u64;
-/// Segment 0 offset of record 0 (after the largest slot-block array).
-pub const RECORDS_BASE: u64 = PAGE;
 
-/// Per-slot extension block (segment 0, [`EXT_BASE`] + slot × [`EXT_BYTES`]): the big
+/// Thread records of a pool with `slots` slots (fixed by the slot count, which is fixed at
+/// creation).
+pub const fn record_count(slots: u32) -> u32 {
+    let n = slots * RECORDS_PER_SLOT;
+    if n < MAX_RECORDS { n } else { MAX_RECORDS }
+}
+
+/// Segment 0 offset of record 0: right after the slot blocks.
+pub const fn records_base(slots: u32) -> u64 {
+    A_SLOTS + slots as u64 * SLOT_BYTES
+}
+
+/// Per-slot extension block (segment 0, [`ext_base`] + slot × [`EXT_BYTES`]): the big
 /// allocator's per-slot roots.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
@@ -230,14 +242,18 @@ impl SlotExt {
 
 /// Bytes per extension block.
 pub const EXT_BYTES: u64 = size_of::<SlotExt>() as u64;
-/// Segment 0 offset of slot 0's extension block (after the records).
-pub const EXT_BASE: u64 = RECORDS_BASE + MAX_RECORDS as u64 * RECORD_BYTES;
+/// Segment 0 offset of slot 0's extension block: right after the records.
+pub const fn ext_base(slots: u32) -> u64 {
+    records_base(slots) + record_count(slots) as u64 * RECORD_BYTES
+}
+#[allow(dead_code)] // the big allocator, in progress
 pub const X_BIG_SEGMENTS: u64 = offset_of!(SlotExt, big_segments) as u64;
+#[allow(dead_code)] // the big allocator, in progress
 pub const X_BIG_FREE: u64 = offset_of!(SlotExt, big_free) as u64;
 
 /// Bytes of segment 0 an anchor with `slots` slots occupies.
 pub const fn anchor_end(slots: u32) -> u64 {
-    EXT_BASE + slots as u64 * EXT_BYTES
+    ext_base(slots) + slots as u64 * EXT_BYTES
 }
 
 // ----- slot block -----
@@ -418,11 +434,14 @@ const _: () = assert!(size_of::<SlotBlock>() == 1152 && SLOT_BYTES.is_multiple_o
 const _: () = assert!(S_LOG == 0 && S_ENTRIES == 64 && S_ASL == 448 && S_FSL == 464);
 const _: () = assert!(S_PLM == 512 && class_head(CLASSES.len()) == SLOT_BYTES);
 const _: () = assert!(S_COMMITTED == 480);
-const _: () = assert!(MAX_SLOTS == 56 && A_SLOTS + MAX_SLOTS as u64 * SLOT_BYTES == RECORDS_BASE);
+const _: () = assert!(MAX_SLOTS == 56 && SLOT_BYTES.is_multiple_of(64));
 const _: () = assert!(size_of::<JournalHead>() == 64 && J_EXPECT == 32 && J_NEW == 48);
 const _: () = assert!(J_LOG == 0 && J_SEQ == 8 && J_SLOT == 16 && J_CALLER == 24);
-const _: () = assert!(size_of::<Record>() == 512 && offset_of!(Record, entries) as u64 == J_ENTRIES);
-const _: () = assert!(size_of::<SlotExt>() == 512 && EXT_BASE == 98_304);
+const _: () =
+    assert!(size_of::<Record>() == 512 && offset_of!(Record, entries) as u64 == J_ENTRIES);
+const _: () = assert!(size_of::<SlotExt>() == 512 && records_base(3) == 4480);
+const _: () = assert!(record_count(1) == 8 && record_count(3) == 24 && record_count(56) == 64);
+const _: () = assert!(ext_base(3) == 16_768 && anchor_end(1) == 6784);
 const _: () = assert!(anchor_end(MAX_SLOTS) == 126_976);
 const _: () = assert!(size_of::<SegmentHeader>() == 320);
 const _: () = assert!(G_NEXT == 0 && G_OWNER == 16 && G_COUNTS == 24 && G_MAGIC == 32);

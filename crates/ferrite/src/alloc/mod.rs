@@ -53,16 +53,18 @@
 //! under one global lock, taken after a slot lock (never two slot locks).
 
 mod check;
+mod journal;
 mod layout;
 mod redo;
 mod segments;
 mod small;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use ferrite_pmem::{PPtr, PoolSet, SegmentId};
+use zerocopy::FromZeros;
 
 use crate::storage::{StorageError, StorageResult};
 
@@ -73,8 +75,10 @@ pub use layout::{CLASSES, MAX_SMALL, PAGE, class_of, page_geometry};
 /// Segment-owner codes of the transient owner map (SegIDToAllocID): 0 is the free-segment
 /// list, `slot + 1` a small segment of `slot`, `OWNER_BIG + slot` a big segment of `slot`,
 /// [`OWNER_HUGE`] a huge segment.
+#[allow(dead_code)] // the big allocator, in progress
 const OWNER_BIG: u32 = 0x1_0000;
 /// Owner code of a huge segment.
+#[allow(dead_code)] // huge allocations, in progress
 const OWNER_HUGE: u32 = u32::MAX;
 
 /// Slots a new allocator gets by default.
@@ -101,12 +105,18 @@ pub struct PAllocator {
     owner: RwLock<HashMap<SegmentId, u32>>,
     pages_per_segment: u64,
     poisoned: AtomicBool,
+    /// This instance's id (thread records are leased per instance).
+    id: u64,
+    /// Thread records not leased by a live thread.
+    records: Arc<journal::Records>,
+    /// Per slot: the sequence number of its last committed operation.
+    seqs: Vec<AtomicU64>,
 }
 
 thread_local! {
+    /// The slot the thread bound itself to (`u32::MAX`: none).
     static SLOT_HINT: std::cell::Cell<u32> = const { std::cell::Cell::new(u32::MAX) };
 }
-static NEXT_SLOT: AtomicU32 = AtomicU32::new(0);
 
 impl PAllocator {
     // ----- creation and recovery -----
@@ -121,7 +131,7 @@ impl PAllocator {
         }
         let seg0 =
             set.segments().first().copied().ok_or_else(|| corrupt("no segment 0", PPtr::NULL))?;
-        let end = A_SLOTS + u64::from(slots) * SLOT_BYTES;
+        let end = anchor_end(slots);
         if seg0.data_len < end {
             return Err(StorageError::InvalidArgument(format!(
                 "segment 0 holds {} bytes, the anchor needs {end}",
@@ -132,24 +142,34 @@ impl PAllocator {
         let a = set.resolve_range(PPtr::new(0, 0), end)?;
         let s = &*set;
         // P-ALLOC-5: everything but the magic, persisted; the magic last.
-        let anchor = Anchor::new(slots, set.segment_size());
-        s.write_struct(a, &anchor)?;
-        let block = SlotBlock::new();
-        for i in 0..u64::from(slots) {
-            s.write_struct(a + A_SLOTS + i * SLOT_BYTES, &block)?;
-        }
+        s.write_struct(a, &Anchor::new(slots, set.segment_size()))?;
+        Self::write_v2_areas(s, a, slots, true)?;
         s.persist_rule("P-ALLOC-5", a, end)?; // ORDER(P-ALLOC-5): the whole anchor before its magic
         s.store_u64(a + A_MAGIC, ANCHOR_MAGIC, Ordering::Release)?;
         s.persist_rule("P-ALLOC-5", a + A_MAGIC, 8)?; // ORDER(P-ALLOC-5): the magic commits creation
-        Ok(PAllocator {
-            set,
-            slots,
-            slot_locks: (0..slots).map(|_| Mutex::new(())).collect(),
-            global: Mutex::new(()),
-            owner: RwLock::new(HashMap::new()),
-            pages_per_segment: pages,
-            poisoned: AtomicBool::new(false),
-        })
+        Ok(Self::instance(set, slots, pages))
+    }
+
+    /// Writes (without persisting) the structures of a version-2 anchor at global offset `a`
+    /// beyond the anchor struct: the slot blocks (when `slot_blocks`; an upgrade keeps the
+    /// version-1 ones, whose new words are already zero), the thread records and the
+    /// extension blocks.
+    fn write_v2_areas(s: &PoolSet, a: u64, slots: u32, slot_blocks: bool) -> StorageResult<()> {
+        if slot_blocks {
+            let block = SlotBlock::new();
+            for i in 0..u64::from(slots) {
+                s.write_struct(a + A_SLOTS + i * SLOT_BYTES, &block)?;
+            }
+        }
+        let record = Record::new_zeroed();
+        for r in 0..u64::from(record_count(slots)) {
+            s.write_struct(a + records_base(slots) + r * RECORD_BYTES, &record)?;
+        }
+        let ext = SlotExt::new();
+        for i in 0..u64::from(slots) {
+            s.write_struct(a + ext_base(slots) + i * EXT_BYTES, &ext)?;
+        }
+        Ok(())
     }
 
     /// Opens the allocator on `set` and recovers it: replays every armed recovery item,
@@ -175,7 +195,17 @@ impl PAllocator {
                 PPtr::new(0, A_MAGIC),
             ));
         }
-        if anchor.version() != ANCHOR_VERSION || anchor.incompat != 0 {
+        // An upgrade from version 1 rewrites the version word and the checksum, which share a
+        // line: a crash may leave either one new. Such an anchor's checksum matches its words
+        // with the other version; the upgrade's other writes were persisted before.
+        let torn_upgrade = anchor.crc != u64::from(anchor.checksum())
+            && [ANCHOR_VERSION_1, ANCHOR_VERSION].iter().any(|&v| {
+                let mut other = anchor;
+                other.version_slots = u64::from(v) | anchor.version_slots & !0xffff_ffff;
+                other.version() != anchor.version() && anchor.crc == u64::from(other.checksum())
+            });
+        let version = if torn_upgrade { ANCHOR_VERSION } else { anchor.version() };
+        if !matches!(version, ANCHOR_VERSION | ANCHOR_VERSION_1) || anchor.incompat != 0 {
             return Err(StorageError::Incompatible {
                 what: format!(
                     "allocator anchor version {} incompat {:#x}",
@@ -185,7 +215,7 @@ impl PAllocator {
                 at: "allocator anchor".into(),
             });
         }
-        if anchor.crc != u64::from(anchor.checksum()) {
+        if !torn_upgrade && anchor.crc != u64::from(anchor.checksum()) {
             return Err(corrupt("anchor checksum mismatch", PPtr::new(0, A_CRC)));
         }
         let slots = anchor.slots();
@@ -195,12 +225,21 @@ impl PAllocator {
                 PPtr::new(0, A_GEOMETRY),
             ));
         }
-        let end = A_SLOTS + u64::from(slots) * SLOT_BYTES;
+        let end = anchor_end(slots);
         if set.resolve_range(PPtr::new(0, 0), end).is_err() {
-            return Err(corrupt(
-                format!("{slots} slot blocks do not fit in segment 0"),
-                PPtr::new(0, A_VERSION_SLOTS),
-            ));
+            return Err(if version == ANCHOR_VERSION_1 {
+                StorageError::Incompatible {
+                    what: format!(
+                        "a version-1 allocator whose segment 0 is smaller than the {end} bytes version 2 needs"
+                    ),
+                    at: "allocator anchor".into(),
+                }
+            } else {
+                corrupt(
+                    format!("{slots} slots' anchor does not fit in segment 0"),
+                    PPtr::new(0, A_VERSION_SLOTS),
+                )
+            });
         }
         // The anchor's segment size wins over the options the pool set was opened with: every
         // small segment has the same page count.
@@ -208,7 +247,43 @@ impl PAllocator {
         let pages = Self::pages_of(&set).map_err(|_| {
             corrupt(format!("anchor segment size {}", anchor.segment), PPtr::new(0, A_SEGMENT))
         })?;
-        let alloc = PAllocator {
+        let alloc = Self::instance(set, slots, pages);
+        if version == ANCHOR_VERSION_1 && !torn_upgrade {
+            for i in 0..slots {
+                alloc.replay_v1(i)?;
+            }
+            alloc.upgrade(anchor, false)?;
+        } else if torn_upgrade {
+            alloc.upgrade(anchor, true)?;
+        }
+        alloc.recover_journals()?;
+        alloc.rebuild_owners()?;
+        Ok(alloc)
+    }
+
+    /// Upgrades a version-1 anchor (its items replayed and disarmed) to version 2: the new
+    /// areas are written and persisted, then the version word and the checksum (P-ALLOC-5).
+    /// `finish`: a previous upgrade got as far as one of those two words; only they are
+    /// rewritten.
+    fn upgrade(&self, anchor: Anchor, finish: bool) -> StorageResult<()> {
+        let s = &*self.set;
+        let a = self.addr(PPtr::new(0, 0), anchor_end(self.slots))?;
+        if !finish {
+            Self::write_v2_areas(s, a, self.slots, false)?;
+            // ORDER(P-ALLOC-5): the new areas before the version that makes them meaningful
+            let from = records_base(self.slots);
+            s.persist_rule("P-ALLOC-5", a + from, anchor_end(self.slots) - from)?;
+        }
+        let v2 = anchor.with_version(ANCHOR_VERSION);
+        s.store_u64(a + A_VERSION_SLOTS, v2.version_slots, Ordering::Release)?;
+        s.store_u64(a + A_CRC, v2.crc, Ordering::Release)?;
+        Ok(s.persist_rule("P-ALLOC-5", a, 64)?) // ORDER(P-ALLOC-5): the upgraded version word and checksum
+    }
+
+    /// The transient state of an allocator over `set` with `slots` slots.
+    fn instance(set: Arc<PoolSet>, slots: u32, pages: u64) -> PAllocator {
+        PAllocator {
+            records: journal::Records::new(&set, slots),
             set,
             slots,
             slot_locks: (0..slots).map(|_| Mutex::new(())).collect(),
@@ -216,12 +291,9 @@ impl PAllocator {
             owner: RwLock::new(HashMap::new()),
             pages_per_segment: pages,
             poisoned: AtomicBool::new(false),
-        };
-        for i in 0..slots {
-            alloc.replay(i)?;
+            id: journal::next_instance_id(),
+            seqs: (0..slots).map(|_| AtomicU64::new(0)).collect(),
         }
-        alloc.rebuild_owners()?;
-        Ok(alloc)
     }
 
     /// Pages per small segment (page 0 is the header).
@@ -282,9 +354,10 @@ impl PAllocator {
         SLOT_HINT.with(|h| h.set(slot));
     }
 
-    /// The recovery items of `set`'s allocator that are armed, read without opening (or
-    /// recovering) it: the slots whose operation was in flight at a crash. Errors: as
-    /// [`PAllocator::open`] for an anchor that fails validation.
+    /// The slots of `set`'s allocator whose last operation may be incomplete, read without
+    /// opening (or recovering) it: those with a journal that recovery would replay (armed,
+    /// valid, and not superseded by a later committed operation of the slot). For crash tests
+    /// and tools. Errors: as [`PAllocator::open`] for an anchor that fails validation.
     pub fn armed_items(set: &PoolSet) -> StorageResult<Vec<u32>> {
         let a = set
             .resolve_range(PPtr::new(0, 0), A_SLOTS)
@@ -293,16 +366,19 @@ impl PAllocator {
         if anchor.magic != ANCHOR_MAGIC || anchor.crc != u64::from(anchor.checksum()) {
             return Err(corrupt("no valid anchor", PPtr::new(0, 0)));
         }
-        let slots = anchor.slots().min(MAX_SLOTS);
-        let mut armed = Vec::new();
-        for i in 0..slots {
-            let b = set.resolve_range(PPtr::new(0, A_SLOTS + u64::from(i) * SLOT_BYTES), 8);
-            let b = b.map_err(|_| corrupt("slot blocks outside segment 0", PPtr::new(0, 0)))?;
-            if set.load_u64(b + S_LOG, Ordering::Acquire)? != 0 {
-                armed.push(i);
-            }
+        if anchor.version() != ANCHOR_VERSION {
+            return Err(corrupt("not a version-2 anchor", PPtr::new(0, A_VERSION_SLOTS)));
         }
-        Ok(armed)
+        let (live, _) = redo::live_journals(set, anchor.slots().min(MAX_SLOTS))?;
+        Ok((0..).zip(live).filter_map(|(i, j)| j.map(|_| i)).collect())
+    }
+
+    /// Makes the calling thread's last allocator operation final: a fence on the pool set, so
+    /// that its journal's disarm is durable. Needed only before *another* thread changes the
+    /// location an allocation on this thread wrote, when this thread has made no persist since
+    /// (see "The caller's rule" in `docs/design/allocator.md`).
+    pub fn settle(&self) {
+        self.set.fence_rule("P-ALLOC-3"); // ORDER(P-ALLOC-3): the lazy disarm made durable
     }
 
     fn slot_base(&self, slot: u32) -> u64 {
@@ -316,14 +392,28 @@ impl PAllocator {
 
     // ----- the leak-free interface -----
 
+    /// The calling thread's slot: the one it bound with [`PAllocator::bind_thread_to_slot`],
+    /// else its current CPU's (`sched_getcpu`), else one handed out round-robin at its first
+    /// call.
     fn my_slot(&self) -> u32 {
-        let hint = SLOT_HINT.with(|h| {
-            if h.get() == u32::MAX {
-                h.set(NEXT_SLOT.fetch_add(1, Ordering::Relaxed) % (u32::MAX - 1));
+        let hint = SLOT_HINT.with(|h| h.get());
+        if hint != u32::MAX {
+            return hint % self.slots;
+        }
+        if let Some(cpu) = ferrite_pmem::platform::current_cpu() {
+            return cpu % self.slots;
+        }
+        static NEXT_SLOT: AtomicU32 = AtomicU32::new(0);
+        thread_local! {
+            static FALLBACK: std::cell::Cell<u32> = const { std::cell::Cell::new(u32::MAX) };
+        }
+        let f = FALLBACK.with(|f| {
+            if f.get() == u32::MAX {
+                f.set(NEXT_SLOT.fetch_add(1, Ordering::Relaxed) % (u32::MAX - 1));
             }
-            h.get()
+            f.get()
         });
-        hint % self.slots
+        f % self.slots
     }
 
     fn guard<T>(&self, f: impl FnOnce() -> StorageResult<T>) -> StorageResult<T> {

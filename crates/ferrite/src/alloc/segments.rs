@@ -21,7 +21,8 @@
 //! # Concurrency
 //! A slot's lists are changed under its slot lock; the free-segment list, segment creation
 //! and release under the global lock, taken after a slot lock and held until the transaction
-//! that changes the list commits.
+//! that changes the list has committed and been disarmed: such transactions are marked shared
+//! (P-ALLOC-7).
 
 use std::collections::HashMap;
 use std::sync::MutexGuard;
@@ -141,6 +142,7 @@ impl PAllocator {
             self.init_segment_header(id, 0)?;
             let _g = lock(&self.global);
             let mut txn = Txn::new();
+            txn.mark_shared();
             let head = self.seg_link(&txn, 0, A_FREE_SEGS)?;
             self.write_pptr(&mut txn, id, G_NEXT, head)?;
             self.write_pptr(&mut txn, 0, A_FREE_SEGS, PPtr::new(id, 0))?;
@@ -163,6 +165,7 @@ impl PAllocator {
     fn take_segment(&self, slot: u32) -> StorageResult<()> {
         let _g = lock(&self.global);
         let mut txn = Txn::new();
+        txn.mark_shared();
         let b = self.slot_base(slot);
         let mut seg = self.seg_link(&txn, 0, A_FREE_SEGS)?;
         if seg.is_null() {
@@ -344,6 +347,7 @@ impl PAllocator {
         }
         if used == 1 {
             *global = Some(lock(&self.global));
+            txn.mark_shared();
             self.unlink_segment(txn, (0, self.slot_base(slot) + S_ASL), id)?;
             let head = self.seg_link(txn, 0, A_FREE_SEGS)?;
             self.write_pptr(txn, id, G_NEXT, head)?;
@@ -369,6 +373,7 @@ impl PAllocator {
         let mut released = 0;
         while !cur.is_null() {
             let mut txn = Txn::new();
+            txn.mark_shared();
             let next = self.seg_link(&txn, cur.segment, G_NEXT)?;
             self.write_pptr(&mut txn, prev.0, prev.1, next)?;
             self.commit(slot, txn)?;
