@@ -398,3 +398,47 @@ fn segments_move_between_small_and_big_use() {
     let a = PAllocator::open(Arc::new(PoolSet::open(dir.join("set"), &o).unwrap())).unwrap();
     verify(&a, table, &model);
 }
+
+/// Two threads on slots 0 and 1 free each other's big blocks (each free runs under the lock
+/// of the slot owning the block's segment) while allocating their own; they meet at a barrier
+/// between rounds, so what each round does is fixed, only the interleaving inside it is not.
+#[test]
+fn threads_free_each_others_big_blocks() {
+    let dir = TestDir::new("alloc-big-threads");
+    let (a, table) = fresh(&dir, 2);
+    let a = Arc::new(a);
+    let barrier = Arc::new(std::sync::Barrier::new(2));
+    let handles: Vec<_> = (0..2u64)
+        .map(|t| {
+            let (a, barrier) = (a.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                PAllocator::bind_thread_to_slot(t as u32);
+                let mine = |k: u64, round: u64| 1 + t * 120 + (round % 2) * 60 + k;
+                let theirs = |k: u64, round: u64| 1 + (1 - t) * 120 + (round % 2) * 60 + k;
+                for round in 0..30u64 {
+                    for k in 0..8 {
+                        let size = MAX_SMALL + 1 + ((round * 7 + k * 13 + t) % 40) * UNIT;
+                        a.allocate(size, slot(table, mine(k, round))).unwrap();
+                    }
+                    barrier.wait();
+                    if round > 0 {
+                        // The other thread's blocks of the previous round: cross-slot frees.
+                        for k in 0..8 {
+                            a.deallocate(slot(table, theirs(k, round - 1))).unwrap();
+                        }
+                    }
+                    barrier.wait();
+                }
+                for k in 0..8 {
+                    a.deallocate(slot(table, mine(k, 29))).unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let r = a.check().unwrap();
+    assert_eq!(r.allocated, vec![table], "{r:?}");
+    assert_eq!(r.big_segments, 0, "every big segment went back: {r:?}");
+}
