@@ -14,8 +14,11 @@
 //!
 //! Files: `layout.rs` (the on-media structs and classes), `redo.rs` (the redo transaction:
 //! building, committing, replaying), `segments.rs` (segment and page lists, open's owner map,
-//! releasing segments), `small.rs` (allocate and free of small blocks), `check.rs` (the full
-//! integrity walk); this file holds the type, creation, open and the public API.
+//! releasing segments), `small.rs` (allocate and free of small blocks), `big.rs` (big blocks:
+//! whole 4 KiB units of big segments, with a unit table per segment and per-slot size buckets;
+//! its invariants B1–B4 are in its module docs), `check.rs` (the full integrity walk); this
+//! file holds the type, creation, open and the public API (which routes a request by size:
+//! small up to [`MAX_SMALL`], big up to [`PAllocator::big_capacity`], huge above).
 //!
 //! # Invariants
 //! - A1: every segment but 0 is in exactly one list: a slot's active list (it has a free page),
