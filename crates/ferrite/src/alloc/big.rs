@@ -314,14 +314,16 @@ impl PAllocator {
             }
             let next = self.seg_link(&txn, id, G_NEXT)?;
             self.write_pptr(&mut txn, 0, A_FREE_SEGS, next)?;
-            if self.read(&txn, id, G_CLEAN)? != TABLE_CLEAN {
+            let clean = self.read(&txn, id, G_CLEAN)?;
+            if clean != TABLE_CLEAN {
                 // P-ALLOC-4: a table dirtied by small pages (or never written) is zeroed and
                 // durable before the link; the segment is free meanwhile (nobody reads it).
                 let s = &*self.set;
                 let g = self.addr(PPtr::new(id, BIG_TABLE), unit_entry(n) - BIG_TABLE)?;
                 s.fill(g, unit_entry(n) - BIG_TABLE, 0)?;
                 s.persist_rule("P-ALLOC-4", g, unit_entry(n) - BIG_TABLE)?; // ORDER(P-ALLOC-4): a zero table before the link
-            } else {
+            }
+            if clean != 0 {
                 self.write(&mut txn, id, G_CLEAN, 0)?;
             }
             self.write(&mut txn, id, G_OWNER, u64::from(owner))?;
