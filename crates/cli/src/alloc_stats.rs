@@ -50,8 +50,17 @@ pub fn run(args: &AllocStatsArgs) -> anyhow::Result<ExitCode> {
     let (active, full, free) = r.segments;
     println!("small segs    {active} active, {full} full, {free} free");
     println!(
-        "blocks        {} allocated ({} bytes by class size), {} free in used pages",
+        "blocks        {} allocated ({} bytes by class size or units), {} small free in used pages",
         r.allocated_blocks, r.allocated_bytes, r.free_blocks
+    );
+    println!(
+        "big segs      {} (blocks of 4 KiB units up to {} KiB)",
+        r.big_segments,
+        a.big_capacity() / 1024
+    );
+    println!(
+        "big blocks    {} used ({} bytes), {} free ({} bytes)",
+        r.big_used.0, r.big_used.1, r.big_free.0, r.big_free.1
     );
     if !r.pages.is_empty() {
         println!("pages by class (class bytes: pages, blocks per page)");

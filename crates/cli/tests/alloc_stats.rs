@@ -1,5 +1,5 @@
-//! `ferrite alloc-stats` end to end: a healthy allocator is summarised and passes its check
-//! (exit 0), a damaged page header is found by the check (exit 1), a missing pool set or a
+//! `ferrite alloc-stats` end to end: a healthy allocator is summarised (big blocks too) and
+//! passes its check (exit 0), a damaged page header is found by the check (exit 1), a missing pool set or a
 //! wrong layout is an error (exit 2).
 
 use std::process::Command;
@@ -66,6 +66,24 @@ fn a_healthy_allocator_is_summarised() {
     assert!(out.contains("small segs    1 active, 0 full, 0 free"), "{out}");
     assert!(out.contains("     128:      1,") && out.contains("    4096:      1,"), "{out}");
     assert!(out.contains("check         passed"), "{out}");
+}
+
+#[test]
+fn big_blocks_are_summarised() {
+    let _serial = serial();
+    let dir = TestDir::new("cli-alloc-big");
+    let table = populate(&dir, 2);
+    let a = PAllocator::open(Arc::new(PoolSet::open(dir.join("set"), &opts()).unwrap())).unwrap();
+    // 20 000 bytes are 5 units of 4 KiB; the rest of the 238-unit segment stays one free block.
+    a.allocate(20_000, PPtr::new(table.segment, table.offset + 16 * 5)).unwrap();
+    a.close().unwrap();
+    let set = dir.join("set");
+    let (code, out, err) =
+        ferrite(&["alloc-stats", set.to_str().unwrap(), "--layout", "cli-alloc"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("big segs      1 (blocks of 4 KiB units up to 952 KiB)"), "{out}");
+    assert!(out.contains("big blocks    1 used (20480 bytes), 1 free (954368 bytes)"), "{out}");
+    assert!(out.contains("4 allocated"), "{out}");
 }
 
 #[test]

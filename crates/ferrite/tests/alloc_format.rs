@@ -482,10 +482,15 @@ fn an_interrupted_upgrade_finishes_at_open() {
         let set = restore(&dir.join("set"), &fixture_text(FIXTURE_V1));
         let g =
             set.resolve_range(PPtr::new(0, 0), EXT_BASE + u64::from(SLOTS) * EXT_BYTES).unwrap();
-        // What the upgrade persists first: the extension blocks' empty lists (the records
-        // area stays zero: every journal disarmed).
-        for i in 0..u64::from(SLOTS) * EXT_BYTES / 16 {
-            set.store_u64(g + EXT_BASE + i * 16, u64::MAX, Ordering::Relaxed).unwrap();
+        // What the upgrade persists first: the extension blocks' empty lists (a null
+        // big-segment list head, then 31 bucket heads of u64::MAX; the records area stays
+        // zero: every journal disarmed).
+        for i in 0..u64::from(SLOTS) {
+            let x = g + EXT_BASE + i * EXT_BYTES;
+            set.store_u64(x, u64::MAX, Ordering::Relaxed).unwrap();
+            for b in 0..31 {
+                set.store_u64(x + 16 + b * 8, u64::MAX, Ordering::Relaxed).unwrap();
+            }
         }
         set.persist(g + EXT_BASE, u64::from(SLOTS) * EXT_BYTES).unwrap();
         // Then only one of the two anchor words.

@@ -32,8 +32,15 @@ pub struct AllocReport {
     pub allocated_bytes: u64,
     /// Free blocks in used pages.
     pub free_blocks: u64,
-    /// Every allocated block (for leak checks).
+    /// Every allocated block, small and big (for leak checks).
     pub allocated: Vec<PPtr>,
+    /// Big segments (on the slots' big-segment lists).
+    pub big_segments: u64,
+    /// Allocated big blocks, and their bytes (whole units); also counted in
+    /// `allocated_blocks` and `allocated_bytes`.
+    pub big_used: (u64, u64),
+    /// Free big blocks, and their bytes.
+    pub big_free: (u64, u64),
 }
 
 /// Which list a segment was found in.
@@ -102,6 +109,7 @@ impl PAllocator {
             collect((0, b + S_FSL), i + 1, List::Full)?;
         }
         collect((0, A_FREE_SEGS), 0, List::Free)?;
+        self.check_big(&mut r, &mut seen)?;
         for s in self.set.segments() {
             if s.id != 0 && !seen.contains(&s.id) {
                 return Err(corrupt("a segment in no list", PPtr::new(s.id, 0)));
@@ -194,5 +202,113 @@ impl PAllocator {
         }
         r.segments = (active, full_n, free_n);
         Ok(r)
+    }
+}
+
+impl PAllocator {
+    /// B1–B4 of `big.rs` for every slot: each big segment's units are covered by blocks end
+    /// to end (interior info words zero, boundary tags matching), no two free blocks are
+    /// adjacent, and the free blocks are exactly the blocks on the slot's bucket lists, each
+    /// once, in the bucket of its size, with `prev` links matching. Adds the big segments to
+    /// `seen` and the allocated big blocks to the report.
+    fn check_big(&self, r: &mut AllocReport, seen: &mut HashSet<SegmentId>) -> StorageResult<()> {
+        let t = Txn::new();
+        let (h, n) = self.big_geometry();
+        let owner_map = |id| self.owner_of(id);
+        for i in 0..self.slots {
+            // (segment, unit) → size of every free block of the slot.
+            let mut free: BTreeMap<(SegmentId, u64), u64> = BTreeMap::new();
+            for id in self.big_segments_of(i)? {
+                let at = PPtr::new(id, 0);
+                if !seen.insert(id) {
+                    return Err(corrupt("a big segment in two lists", at));
+                }
+                if owner_map(id) != Some(super::OWNER_BIG + i) {
+                    return Err(corrupt("a big segment's owner map entry is not its slot", at));
+                }
+                let (used, _) = self.counts(&t, id)?;
+                if used != 0
+                    || (1..self.pages_per_segment)
+                        .any(|pg| self.read(&t, id, bitmap_word(pg)).map_or(true, |w| w != 0))
+                {
+                    return Err(corrupt("a big segment's page bitmap is not empty", at));
+                }
+                r.big_segments += 1;
+                let mut u = h;
+                let mut prev_free = false;
+                while u < n {
+                    let Some(b) = self.big_info(&t, id, u)? else {
+                        return Err(corrupt(
+                            "a big unit covered by no block",
+                            PPtr::new(id, u * 4096),
+                        ));
+                    };
+                    let tag = self.read(&t, id, unit_entry(u + b.units - 1) + U_TAG)?;
+                    if tag != b.units | BIG_TAG {
+                        return Err(corrupt("a big block's boundary tag", PPtr::new(id, u * 4096)));
+                    }
+                    for v in u + 1..u + b.units {
+                        if self.read(&t, id, unit_entry(v) + U_INFO)? != 0 {
+                            return Err(corrupt(
+                                "an info word inside a big block",
+                                PPtr::new(id, v * 4096),
+                            ));
+                        }
+                    }
+                    let bytes = b.units * UNIT;
+                    if b.used {
+                        r.allocated.push(PPtr::new(id, u * UNIT));
+                        r.allocated_blocks += 1;
+                        r.allocated_bytes += bytes;
+                        r.big_used.0 += 1;
+                        r.big_used.1 += bytes;
+                    } else {
+                        if prev_free {
+                            return Err(corrupt(
+                                "two adjacent free big blocks",
+                                PPtr::new(id, u * UNIT),
+                            ));
+                        }
+                        free.insert((id, u), b.units);
+                        r.big_free.0 += 1;
+                        r.big_free.1 += bytes;
+                    }
+                    prev_free = !b.used;
+                    u += b.units;
+                }
+            }
+            let mut listed: HashSet<(SegmentId, u64)> = HashSet::new();
+            for b in 0..BIG_BUCKETS {
+                let head =
+                    ext_base(self.slots) + u64::from(i) * EXT_BYTES + X_BIG_FREE + b as u64 * 8;
+                let mut prev = BIG_NIL;
+                let mut at = self.unit_link(&t, 0, head)?;
+                while let Some((s, u)) = at {
+                    let p = PPtr::new(s, u * UNIT);
+                    if !listed.insert((s, u)) {
+                        return Err(corrupt("a free big block listed twice, or a cycle", p));
+                    }
+                    match free.get(&(s, u)) {
+                        Some(&units) if big_bucket(units) == b => {}
+                        Some(_) => return Err(corrupt("a free big block in the wrong bucket", p)),
+                        None => {
+                            return Err(corrupt(
+                                "a bucket lists a block that is not free in its slot",
+                                p,
+                            ));
+                        }
+                    }
+                    if self.read(&t, s, unit_entry(u) + U_PREV)? != prev {
+                        return Err(corrupt("a big free list's prev link", p));
+                    }
+                    prev = unit_ref(s, u);
+                    at = self.unit_link(&t, s, unit_entry(u) + U_NEXT)?;
+                }
+            }
+            if let Some(&(s, u)) = free.keys().find(|k| !listed.contains(k)) {
+                return Err(corrupt("a free big block on no bucket list", PPtr::new(s, u * UNIT)));
+            }
+        }
+        Ok(())
     }
 }

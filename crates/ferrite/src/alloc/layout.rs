@@ -223,20 +223,24 @@ pub const fn records_base(slots: u32) -> u64 {
 }
 
 /// Per-slot extension block (segment 0, [`ext_base`] + slot × [`EXT_BYTES`]): the big
-/// allocator's per-slot roots.
+/// allocator's per-slot roots (`big.rs`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct SlotExt {
-    /// Head of the slot's list of big segments.
+    /// Head of the slot's list of big segments (linked through their headers' `next`).
     pub big_segments: PPtr,
-    /// Heads of the slot's free big-block lists, one per size bucket.
-    pub big_free: [PPtr; 31],
+    /// Heads of the slot's free big-block lists, one per size bucket ([`big_bucket`]): a
+    /// packed unit reference ([`unit_ref`]) or [`BIG_NIL`]. One word each, so a head update
+    /// logs one word.
+    pub big_free: [u64; BIG_BUCKETS],
+    /// Zero.
+    pub pad: [u64; 31],
 }
 
 impl SlotExt {
     /// An extension block with empty lists.
     pub fn new() -> SlotExt {
-        SlotExt { big_segments: PPtr::NULL, big_free: [PPtr::NULL; 31] }
+        SlotExt { big_segments: PPtr::NULL, big_free: [BIG_NIL; BIG_BUCKETS], pad: [0; 31] }
     }
 }
 
@@ -371,6 +375,78 @@ pub const fn bitmap_word(pg: u64) -> u64 {
     G_BITMAP + pg / 64 * 8
 }
 
+// ----- big segments (`big.rs`) -----
+
+/// Bytes per unit of a big segment: big blocks are whole units, unit-aligned (hole punching
+/// works on 4 KiB pages).
+pub const UNIT: u64 = 4096;
+/// Magic of a big segment's header (at [`G_MAGIC`]; the header is otherwise a
+/// [`SegmentHeader`] with an empty bitmap and zero used pages).
+pub const BIG_MAGIC: u64 = u64::from_le_bytes(*b"FERRBGSG");
+/// The header word (the first pad word) saying that a segment on the free-segment list has a
+/// clean unit table: [`TABLE_CLEAN`] there means every info word is zero but the first block
+/// unit's (a big segment returned whole); anything else means the table must be zeroed before
+/// the segment serves big blocks again.
+pub const G_CLEAN: u64 = offset_of!(SegmentHeader, pad) as u64;
+/// The value of [`G_CLEAN`] for a clean table.
+pub const TABLE_CLEAN: u64 = u64::from_le_bytes(*b"BGCLEAN!");
+/// Offset of a big segment's unit table (after the 320-byte header).
+pub const BIG_TABLE: u64 = 512;
+/// Size buckets of the free big-block lists.
+pub const BIG_BUCKETS: usize = 31;
+/// A null unit reference.
+pub const BIG_NIL: u64 = u64::MAX;
+/// Tag bits of every info and boundary-tag word (a zero info word is "not a block start").
+pub const BIG_TAG: u64 = 0xB16 << 48;
+/// Info-word flag: the block is allocated.
+pub const BIG_USED: u64 = 1 << 32;
+/// Info-word flag reserved for defragmentation (the block's pages are punched); always 0 in
+/// this version, rejected as `Corrupted` when set.
+pub const BIG_HOLE: u64 = 1 << 33;
+
+/// One unit's entry in a big segment's unit table.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct UnitEntry {
+    /// At a block's first unit: size in units | [`BIG_USED`] | [`BIG_TAG`]; 0 at every other unit.
+    pub info: u64,
+    /// At a block's last unit: size in units | [`BIG_TAG`] (the boundary tag); stale elsewhere.
+    pub tag: u64,
+    /// At a free block's first unit: the next free block of its bucket ([`unit_ref`] or [`BIG_NIL`]).
+    pub next: u64,
+    /// At a free block's first unit: the previous free block of its bucket, or [`BIG_NIL`].
+    pub prev: u64,
+}
+
+pub const U_INFO: u64 = offset_of!(UnitEntry, info) as u64;
+pub const U_TAG: u64 = offset_of!(UnitEntry, tag) as u64;
+pub const U_NEXT: u64 = offset_of!(UnitEntry, next) as u64;
+pub const U_PREV: u64 = offset_of!(UnitEntry, prev) as u64;
+/// Bytes per unit entry.
+pub const UNIT_ENTRY_BYTES: u64 = size_of::<UnitEntry>() as u64;
+
+/// Offset of unit `u`'s entry in a big segment.
+pub const fn unit_entry(u: u64) -> u64 {
+    BIG_TABLE + u * UNIT_ENTRY_BYTES
+}
+
+/// A packed reference to unit `unit` of segment `seg` (a free-list link or bucket head).
+pub const fn unit_ref(seg: u64, unit: u64) -> u64 {
+    seg << 32 | unit
+}
+
+/// The size bucket of a free block of `units` units: two buckets per power of two
+/// (`[2^k, 1.5·2^k)` and `[1.5·2^k, 2^(k+1))`), the last one open-ended.
+pub const fn big_bucket(units: u64) -> usize {
+    if units <= 1 {
+        return 0;
+    }
+    let k = 63 - units.leading_zeros() as u64;
+    let half = (units >> (k - 1)) & 1;
+    let b = 2 * k + half;
+    if b as usize >= BIG_BUCKETS { BIG_BUCKETS - 1 } else { b as usize }
+}
+
 // ----- page header -----
 
 /// The header of a 64 KiB page; the BlockEntry array follows it.
@@ -447,6 +523,9 @@ const _: () = assert!(size_of::<SegmentHeader>() == 320);
 const _: () = assert!(G_NEXT == 0 && G_OWNER == 16 && G_COUNTS == 24 && G_MAGIC == 32);
 const _: () = assert!(G_BITMAP == 64 && G_BITMAP + MAX_PAGES / 8 == G_BYTES);
 const _: () = assert!(size_of::<PageHeader>() == 64);
+const _: () = assert!(size_of::<UnitEntry>() == 32 && U_INFO == 0 && U_TAG == 8);
+const _: () = assert!(U_NEXT == 16 && U_PREV == 24 && G_CLEAN == 40 && BIG_TABLE >= G_BYTES);
+const _: () = assert!(offset_of!(SlotExt, big_free) == 16 && X_BIG_SEGMENTS == 0);
 const _: () = assert!(P_NEXT == 0 && P_STATE == 16 && P_ENTRIES == 64);
 const _: () = assert!(G_BYTES <= PAGE);
 

@@ -14,8 +14,11 @@
 //!
 //! Files: `layout.rs` (the on-media structs and classes), `redo.rs` (the redo transaction:
 //! building, committing, replaying), `segments.rs` (segment and page lists, open's owner map,
-//! releasing segments), `small.rs` (allocate and free of small blocks), `check.rs` (the full
-//! integrity walk); this file holds the type, creation, open and the public API.
+//! releasing segments), `small.rs` (allocate and free of small blocks), `big.rs` (big blocks:
+//! whole 4 KiB units of big segments, with a unit table per segment and per-slot size buckets;
+//! its invariants B1–B4 are in its module docs), `check.rs` (the full integrity walk); this
+//! file holds the type, creation, open and the public API (which routes a request by size:
+//! small up to [`MAX_SMALL`], big up to [`PAllocator::big_capacity`], huge above).
 //!
 //! # Invariants
 //! - A1: every segment but 0 is in exactly one list: a slot's active list (it has a free page),
@@ -52,6 +55,7 @@
 //! slot that owns the block's segment. The free-segment list, segment creation and release are
 //! under one global lock, taken after a slot lock (never two slot locks).
 
+mod big;
 mod check;
 mod journal;
 mod layout;
@@ -438,10 +442,8 @@ impl PAllocator {
     /// `into` that is not a null pointer inside the pool; `PoolFull` when no segment can be
     /// added.
     pub fn allocate(&self, size: u64, into: PPtr) -> StorageResult<PPtr> {
-        if size == 0 || size > MAX_SMALL {
-            return Err(StorageError::InvalidArgument(format!(
-                "allocation of {size} bytes: the small allocator serves 1..={MAX_SMALL} (big and huge allocations come later)"
-            )));
+        if size == 0 {
+            return Err(StorageError::InvalidArgument("allocation of 0 bytes".into()));
         }
         if !into.offset.is_multiple_of(16) || self.addr(into, 16).is_err() {
             return Err(StorageError::InvalidArgument(format!(
@@ -453,13 +455,25 @@ impl PAllocator {
                 "allocate into {into:?}: it does not hold the null pointer"
             )));
         }
-        let c = class_of(size)
-            .ok_or_else(|| StorageError::InvalidArgument(format!("no class for {size} bytes")))?;
+        if size > self.big_capacity() {
+            return self.guard(|| self.allocate_huge(size, into));
+        }
         self.guard(|| {
             let slot = self.my_slot();
             let _l = lock(&self.slot_locks[slot as usize]);
-            self.allocate_small(slot, c, into)
+            match class_of(size) {
+                Some(c) => self.allocate_small(slot, c, into),
+                None => self.allocate_big(slot, size, into),
+            }
         })
+    }
+
+    /// Huge allocations (above [`PAllocator::big_capacity`]): not built in this branch.
+    fn allocate_huge(&self, size: u64, into: PPtr) -> StorageResult<PPtr> {
+        let _ = into;
+        Err(StorageError::InvalidArgument(format!(
+            "allocation of {size} bytes: huge allocations are not built yet"
+        )))
     }
 
     /// Frees the block whose pointer is stored at `from` and durably nulls `from`.
@@ -479,12 +493,20 @@ impl PAllocator {
                 "deallocate from {from:?}: it holds the null pointer"
             )));
         }
-        let Some(slot) = self.owner_of(p.segment).filter(|&o| o > 0).map(|o| o - 1) else {
-            return Err(StorageError::InvalidArgument(format!(
+        match self.owner_of(p.segment) {
+            Some(o) if (1..=self.slots).contains(&o) => {
+                self.guard(|| self.deallocate_small(o - 1, from, p))
+            }
+            Some(o) if (OWNER_BIG..OWNER_BIG + self.slots).contains(&o) => {
+                self.guard(|| self.deallocate_big(o - OWNER_BIG, from, p))
+            }
+            Some(OWNER_HUGE) => Err(StorageError::InvalidArgument(format!(
+                "deallocate {p:?}: huge allocations are not built yet"
+            ))),
+            _ => Err(StorageError::InvalidArgument(format!(
                 "deallocate {p:?}: not a block of this allocator"
-            )));
-        };
-        self.guard(|| self.deallocate_small(slot, from, p))
+            ))),
+        }
     }
 
     /// Returns the free segments beyond the first `keep` of the free-segment list to the file

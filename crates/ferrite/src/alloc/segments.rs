@@ -32,7 +32,7 @@ use ferrite_pmem::{PPtr, SegmentId};
 
 use super::layout::*;
 use super::redo::Txn;
-use super::{PAllocator, corrupt, lock};
+use super::{OWNER_BIG, PAllocator, corrupt, lock};
 use crate::storage::{StorageError, StorageResult};
 
 /// Most segments a list walk visits before it calls the list cyclic.
@@ -124,6 +124,14 @@ impl PAllocator {
             walk((0, b + S_FSL), i + 1)?;
         }
         walk((0, A_FREE_SEGS), 0)?;
+        // Big segments (`big.rs`): on their slot's big-segment list, never orphans.
+        for i in 0..self.slots {
+            for id in self.big_segments_of(i)? {
+                if owner.len() as u64 > MAX_LIST || owner.insert(id, OWNER_BIG + i).is_some() {
+                    return Err(corrupt("a big segment in two lists", PPtr::new(id, 0)));
+                }
+            }
+        }
         let orphans: Vec<SegmentId> = self
             .set
             .segments()
@@ -161,6 +169,19 @@ impl PAllocator {
         Ok(s.persist_rule("P-ALLOC-4", g, G_BYTES)?) // ORDER(P-ALLOC-4): header before any link
     }
 
+    /// A new segment file from the pool set (P-PM-8: complete before it is returned); no
+    /// space left is `PoolFull`.
+    pub(super) fn grow_segment(&self) -> StorageResult<SegmentId> {
+        self.set.grow().map_err(|e| match e {
+            ferrite_pmem::Error::PoolFull { requested, available, .. } => StorageError::PoolFull {
+                at: "allocator (no segment left)".into(),
+                requested,
+                available,
+            },
+            other => other.into(),
+        })
+    }
+
     /// Gives slot `slot` an active segment: from the free-segment list, or a new one.
     fn take_segment(&self, slot: u32) -> StorageResult<()> {
         let _g = lock(&self.global);
@@ -169,16 +190,7 @@ impl PAllocator {
         let b = self.slot_base(slot);
         let mut seg = self.seg_link(&txn, 0, A_FREE_SEGS)?;
         if seg.is_null() {
-            let id = self.set.grow().map_err(|e| match e {
-                ferrite_pmem::Error::PoolFull { requested, available, .. } => {
-                    StorageError::PoolFull {
-                        at: "allocator (no segment left)".into(),
-                        requested,
-                        available,
-                    }
-                }
-                other => other.into(),
-            })?;
+            let id = self.grow_segment()?;
             // A crash from here until the commit leaves an orphan segment, moved to the free
             // list at the next open.
             self.init_segment_header(id, slot + 1)?;
@@ -186,6 +198,10 @@ impl PAllocator {
         } else {
             let next = self.seg_link(&txn, seg.segment, G_NEXT)?;
             self.write_pptr(&mut txn, 0, A_FREE_SEGS, next)?;
+            // Small pages will dirty a big segment's unit table (`big.rs`, G_CLEAN).
+            if self.read(&txn, seg.segment, G_CLEAN)? != 0 {
+                self.write(&mut txn, seg.segment, G_CLEAN, 0)?;
+            }
         }
         let head = self.seg_link(&txn, 0, b + S_ASL)?;
         self.write_pptr(&mut txn, seg.segment, G_NEXT, head)?;
@@ -283,7 +299,12 @@ impl PAllocator {
     }
 
     /// Unlinks segment `id` from the list whose head `PPtr` is at `head` (segment, offset).
-    fn unlink_segment(&self, txn: &mut Txn, head: (u64, u64), id: SegmentId) -> StorageResult<()> {
+    pub(super) fn unlink_segment(
+        &self,
+        txn: &mut Txn,
+        head: (u64, u64),
+        id: SegmentId,
+    ) -> StorageResult<()> {
         let next = self.seg_link(txn, id, G_NEXT)?;
         let mut at = head;
         for _ in 0..MAX_LIST {
