@@ -421,7 +421,8 @@ const _: () = assert!(S_COMMITTED == 480);
 const _: () = assert!(MAX_SLOTS == 56 && A_SLOTS + MAX_SLOTS as u64 * SLOT_BYTES == RECORDS_BASE);
 const _: () = assert!(size_of::<JournalHead>() == 64 && J_EXPECT == 32 && J_NEW == 48);
 const _: () = assert!(J_LOG == 0 && J_SEQ == 8 && J_SLOT == 16 && J_CALLER == 24);
-const _: () = assert!(size_of::<Record>() == 512 && offset_of!(Record, entries) as u64 == J_ENTRIES);
+const _: () =
+    assert!(size_of::<Record>() == 512 && offset_of!(Record, entries) as u64 == J_ENTRIES);
 const _: () = assert!(size_of::<SlotExt>() == 512 && EXT_BASE == 98_304);
 const _: () = assert!(anchor_end(MAX_SLOTS) == 126_976);
 const _: () = assert!(size_of::<SegmentHeader>() == 320);

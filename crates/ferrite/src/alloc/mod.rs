@@ -53,6 +53,8 @@
 //! under one global lock, taken after a slot lock (never two slot locks).
 
 mod check;
+mod defrag;
+mod huge;
 mod layout;
 mod redo;
 mod segments;
@@ -67,6 +69,8 @@ use ferrite_pmem::{PPtr, PoolSet, SegmentId};
 use crate::storage::{StorageError, StorageResult};
 
 pub use check::AllocReport;
+pub use defrag::DefragReport;
+pub use huge::{HUGE_HEADER, MAX_HUGE};
 use layout::*;
 pub use layout::{CLASSES, MAX_SMALL, PAGE, class_of, page_geometry};
 
@@ -339,18 +343,20 @@ impl PAllocator {
         r
     }
 
-    /// Allocates a block of at least `size` bytes (1..=[`MAX_SMALL`]) and durably stores its
+    /// Allocates a block of at least `size` bytes (1..=[`MAX_HUGE`]) and durably stores its
     /// pointer at `into`, a persistent location (16-aligned, inside the pool set) that must
     /// hold the null pointer. On return the pointer is durable; a crash before that leaves
-    /// `into` null and the block free (seed 001 §3.2.3: reference passing).
+    /// `into` null and the block free (seed 001 §3.2.3: reference passing). A request above
+    /// the big allocator's capacity is **huge**: its own segment file, the block at
+    /// `{segment, HUGE_HEADER}` (4 KiB aligned).
     ///
     /// Errors (the pool unchanged): `InvalidArgument` for a zero or oversized size, or an
     /// `into` that is not a null pointer inside the pool; `PoolFull` when no segment can be
     /// added.
     pub fn allocate(&self, size: u64, into: PPtr) -> StorageResult<PPtr> {
-        if size == 0 || size > MAX_SMALL {
+        if size == 0 || size > MAX_HUGE {
             return Err(StorageError::InvalidArgument(format!(
-                "allocation of {size} bytes: the small allocator serves 1..={MAX_SMALL} (big and huge allocations come later)"
+                "allocation of {size} bytes: between 1 and {MAX_HUGE}"
             )));
         }
         if !into.offset.is_multiple_of(16) || self.addr(into, 16).is_err() {
@@ -362,6 +368,9 @@ impl PAllocator {
             return Err(StorageError::InvalidArgument(format!(
                 "allocate into {into:?}: it does not hold the null pointer"
             )));
+        }
+        if size > self.big_capacity() {
+            return self.guard(|| self.allocate_huge(size, into));
         }
         let c = class_of(size)
             .ok_or_else(|| StorageError::InvalidArgument(format!("no class for {size} bytes")))?;
@@ -389,10 +398,14 @@ impl PAllocator {
                 "deallocate from {from:?}: it holds the null pointer"
             )));
         }
-        let Some(slot) = self.owner_of(p.segment).filter(|&o| o > 0).map(|o| o - 1) else {
-            return Err(StorageError::InvalidArgument(format!(
-                "deallocate {p:?}: not a block of this allocator"
-            )));
+        let slot = match self.owner_of(p.segment) {
+            Some(OWNER_HUGE) => return self.guard(|| self.deallocate_huge(from, p)),
+            Some(o) if o >= 1 && o <= self.slots => o - 1,
+            _ => {
+                return Err(StorageError::InvalidArgument(format!(
+                    "deallocate {p:?}: not a block of this allocator"
+                )));
+            }
         };
         self.guard(|| self.deallocate_small(slot, from, p))
     }

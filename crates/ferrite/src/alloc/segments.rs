@@ -29,6 +29,7 @@ use std::sync::atomic::Ordering;
 
 use ferrite_pmem::{PPtr, SegmentId};
 
+use super::huge::Orphan;
 use super::layout::*;
 use super::redo::Txn;
 use super::{PAllocator, corrupt, lock};
@@ -123,15 +124,20 @@ impl PAllocator {
             walk((0, b + S_FSL), i + 1)?;
         }
         walk((0, A_FREE_SEGS), 0)?;
-        let orphans: Vec<SegmentId> = self
+        let orphans: Vec<_> = self
             .set
             .segments()
-            .iter()
-            .map(|s| s.id)
-            .filter(|&id| id != 0 && !owner.contains_key(&id))
+            .into_iter()
+            .filter(|s| s.id != 0 && !owner.contains_key(&s.id))
             .collect();
         *self.owner.write().unwrap_or_else(|p| p.into_inner()) = owner;
-        for id in orphans {
+        for info in orphans {
+            // A huge segment (live: kept; pending or dead: removed) or a headerless one of
+            // another size (removed): one header read each (`huge.rs`).
+            if !matches!(self.classify_orphan(&info)?, Orphan::Small) {
+                continue;
+            }
+            let id = info.id;
             if !self.small_segment_fits(id) {
                 return Err(corrupt(
                     "an orphan segment smaller than the anchor's size",
@@ -222,6 +228,19 @@ impl PAllocator {
             let Some(p) = page else {
                 return Err(corrupt("an active segment has no free page", seg));
             };
+            // A free page may have been punched (`defrag.rs`): back it with file space again
+            // before its first store (conventions §2.8), so a full file system is `PoolFull`
+            // here rather than SIGBUS at the store.
+            self.set.allocate_range(PPtr::new(id, p * PAGE), PAGE).map_err(|e| match e {
+                ferrite_pmem::Error::PoolFull { requested, available, .. } => {
+                    StorageError::PoolFull {
+                        at: "allocator (no file space to back a page)".into(),
+                        requested,
+                        available,
+                    }
+                }
+                other => other.into(),
+            })?;
             // P-ALLOC-4: the page's header and free list, persisted while unreachable.
             let (n, start) = page_geometry(c);
             let s = &*self.set;
