@@ -28,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 pub mod alloc;
+pub mod alloc_huge;
 pub mod alloc_threads;
 pub mod db;
 mod explore;
@@ -47,6 +48,7 @@ pub fn registry() -> Vec<Box<dyn DynTarget>> {
     let mut v = toys::toys();
     v.push(Box::new(std::sync::Arc::new(fptree::FptreeFixed)));
     v.push(Box::new(std::sync::Arc::new(alloc::AllocSmall)));
+    v.push(Box::new(std::sync::Arc::new(alloc_huge::AllocHuge)));
     v.push(Box::new(std::sync::Arc::new(alloc_threads::AllocThreads::default())));
     v.push(Box::new(std::sync::Arc::new(poolset::PoolSetFiles)));
     v.extend(db::targets());
