@@ -53,6 +53,14 @@ pub fn run(args: &AllocStatsArgs) -> anyhow::Result<ExitCode> {
         "blocks        {} allocated ({} bytes by class size), {} free in used pages",
         r.allocated_blocks, r.allocated_bytes, r.free_blocks
     );
+    println!(
+        "huge blocks   {} ({} bytes requested, one segment file each)",
+        r.huge.len(),
+        r.huge_bytes
+    );
+    for (p, size) in &r.huge {
+        println!("  segment {:>6}: {size} bytes", p.segment);
+    }
     if !r.pages.is_empty() {
         println!("pages by class (class bytes: pages, blocks per page)");
         for (&size, &pages) in &r.pages {
