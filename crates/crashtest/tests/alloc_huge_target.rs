@@ -30,4 +30,5 @@ fn alloc_huge_passes_and_every_persist_site_is_needed() {
             "{rule} not detected:\n{m}"
         );
     }
+    eprintln!("{m}");
 }

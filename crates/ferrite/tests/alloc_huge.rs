@@ -313,3 +313,31 @@ fn footprint_shrinks_after_free_and_defragment() {
     assert!(after + r.segment_bytes / 2 <= before, "{before} → {after}: {r:?}");
     assert_eq!(a.check().unwrap().allocated.len(), 1);
 }
+
+/// A punched page is backed with file space in full (`allocate_range`) before a class takes
+/// it, also after a reopen — not only the few 4 KiB pages its header and entries touch — so a
+/// full file system is `PoolFull` at the take, never SIGBUS at a store (conventions §2.8).
+#[test]
+fn a_punched_page_is_backed_in_full_before_reuse() {
+    let dir = TestDir::new("huge-reback");
+    let (a, table) = fresh(&dir);
+    // A page of 64-byte blocks beside the table's page, emptied again: the page is free, the
+    // segment stays (the table is in it).
+    for k in 1..=200 {
+        a.allocate(64, slot(table, k)).unwrap();
+    }
+    for k in 1..=200 {
+        a.deallocate(slot(table, k)).unwrap();
+    }
+    let r = a.defragment().unwrap();
+    assert!(r.pages_punched > 0, "{r:?}");
+    let seg = table.segment;
+    let holes = a.pool().resolve(PPtr::new(seg, 40)).unwrap();
+    assert_eq!(a.pool().load_u64(holes, Ordering::Acquire).unwrap(), 1, "the hint is set");
+    let a = reopen(&dir, a);
+    let before = a.pool().fs_footprint().unwrap();
+    a.allocate(64, slot(table, 1)).unwrap();
+    let after = a.pool().fs_footprint().unwrap();
+    assert!(after >= before + PAGE, "a taken page is backed in full: {before} → {after}");
+    a.check().unwrap();
+}

@@ -23,12 +23,21 @@
 //! taken and returned, and segments move, only under the owning slot's lock, so no page can
 //! be taken while it is being punched. Never two slot locks at once.
 
+use std::sync::atomic::Ordering;
+
 use ferrite_pmem::PPtr;
 
-use super::layout::{G_NEXT, PAGE, S_ASL, bitmap_word};
+use super::layout::{G_MAGIC, G_NEXT, P_STATE, PAGE, S_ASL, bitmap_word};
 use super::redo::Txn;
 use super::{PAllocator, lock};
-use crate::storage::StorageResult;
+use crate::storage::{StorageError, StorageResult};
+
+/// The small-segment header word that says pages of the segment may be punched (`pad[0]` of
+/// `SegmentHeader`): 0 for a segment created by growth (its file is fully allocated), 1 once
+/// `defragment` is about to punch one of its pages, or for an adopted orphan. Never cleared
+/// while the segment lives.
+pub(super) const G_HOLES: u64 = G_MAGIC + 8;
+const _: () = assert!(G_HOLES == 40);
 
 /// What one [`PAllocator::defragment`] pass gave back.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -98,6 +107,7 @@ impl PAllocator {
             while pg < self.pages_per_segment {
                 let bits = self.read(&t, id, bitmap_word(pg))?;
                 if bits & (1 << (pg % 64)) == 0 {
+                    self.mark_holes(id)?;
                     // P-ALLOC-12: the bit is clear in the durable bitmap (the returning
                     // transaction committed): nothing reads this page until it is taken again.
                     self.set.punch_hole(PPtr::new(id, pg * PAGE), PAGE)?;
@@ -108,5 +118,34 @@ impl PAllocator {
             at = self.seg_link(&t, id, G_NEXT)?;
         }
         Ok(punched)
+    }
+
+    /// Marks segment `id` as possibly holding punched pages, durably, before its first punch.
+    fn mark_holes(&self, id: u64) -> StorageResult<()> {
+        let g = self.addr(PPtr::new(id, G_HOLES), 8)?;
+        if self.set.load_u64(g, Ordering::Acquire)? == 0 {
+            self.set.store_u64(g, 1, Ordering::Release)?;
+            self.set.persist_rule("P-ALLOC-12", g, 8)?; // ORDER(P-ALLOC-12): the hint is durable before any page of the segment is punched
+        }
+        Ok(())
+    }
+
+    /// Backs page `page` with file space again if it may be a hole: its segment is marked
+    /// (`G_HOLES`) and its state word reads zero (a punched page reads zeros; a page that
+    /// served a class and was not punched since keeps a non-zero state). Slot lock held.
+    pub(super) fn back_page(&self, t: &Txn, page: PPtr) -> StorageResult<()> {
+        if self.read(t, page.segment, G_HOLES)? == 0
+            || self.read(t, page.segment, page.offset + P_STATE)? != 0
+        {
+            return Ok(());
+        }
+        self.set.allocate_range(page, PAGE).map_err(|e| match e {
+            ferrite_pmem::Error::PoolFull { requested, available, .. } => StorageError::PoolFull {
+                at: "allocator (no file space to back a page)".into(),
+                requested,
+                available,
+            },
+            other => other.into(),
+        })
     }
 }

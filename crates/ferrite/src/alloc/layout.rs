@@ -324,7 +324,8 @@ pub struct SegmentHeader {
     pub counts: u64,
     /// [`SEG_MAGIC`] once initialised.
     pub magic: u64,
-    /// Zero.
+    /// `pad[0]`: 1 once a page of the segment may have been punched (`defrag.rs`, a hint
+    /// that only decides whether a taken page is backed again); the rest zero.
     pub pad: [u64; 3],
     /// Bit p set iff page p serves a class.
     pub bitmap: [u64; (MAX_PAGES / 64) as usize],

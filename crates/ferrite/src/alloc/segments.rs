@@ -144,7 +144,9 @@ impl PAllocator {
                     PPtr::new(id, 0),
                 ));
             }
-            self.init_segment_header(id, 0)?;
+            // An orphan may be a released segment whose file survived a crash, with pages
+            // punched while it was in use: it is marked as possibly holding holes.
+            self.init_segment_header(id, 0, true)?;
             let _g = lock(&self.global);
             let mut txn = Txn::new();
             let head = self.seg_link(&txn, 0, A_FREE_SEGS)?;
@@ -158,10 +160,13 @@ impl PAllocator {
 
     /// Writes and persists a fresh small-segment header (P-ALLOC-4): not reachable until a
     /// transaction links the segment.
-    fn init_segment_header(&self, id: SegmentId, owner: u32) -> StorageResult<()> {
+    /// `holes`: whether pages of the segment may be punched (`defrag.rs`).
+    fn init_segment_header(&self, id: SegmentId, owner: u32, holes: bool) -> StorageResult<()> {
         let s = &*self.set;
         let g = self.addr(PPtr::new(id, 0), G_BYTES)?;
-        s.write_struct(g, &SegmentHeader::new(owner, self.pages_per_segment - 1))?;
+        let mut h = SegmentHeader::new(owner, self.pages_per_segment - 1);
+        h.pad[0] = u64::from(holes);
+        s.write_struct(g, &h)?;
         Ok(s.persist_rule("P-ALLOC-4", g, G_BYTES)?) // ORDER(P-ALLOC-4): header before any link
     }
 
@@ -184,7 +189,7 @@ impl PAllocator {
             })?;
             // A crash from here until the commit leaves an orphan segment, moved to the free
             // list at the next open.
-            self.init_segment_header(id, slot + 1)?;
+            self.init_segment_header(id, slot + 1, false)?;
             seg = PPtr::new(id, 0);
         } else {
             let next = self.seg_link(&txn, seg.segment, G_NEXT)?;
@@ -231,16 +236,7 @@ impl PAllocator {
             // A free page may have been punched (`defrag.rs`): back it with file space again
             // before its first store (conventions §2.8), so a full file system is `PoolFull`
             // here rather than SIGBUS at the store.
-            self.set.allocate_range(PPtr::new(id, p * PAGE), PAGE).map_err(|e| match e {
-                ferrite_pmem::Error::PoolFull { requested, available, .. } => {
-                    StorageError::PoolFull {
-                        at: "allocator (no file space to back a page)".into(),
-                        requested,
-                        available,
-                    }
-                }
-                other => other.into(),
-            })?;
+            self.back_page(&t, PPtr::new(id, p * PAGE))?;
             // P-ALLOC-4: the page's header and free list, persisted while unreachable.
             let (n, start) = page_geometry(c);
             let s = &*self.set;
