@@ -5,7 +5,7 @@
 //! slots with stamps, frees, application moves; see `alloc.rs`), with two additions:
 //! - about one allocation in six is **huge**: larger than a whole small segment (so it stays
 //!   huge whatever the big allocator's capacity), its own segment file with a pending, live or
-//!   dead huge header (P-ALLOC-9..11, P-PM-8 and P-PM-9 inside); freeing it removes the file;
+//!   dead huge header (P-ALLOC-10..11, P-PM-8 and P-PM-9 inside); freeing it removes the file;
 //! - every 40 operations `defragment()` releases the free segments (P-ALLOC-6) and punches the
 //!   free pages of the segments still in use (a file operation in the sim domain, which zeroes
 //!   the page in the working and the durable image): a page punched while a block lived in it
@@ -38,7 +38,7 @@ const OPS: u64 = 150;
 /// nothing a recovery here can see. On real files its effect is tested by
 /// `a_punched_page_is_backed_in_full_before_reuse` (`crates/ferrite/tests/alloc_huge.rs`).
 const HOLES_HINT: (&str, &str) = (
-    "#P-ALLOC-12",
+    "#P-ALLOC-13",
     "the holes hint only decides whether a taken page is backed again with file space, which the sim's files never need; tested on real files by a_punched_page_is_backed_in_full_before_reuse",
 );
 
@@ -57,7 +57,7 @@ impl Target for AllocHuge {
         "PAllocator huge allocations (one segment file each) beside small ones, and defragment() (segment release, page punching), on a sim pool set"
     }
     fn rules(&self) -> &'static [&'static str] {
-        // P-ALLOC-10 and -11 commit through P-ALLOC-1..3; P-ALLOC-12 (punch only free pages)
+        // P-ALLOC-11 and -11 commit through P-ALLOC-1..3; P-ALLOC-13 (punch only free pages)
         // is a file operation, not a persist site: the check covers both.
         &[
             "P-ALLOC-1",
@@ -65,7 +65,7 @@ impl Target for AllocHuge {
             "P-ALLOC-3",
             "P-ALLOC-4",
             "P-ALLOC-5",
-            "P-ALLOC-9",
+            "P-ALLOC-10",
             "P-PM-8",
             "P-PM-9",
         ]

@@ -21,8 +21,8 @@ fn alloc_huge_passes_and_every_persist_site_is_needed() {
     assert!(m.passed(), "{m}");
     // The huge header's two persists (size before magic, magic before the transaction) are
     // each needed.
-    let huge: Vec<_> = m.sites.iter().filter(|(s, _)| s.contains("P-ALLOC-9")).collect();
-    assert!(huge.len() >= 2, "P-ALLOC-9 sites not reached:\n{m}");
+    let huge: Vec<_> = m.sites.iter().filter(|(s, _)| s.contains("P-ALLOC-10")).collect();
+    assert!(huge.len() >= 2, "P-ALLOC-10 sites not reached:\n{m}");
     assert!(huge.iter().all(|(_, o)| *o == MutationOutcome::Detected), "{m}");
     for rule in ["P-ALLOC-1", "P-ALLOC-2", "P-ALLOC-3", "P-ALLOC-4", "P-PM-8", "P-PM-9"] {
         assert!(

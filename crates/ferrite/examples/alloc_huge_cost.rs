@@ -16,8 +16,8 @@ use ferrite::pmem::{Options, PPtr, PoolSet};
 fn main() {
     let dir = TestDir::new("alloc-huge-cost");
     let opts = Options::default().layout("alloc-huge-cost").segment_size(8 << 20);
-    let a = PAllocator::create(Arc::new(PoolSet::create(dir.join("set"), &opts).unwrap()), 1)
-        .unwrap();
+    let a =
+        PAllocator::create(Arc::new(PoolSet::create(dir.join("set"), &opts).unwrap()), 1).unwrap();
     let table = a.allocate(4096, a.root_location()).unwrap();
     let g = a.pool().resolve_range(table, 4096).unwrap();
     for i in 0..256 {

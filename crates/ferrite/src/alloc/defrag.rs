@@ -10,7 +10,7 @@
 //!   (`take_page`, conventions §2.8), so a store into a punched page never needs file space
 //!   the file system may not have: a full file system is `PoolFull` at the take, not SIGBUS.
 //!
-//! # Ordering (P-ALLOC-12)
+//! # Ordering (P-ALLOC-13)
 //! A page is punched only while its bit is clear in the durable bitmap: the transaction that
 //! returned it has committed (its P-ALLOC-2 fence is behind it), so a crash cannot bring back a
 //! state in which the punched page was in use. A punch is a file operation, durable on return;
@@ -108,7 +108,7 @@ impl PAllocator {
                 let bits = self.read(&t, id, bitmap_word(pg))?;
                 if bits & (1 << (pg % 64)) == 0 {
                     self.mark_holes(id)?;
-                    // P-ALLOC-12: the bit is clear in the durable bitmap (the returning
+                    // P-ALLOC-13: the bit is clear in the durable bitmap (the returning
                     // transaction committed): nothing reads this page until it is taken again.
                     self.set.punch_hole(PPtr::new(id, pg * PAGE), PAGE)?;
                     punched += 1;
@@ -125,7 +125,7 @@ impl PAllocator {
         let g = self.addr(PPtr::new(id, G_HOLES), 8)?;
         if self.set.load_u64(g, Ordering::Acquire)? == 0 {
             self.set.store_u64(g, 1, Ordering::Release)?;
-            self.set.persist_rule("P-ALLOC-12", g, 8)?; // ORDER(P-ALLOC-12): the hint is durable before any page of the segment is punched
+            self.set.persist_rule("P-ALLOC-13", g, 8)?; // ORDER(P-ALLOC-13): the hint is durable before any page of the segment is punched
         }
         Ok(())
     }

@@ -14,12 +14,12 @@
 //! - Values read from a huge header (magic, state, size, checksum) are validated before use: a
 //!   header that has the magic but bad values is `Corrupted`, never a panic.
 //!
-//! # Ordering (P-ALLOC-9..11)
+//! # Ordering (P-ALLOC-10..11)
 //! Allocate: the segment file is complete (P-PM-8); the header's size, checksum and state
-//! `PENDING` are persisted before its magic, the magic before the transaction (P-ALLOC-9); one
+//! `PENDING` are persisted before its magic, the magic before the transaction (P-ALLOC-10); one
 //! shared transaction sets the state `LIVE` and stores the block's pointer at `into`
-//! (P-ALLOC-10). Free: one shared transaction sets the state `DEAD` and nulls `from`; only then
-//! does the pool set remove the file (P-ALLOC-11, P-PM-9 inside). Recovery (after the
+//! (P-ALLOC-11). Free: one shared transaction sets the state `DEAD` and nulls `from`; only then
+//! does the pool set remove the file (P-ALLOC-12, P-PM-9 inside). Recovery (after the
 //! journals are replayed) keeps `LIVE` segments and removes `PENDING` and `DEAD` ones.
 //!
 //! # Concurrency
@@ -137,7 +137,7 @@ impl PAllocator {
     }
 
     /// Allocates a huge block of `size` bytes (above [`PAllocator::big_capacity`]) into `into`
-    /// (already checked to be a null location of the pool): its own segment file, P-ALLOC-9/10.
+    /// (already checked to be a null location of the pool): its own segment file, P-ALLOC-10/10.
     pub(super) fn allocate_huge(&self, size: u64, into: PPtr) -> StorageResult<PPtr> {
         let Some(data_len) = data_len_of(size).filter(|_| size <= MAX_HUGE) else {
             return Err(StorageError::InvalidArgument(format!(
@@ -169,20 +169,20 @@ impl PAllocator {
         Ok(block)
     }
 
-    /// Writes segment `id`'s pending huge header for a block of `size` bytes (P-ALLOC-9).
+    /// Writes segment `id`'s pending huge header for a block of `size` bytes (P-ALLOC-10).
     fn write_huge_header(&self, id: SegmentId, size: u64) -> StorageResult<()> {
         let s = &*self.set;
         let h = self.addr(PPtr::new(id, 0), HUGE_HEADER)?;
         s.store_u64(h + H_STATE, PENDING, Ordering::Relaxed)?;
         s.store_u64(h + H_SIZE, size, Ordering::Relaxed)?;
         s.store_u64(h + H_CRC, header_crc(size, id), Ordering::Relaxed)?;
-        s.persist_rule("P-ALLOC-9", h, H_CRC + 8)?; // ORDER(P-ALLOC-9): state, size and checksum before the magic
+        s.persist_rule("P-ALLOC-10", h, H_CRC + 8)?; // ORDER(P-ALLOC-10): state, size and checksum before the magic
         s.store_u64(h + H_MAGIC, HUGE_MAGIC, Ordering::Release)?;
-        s.persist_rule("P-ALLOC-9", h + H_MAGIC, 8)?; // ORDER(P-ALLOC-9): a complete pending header before the transaction
+        s.persist_rule("P-ALLOC-10", h + H_MAGIC, 8)?; // ORDER(P-ALLOC-10): a complete pending header before the transaction
         Ok(())
     }
 
-    /// Frees huge block `p`, whose pointer is at `from` (P-ALLOC-11).
+    /// Frees huge block `p`, whose pointer is at `from` (P-ALLOC-12).
     pub(super) fn deallocate_huge(&self, from: PPtr, p: PPtr) -> StorageResult<()> {
         let bad = |why: &str| {
             StorageError::InvalidArgument(format!("deallocate {p:?} from {from:?}: {why}"))
@@ -210,7 +210,7 @@ impl PAllocator {
         txn.set_caller(from, p, PPtr::NULL);
         self.commit(slot, txn)?;
         self.owner.write().unwrap_or_else(|e| e.into_inner()).remove(&p.segment);
-        // P-ALLOC-11: dead (committed) before the file goes; a crash in between leaves a dead
+        // P-ALLOC-12: dead (committed) before the file goes; a crash in between leaves a dead
         // segment, removed at open.
         Ok(self.set.remove_segment(p.segment)?)
     }
