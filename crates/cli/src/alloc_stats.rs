@@ -62,6 +62,14 @@ pub fn run(args: &AllocStatsArgs) -> anyhow::Result<ExitCode> {
         "big blocks    {} used ({} bytes), {} free ({} bytes)",
         r.big_used.0, r.big_used.1, r.big_free.0, r.big_free.1
     );
+    println!(
+        "huge blocks   {} ({} bytes requested, one segment file each)",
+        r.huge.len(),
+        r.huge_bytes
+    );
+    for (p, size) in &r.huge {
+        println!("  segment {:>6}: {size} bytes", p.segment);
+    }
     if !r.pages.is_empty() {
         println!("pages by class (class bytes: pages, blocks per page)");
         for (&size, &pages) in &r.pages {

@@ -87,6 +87,23 @@ fn big_blocks_are_summarised() {
 }
 
 #[test]
+fn huge_blocks_are_listed() {
+    let _serial = serial();
+    let dir = TestDir::new("cli-alloc-huge");
+    let table = populate(&dir, 2);
+    let a = PAllocator::open(Arc::new(PoolSet::open(dir.join("set"), &opts()).unwrap())).unwrap();
+    let p = a.allocate(3 << 20, PPtr::new(table.segment, table.offset + 16 * 5)).unwrap();
+    a.close().unwrap();
+    let set = dir.join("set");
+    let (code, out, err) =
+        ferrite(&["alloc-stats", set.to_str().unwrap(), "--layout", "cli-alloc"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("huge blocks   1 (3145728 bytes requested"), "{out}");
+    assert!(out.contains(&format!("segment {:>6}: 3145728 bytes", p.segment)), "{out}");
+    assert!(out.contains("3 allocated"), "{out}");
+}
+
+#[test]
 fn a_damaged_page_header_fails_the_check() {
     let _serial = serial();
     let dir = TestDir::new("cli-alloc-bad");

@@ -29,6 +29,7 @@
 
 pub mod alloc;
 pub mod alloc_big;
+pub mod alloc_huge;
 pub mod alloc_threads;
 pub mod db;
 mod explore;
@@ -49,6 +50,7 @@ pub fn registry() -> Vec<Box<dyn DynTarget>> {
     v.push(Box::new(std::sync::Arc::new(fptree::FptreeFixed)));
     v.push(Box::new(std::sync::Arc::new(alloc::AllocSmall)));
     v.push(Box::new(std::sync::Arc::new(alloc_big::AllocBig)));
+    v.push(Box::new(std::sync::Arc::new(alloc_huge::AllocHuge)));
     v.push(Box::new(std::sync::Arc::new(alloc_threads::AllocThreads::default())));
     v.push(Box::new(std::sync::Arc::new(poolset::PoolSetFiles)));
     v.extend(db::targets());

@@ -333,3 +333,38 @@ fn pointer_persist_counts() {
     assert_eq!((d.lines_flushed(), d.fences, d.bytes_stored), (1, 1, 8));
     assert!(matches!(set.persist_pptr(loc + 8, target), Err(Error::Misaligned { .. })));
 }
+
+/// A punched range gives its file space back (`st_blocks` through `fs_footprint`), reads zeros,
+/// and `allocate_range` backs it again before it is written (conventions §2.8), without
+/// changing what it reads.
+#[test]
+fn punch_gives_space_back_and_allocate_range_backs_it_again() {
+    let dir = TestDir::new("set-punch");
+    let set = PoolSet::create(dir.join("s"), &opts()).unwrap();
+    let id = set.add_segment(16 * 4096).unwrap();
+    let at = PPtr::new(id, 4096);
+    let g = set.resolve_range(at, 8 * 4096).unwrap();
+    for k in 0..8 {
+        set.store_u64(g + k * 4096, 0xAB + k, Release).unwrap();
+    }
+    set.persist(g, 8 * 4096).unwrap();
+    let full = set.fs_footprint().unwrap();
+    set.punch_hole(at, 8 * 4096).unwrap();
+    let punched = set.fs_footprint().unwrap();
+    assert_eq!(full - punched, 8 * 4096, "the punched pages no longer hold file space");
+    assert_eq!(set.load_u64(g, Acquire).unwrap(), 0, "a hole reads zeros");
+    set.allocate_range(at, 8 * 4096).unwrap();
+    assert_eq!(set.fs_footprint().unwrap(), full, "backed again before reuse");
+    assert_eq!(set.load_u64(g + 4096, Acquire).unwrap(), 0, "backing does not change contents");
+    // Backing an already backed range changes nothing; bad arguments are typed errors.
+    set.allocate_range(at, 8 * 4096).unwrap();
+    assert_eq!(set.fs_footprint().unwrap(), full);
+    assert!(matches!(set.allocate_range(PPtr::new(id, 100), 4096), Err(Error::Misaligned { .. })));
+    assert!(set.allocate_range(PPtr::new(id, 4096), 1 << 30).is_err());
+    assert!(set.allocate_range(PPtr::new(99, 0), 4096).is_err());
+    set.store_u64(g, 7, Release).unwrap();
+    set.persist(g, 8).unwrap();
+    assert_eq!(set.load_u64(g, Acquire).unwrap(), 7);
+    let sim = PoolSet::create_sim(&opts()).unwrap();
+    assert!(matches!(sim.fs_footprint(), Err(Error::InvalidArgument(_))));
+}

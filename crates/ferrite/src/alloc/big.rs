@@ -37,6 +37,7 @@ use std::sync::MutexGuard;
 
 use ferrite_pmem::{PPtr, SegmentId};
 
+use super::defrag::G_HOLES;
 use super::layout::*;
 use super::redo::Txn;
 use super::{OWNER_BIG, PAllocator, corrupt, lock};
@@ -314,6 +315,14 @@ impl PAllocator {
             }
             let next = self.seg_link(&txn, id, G_NEXT)?;
             self.write_pptr(&mut txn, 0, A_FREE_SEGS, next)?;
+            if self.read(&txn, id, G_HOLES)? != 0 {
+                // `defragment` punched pages of it while it was a small segment (or it is an
+                // adopted orphan that may have holes): big blocks and the unit table may lie
+                // anywhere in it, so the whole segment gets file space again before use
+                // (conventions §2.8: a store into a hole on a full file system is SIGBUS).
+                self.back_range(PPtr::new(id, 0), self.pages_per_segment * PAGE)?;
+                self.write(&mut txn, id, G_HOLES, 0)?;
+            }
             let clean = self.read(&txn, id, G_CLEAN)?;
             if clean != TABLE_CLEAN {
                 // P-ALLOC-4: a table dirtied by small pages (or never written) is zeroed and

@@ -26,13 +26,18 @@ pub struct AllocReport {
     pub segments: (u64, u64, u64),
     /// Used pages per class.
     pub pages: BTreeMap<u64, u64>,
-    /// Allocated blocks, and their bytes (by class size).
+    /// Allocated small blocks.
     pub allocated_blocks: u64,
-    /// Bytes of allocated blocks.
+    /// Bytes of allocated small blocks (by class size).
     pub allocated_bytes: u64,
+    /// Allocated huge blocks: (block, requested size), by segment.
+    pub huge: Vec<(PPtr, u64)>,
+    /// Bytes of the huge blocks (requested sizes; each file is rounded up to 4 KiB plus a
+    /// 4 KiB huge header and the pool set's 4 KiB segment header).
+    pub huge_bytes: u64,
     /// Free blocks in used pages.
     pub free_blocks: u64,
-    /// Every allocated block, small and big (for leak checks).
+    /// Every allocated block, small, big and huge (for leak checks).
     pub allocated: Vec<PPtr>,
     /// Big segments (on the slots' big-segment lists).
     pub big_segments: u64,
@@ -112,8 +117,29 @@ impl PAllocator {
         self.check_big(&mut r, &mut seen)?;
         for s in self.set.segments() {
             if s.id != 0 && !seen.contains(&s.id) {
-                return Err(corrupt("a segment in no list", PPtr::new(s.id, 0)));
+                let Some((block, size)) = self.check_huge(&s)? else {
+                    return Err(corrupt("a segment in no list", PPtr::new(s.id, 0)));
+                };
+                r.huge.push((block, size));
+                r.huge_bytes += size;
+                r.allocated.push(block);
             }
+        }
+        let huge_owned = self
+            .owner
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter(|&&o| o == super::OWNER_HUGE)
+            .count();
+        if huge_owned != r.huge.len() {
+            return Err(corrupt(
+                format!(
+                    "the owner map holds {huge_owned} huge segments, {} are live",
+                    r.huge.len()
+                ),
+                PPtr::NULL,
+            ));
         }
         // Pages: every page listed in a class list, and every used page.
         let mut listed: HashSet<PPtr> = HashSet::new();

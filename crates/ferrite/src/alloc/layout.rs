@@ -344,7 +344,9 @@ pub struct SegmentHeader {
     pub counts: u64,
     /// [`SEG_MAGIC`] once initialised.
     pub magic: u64,
-    /// Zero.
+    /// `pad[0]`: the big allocator's clean-table mark ([`G_CLEAN`]); `pad[1]`: 1 once a
+    /// page of the segment may have been punched (`defrag.rs`, a hint that only decides
+    /// whether file space is allocated again before use); `pad[2]` zero.
     pub pad: [u64; 3],
     /// Bit p set iff page p serves a class.
     pub bitmap: [u64; (MAX_PAGES / 64) as usize],

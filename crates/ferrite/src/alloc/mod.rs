@@ -57,6 +57,8 @@
 
 mod big;
 mod check;
+mod defrag;
+mod huge;
 mod journal;
 mod layout;
 mod redo;
@@ -73,6 +75,8 @@ use zerocopy::FromZeros;
 use crate::storage::{StorageError, StorageResult};
 
 pub use check::AllocReport;
+pub use defrag::DefragReport;
+pub use huge::{HUGE_HEADER, MAX_HUGE};
 use layout::*;
 pub use layout::{CLASSES, MAX_SMALL, PAGE, class_of, page_geometry};
 
@@ -433,17 +437,21 @@ impl PAllocator {
         r
     }
 
-    /// Allocates a block of at least `size` bytes (1..=[`MAX_SMALL`]) and durably stores its
+    /// Allocates a block of at least `size` bytes (1..=[`MAX_HUGE`]) and durably stores its
     /// pointer at `into`, a persistent location (16-aligned, inside the pool set) that must
     /// hold the null pointer. On return the pointer is durable; a crash before that leaves
-    /// `into` null and the block free (seed 001 §3.2.3: reference passing).
+    /// `into` null and the block free (seed 001 §3.2.3: reference passing). A request above
+    /// the big allocator's capacity is **huge**: its own segment file, the block at
+    /// `{segment, HUGE_HEADER}` (4 KiB aligned).
     ///
     /// Errors (the pool unchanged): `InvalidArgument` for a zero or oversized size, or an
     /// `into` that is not a null pointer inside the pool; `PoolFull` when no segment can be
     /// added.
     pub fn allocate(&self, size: u64, into: PPtr) -> StorageResult<PPtr> {
-        if size == 0 {
-            return Err(StorageError::InvalidArgument("allocation of 0 bytes".into()));
+        if size == 0 || size > MAX_HUGE {
+            return Err(StorageError::InvalidArgument(format!(
+                "allocation of {size} bytes: between 1 and {MAX_HUGE}"
+            )));
         }
         if !into.offset.is_multiple_of(16) || self.addr(into, 16).is_err() {
             return Err(StorageError::InvalidArgument(format!(
@@ -468,14 +476,6 @@ impl PAllocator {
         })
     }
 
-    /// Huge allocations (above [`PAllocator::big_capacity`]): not built in this branch.
-    fn allocate_huge(&self, size: u64, into: PPtr) -> StorageResult<PPtr> {
-        let _ = into;
-        Err(StorageError::InvalidArgument(format!(
-            "allocation of {size} bytes: huge allocations are not built yet"
-        )))
-    }
-
     /// Frees the block whose pointer is stored at `from` and durably nulls `from`.
     ///
     /// Errors (the pool unchanged): `InvalidArgument` when `from` is not a location in the
@@ -494,15 +494,13 @@ impl PAllocator {
             )));
         }
         match self.owner_of(p.segment) {
+            Some(OWNER_HUGE) => self.guard(|| self.deallocate_huge(from, p)),
             Some(o) if (1..=self.slots).contains(&o) => {
                 self.guard(|| self.deallocate_small(o - 1, from, p))
             }
             Some(o) if (OWNER_BIG..OWNER_BIG + self.slots).contains(&o) => {
                 self.guard(|| self.deallocate_big(o - OWNER_BIG, from, p))
             }
-            Some(OWNER_HUGE) => Err(StorageError::InvalidArgument(format!(
-                "deallocate {p:?}: huge allocations are not built yet"
-            ))),
             _ => Err(StorageError::InvalidArgument(format!(
                 "deallocate {p:?}: not a block of this allocator"
             ))),

@@ -30,6 +30,7 @@ use std::sync::atomic::Ordering;
 
 use ferrite_pmem::{PPtr, SegmentId};
 
+use super::huge::Orphan;
 use super::layout::*;
 use super::redo::Txn;
 use super::{OWNER_BIG, PAllocator, corrupt, lock};
@@ -132,22 +133,29 @@ impl PAllocator {
                 }
             }
         }
-        let orphans: Vec<SegmentId> = self
+        let orphans: Vec<_> = self
             .set
             .segments()
-            .iter()
-            .map(|s| s.id)
-            .filter(|&id| id != 0 && !owner.contains_key(&id))
+            .into_iter()
+            .filter(|s| s.id != 0 && !owner.contains_key(&s.id))
             .collect();
         *self.owner.write().unwrap_or_else(|p| p.into_inner()) = owner;
-        for id in orphans {
+        for info in orphans {
+            // A huge segment (live: kept; pending or dead: removed) or a headerless one of
+            // another size (removed): one header read each (`huge.rs`).
+            if !matches!(self.classify_orphan(&info)?, Orphan::Small) {
+                continue;
+            }
+            let id = info.id;
             if !self.small_segment_fits(id) {
                 return Err(corrupt(
                     "an orphan segment smaller than the anchor's size",
                     PPtr::new(id, 0),
                 ));
             }
-            self.init_segment_header(id, 0)?;
+            // An orphan may be a released segment whose file survived a crash, with pages
+            // punched while it was in use: it is marked as possibly holding holes.
+            self.init_segment_header(id, 0, true)?;
             let _g = lock(&self.global);
             let mut txn = Txn::new();
             txn.mark_shared();
@@ -162,10 +170,13 @@ impl PAllocator {
 
     /// Writes and persists a fresh small-segment header (P-ALLOC-4): not reachable until a
     /// transaction links the segment.
-    fn init_segment_header(&self, id: SegmentId, owner: u32) -> StorageResult<()> {
+    /// `holes`: whether pages of the segment may be punched (`defrag.rs`).
+    fn init_segment_header(&self, id: SegmentId, owner: u32, holes: bool) -> StorageResult<()> {
         let s = &*self.set;
         let g = self.addr(PPtr::new(id, 0), G_BYTES)?;
-        s.write_struct(g, &SegmentHeader::new(owner, self.pages_per_segment - 1))?;
+        let mut h = SegmentHeader::new(owner, self.pages_per_segment - 1);
+        h.pad[1] = u64::from(holes); // G_HOLES (`defrag.rs`)
+        s.write_struct(g, &h)?;
         Ok(s.persist_rule("P-ALLOC-4", g, G_BYTES)?) // ORDER(P-ALLOC-4): header before any link
     }
 
@@ -193,7 +204,7 @@ impl PAllocator {
             let id = self.grow_segment()?;
             // A crash from here until the commit leaves an orphan segment, moved to the free
             // list at the next open.
-            self.init_segment_header(id, slot + 1)?;
+            self.init_segment_header(id, slot + 1, false)?;
             seg = PPtr::new(id, 0);
         } else {
             let next = self.seg_link(&txn, seg.segment, G_NEXT)?;
@@ -241,6 +252,10 @@ impl PAllocator {
             let Some(p) = page else {
                 return Err(corrupt("an active segment has no free page", seg));
             };
+            // A free page may have been punched (`defrag.rs`): back it with file space again
+            // before its first store (conventions §2.8), so a full file system is `PoolFull`
+            // here rather than SIGBUS at the store.
+            self.back_page(&t, PPtr::new(id, p * PAGE))?;
             // P-ALLOC-4: the page's header and free list, persisted while unreachable.
             let (n, start) = page_geometry(c);
             let s = &*self.set;

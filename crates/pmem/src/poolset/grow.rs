@@ -195,4 +195,55 @@ impl PoolSet {
             }
         }
     }
+
+    /// Backs `len` bytes at `p` (both 4 KiB-aligned, inside one segment's data area) with file
+    /// space again (`fallocate` mode 0, keeping the size), so that stores into a range that was
+    /// punched cannot raise SIGBUS (conventions §2.8). The contents do not change (a hole reads
+    /// zeros before and after). Cheap where the range is already backed; a no-op on the sim
+    /// domain, whose files are always backed.
+    ///
+    /// Errors: [`Error::PoolFull`] when the file system has no space left (the range stays a
+    /// hole), [`Error::Misaligned`], or a bad pointer.
+    pub fn allocate_range(&self, p: PPtr, len: u64) -> Result<()> {
+        self.resolve_range(p, len)?;
+        if !p.offset.is_multiple_of(HEADER_AREA) || !len.is_multiple_of(HEADER_AREA) {
+            return Err(Error::Misaligned { off: p.offset, align: HEADER_AREA });
+        }
+        if len == 0 || self.space.sim.is_some() {
+            return Ok(());
+        }
+        let _inner = self.inner_lock();
+        self.resolve_range(p, len)?;
+        let path = seg_path(&self.dir, p.segment);
+        let f =
+            OpenOptions::new().write(true).open(&path).map_err(|e| Error::io("open", &path, e))?;
+        platform::allocate_range(&f, HEADER_AREA + p.offset, len).map_err(|e| {
+            match e.raw_os_error() {
+                Some(libc::ENOSPC | libc::EFBIG | libc::EDQUOT) => Error::PoolFull {
+                    path: path.clone(),
+                    requested: len,
+                    available: platform::fs_space(&self.dir).map_or(0, |s| s.available),
+                },
+                _ => Error::io("fallocate", &path, e),
+            }
+        })
+    }
+
+    /// The file-system space the pool set's segment files hold, in bytes (the sum of their
+    /// allocated blocks, `st_blocks` × 512): what hole punching and segment removal give back.
+    /// Errors: [`Error::InvalidArgument`] on the sim domain (no files), an I/O error.
+    pub fn fs_footprint(&self) -> Result<u64> {
+        use std::os::unix::fs::MetadataExt;
+        if self.space.sim.is_some() {
+            return Err(Error::InvalidArgument("a simulated pool set has no files".into()));
+        }
+        let _inner = self.inner_lock();
+        let mut total = 0u64;
+        for s in self.segments() {
+            let path = seg_path(&self.dir, s.id);
+            let m = std::fs::metadata(&path).map_err(|e| Error::io("stat", &path, e))?;
+            total = total.saturating_add(m.blocks().saturating_mul(512));
+        }
+        Ok(total)
+    }
 }
