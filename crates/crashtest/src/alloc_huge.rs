@@ -57,15 +57,18 @@ impl Target for AllocHuge {
         "PAllocator huge allocations (one segment file each) beside small ones, and defragment() (segment release, page punching), on a sim pool set"
     }
     fn rules(&self) -> &'static [&'static str] {
-        // P-ALLOC-11 and -11 commit through P-ALLOC-1..3; P-ALLOC-13 (punch only free pages)
-        // is a file operation, not a persist site: the check covers both.
+        // P-ALLOC-11 and -12 commit through P-ALLOC-1..3 (shared transactions: P-ALLOC-7);
+        // P-ALLOC-13's punch of free pages only is a file operation, its hint a persist site.
         &[
             "P-ALLOC-1",
             "P-ALLOC-2",
             "P-ALLOC-3",
             "P-ALLOC-4",
             "P-ALLOC-5",
+            "P-ALLOC-7",
+            "P-ALLOC-9",
             "P-ALLOC-10",
+            "P-ALLOC-13",
             "P-PM-8",
             "P-PM-9",
         ]

@@ -26,8 +26,9 @@ fn main() {
     }
     a.pool().persist(g, 4096).unwrap();
     let slot = |i: u64| PPtr::new(table.segment, table.offset + 16 * i);
-    for size in [64 << 10, 1 << 20, 16 << 20] {
-        let n = 100;
+    // Huge means above the big allocator's capacity (a bit under the 8 MiB segment here).
+    for size in [a.big_capacity() + 1, 16 << 20, 64 << 20] {
+        let n = 50;
         let (mut alloc_ns, mut free_ns) = (0u128, 0u128);
         for _ in 0..n {
             let t = Instant::now();
@@ -44,7 +45,7 @@ fn main() {
             free_ns / n
         );
     }
-    // A heap of 1 KiB blocks in 16 segments, all but one block per page freed.
+    // A heap of 8 KiB blocks (255 live at a time, eight rounds), all but one in seven freed.
     let blocks = 255u64;
     for round in 0..8u64 {
         for i in 1..=blocks {

@@ -581,3 +581,36 @@ fn another_thread_moves_a_block_safely_after_settle() {
     assert!(run(false), "without settle the allocation is replayed over another thread's move");
     assert!(!run(true), "after settle the move stands");
 }
+
+/// Per-core slots (spec §3.6): a thread pinned to CPU c, not bound to a slot, allocates in slot
+/// c % slots — its block lies in a segment whose header names that slot as owner. With two
+/// CPUs the two threads use two slots.
+#[test]
+fn an_unbound_thread_allocates_in_its_cpus_slot() {
+    let dir = TestDir::new("alloc-per-core");
+    let (a, table) = fresh(&dir, 4);
+    let mut cpus = ferrite::pmem::platform::allowed_cpus().expect("affinity");
+    cpus.truncate(4);
+    assert!(!cpus.is_empty());
+    let owners: Vec<(u32, u64)> = std::thread::scope(|s| {
+        let a = &a;
+        let workers: Vec<_> = cpus
+            .iter()
+            .map(|&cpu| {
+                s.spawn(move || {
+                    ferrite::pmem::platform::pin_current_thread(cpu).expect("pin");
+                    let slot_now = a.current_slot();
+                    let p = a.allocate(64, slot(table, 1 + u64::from(cpu))).unwrap();
+                    let owner = a.pool().resolve(PPtr::new(p.segment, 16)).unwrap();
+                    (slot_now, a.pool().load_u64(owner, Ordering::Acquire).unwrap())
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    for (&cpu, &(slot_now, owner)) in cpus.iter().zip(&owners) {
+        assert_eq!(slot_now, cpu % 4, "CPU {cpu}");
+        assert_eq!(owner, u64::from(slot_now) + 1, "CPU {cpu}: the block's segment owner");
+    }
+    a.check().unwrap();
+}

@@ -297,20 +297,23 @@ fn is_corrupted<T: std::fmt::Debug>(r: Result<T, Error>) -> bool {
     matches!(r, Err(Error::Corrupted { .. }))
 }
 
-/// The armed header of a version-2 journal of slot `slot` with sequence number `seq`, no
-/// caller's location, and `entries` (docs/design/format.md: crc32c over the count, seq, slot,
-/// caller, expect, new and the entries).
-fn journal_header(seq: u64, slot: u64, entries: &[(u64, u64)]) -> u64 {
+/// The `seq_slot` word, armed header and `check` word of a version-2 journal of slot `slot`
+/// with sequence number `seq`, no caller's location, and `entries` (docs/design/allocator.md,
+/// "A journal's first line": crc32c in the header and crc32 in `check`, both over the count,
+/// `seq_slot`, caller, expect, new and the entries).
+fn journal_header(seq: u64, slot: u64, entries: &[(u64, u64)]) -> (u64, u64, u64) {
     let n = entries.len() as u64;
+    let seq_slot = seq << 8 | slot;
     let mut bytes = Vec::new();
-    for w in [n, seq, slot, u64::MAX, u64::MAX, 0, u64::MAX, 0] {
+    for w in [n, seq_slot, u64::MAX, u64::MAX, 0, u64::MAX, 0] {
         bytes.extend_from_slice(&w.to_le_bytes());
     }
     for &(k, v) in entries {
         bytes.extend_from_slice(&k.to_le_bytes());
         bytes.extend_from_slice(&v.to_le_bytes());
     }
-    n | 0x524C << 16 | u64::from(crc32c::crc32c(&bytes)) << 32
+    let header = n | 0x524C << 16 | u64::from(crc32c::crc32c(&bytes)) << 32;
+    (seq_slot, header, u64::from(crc32fast::hash(&bytes)))
 }
 
 /// Regression: values read from PM fed unchecked additions and indexes (a list link's offset
@@ -362,15 +365,21 @@ fn corrupted_fields_are_typed_errors() {
     for addr in [9999 << 40, 1 << 40 | ((1 << 40) - 8), 1 << 40 | 0x10003] {
         let item = v1::SLOT0 + v1::SLOT_BYTES; // slot 1's item
         let seq = 1 << 40;
-        let h = journal_header(seq, 1, &[(addr, 7)]);
+        let (seq_slot, h, check) = journal_header(seq, 1, &[(addr, 7)]);
         let words = [
-            (0, item + 8, seq),
-            (0, item + 16, 1),
+            (0, item + 8, seq_slot),
+            (0, item + 16, check),
             (0, item + v1::S_ENTRIES, addr),
             (0, item + v1::S_ENTRIES + 8, 7),
             (0, item, h),
         ];
         assert!(is_corrupted(PAllocator::open(fresh(&words, false))), "redo address {addr:#x}");
+        // The same journal with a `check` word that does not match (the header's crc32c
+        // does): a commit that did not complete, discarded, never replayed.
+        let mut torn = words;
+        torn[1].2 = check ^ 1;
+        let a = PAllocator::open(fresh(&torn, false)).expect("a torn journal is discarded");
+        a.check().unwrap();
     }
     // An armed header of an impossible count.
     let words = [(0, v1::SLOT0, 200 | 0x524C << 16)];

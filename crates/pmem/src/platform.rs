@@ -1,6 +1,6 @@
 //! Thin, checked wrappers over the operating-system calls the persistence layer needs:
 //! `flock`, `fallocate`, `statvfs`/`statfs`, `mmap`/`munmap`/`msync`, `getrandom`,
-//! `sched_getcpu`.
+//! `sched_getcpu`, `sched_getaffinity`/`sched_setaffinity`.
 //!
 //! Each wrapper turns `errno` into `std::io::Error`; the callers attach the path and the
 //! operation and map specific errors (`EWOULDBLOCK` → locked, `ENOSPC` → full) to typed errors.
@@ -27,6 +27,40 @@ pub fn current_cpu() -> Option<u32> {
     // SAFETY: sched_getcpu takes no arguments and has no memory effects.
     let c = unsafe { libc::sched_getcpu() };
     u32::try_from(c).ok()
+}
+
+/// Pins the calling thread to CPU `cpu` (`sched_setaffinity`): for tests and benchmarks that
+/// need a thread on a given core. An error if the CPU does not exist or is not allowed.
+pub fn pin_current_thread(cpu: u32) -> io::Result<()> {
+    if cpu as usize >= libc::CPU_SETSIZE as usize {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("no CPU {cpu}")));
+    }
+    let mut set = empty_cpu_set();
+    // SAFETY: the index is below CPU_SETSIZE (checked above): the write stays inside `set`.
+    unsafe { libc::CPU_SET(cpu as usize, &mut set) };
+    // SAFETY: sched_setaffinity reads `size_of` bytes of a valid, initialised set.
+    let rc = unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+/// The CPUs the calling thread may run on (`sched_getaffinity`), ascending.
+pub fn allowed_cpus() -> io::Result<Vec<u32>> {
+    let mut set = empty_cpu_set();
+    // SAFETY: sched_getaffinity writes at most `size_of` bytes into the valid set.
+    let rc = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((0..libc::CPU_SETSIZE as usize)
+        // SAFETY: every index is below CPU_SETSIZE: the read stays inside `set`.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .map(|c| c as u32)
+        .collect())
+}
+
+fn empty_cpu_set() -> libc::cpu_set_t {
+    // SAFETY: cpu_set_t is a plain bit array; all zeros is the empty set.
+    unsafe { std::mem::zeroed() }
 }
 
 /// Takes an exclusive, non-blocking `flock` on `file`. `Ok(false)` means another open file

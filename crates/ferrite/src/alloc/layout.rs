@@ -17,7 +17,8 @@
 //!
 //! # Ordering and concurrency
 //! This module only describes bytes; the protocols that write them (and their rules
-//! P-ALLOC-n) live in `redo.rs`, `segments.rs`, `small.rs` and `mod.rs`.
+//! P-ALLOC-n) live in `redo.rs`, `journal.rs`, `segments.rs`, `small.rs`, `big.rs`, `huge.rs`,
+//! `defrag.rs` and `mod.rs`.
 
 use core::mem::{offset_of, size_of};
 
@@ -77,7 +78,7 @@ pub struct Anchor {
     pub geometry: u64,
     /// Compatible feature flags (none yet).
     pub compat: u64,
-    /// Incompatible feature flags: version 1 rejects any.
+    /// Incompatible feature flags: versions 1 and 2 reject any.
     pub incompat: u64,
     /// Bytes per small segment (the pool set's segment size at creation; restored at open).
     pub segment: u64,
@@ -91,7 +92,7 @@ pub struct Anchor {
     pub pad1: [u64; 6],
     /// Head of the shared free-segment list.
     pub free_segs: PPtr,
-    /// Zero; reserved for the big and huge allocators (part II).
+    /// Zero; reserved.
     pub reserved: [u64; 110],
 }
 
@@ -164,13 +165,15 @@ pub const MAX_REDO: u64 = 24;
 #[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct JournalHead {
     /// 0 when disarmed; when armed, count (bits 0..16) | [`REDO_TAG`] (bits 16..32) | crc32c
-    /// (bits 32..64) of `seq`, `slot`, the caller fields and the entries (version 1: of the
-    /// count and the entries).
+    /// (bits 32..64) of the count, `seq_slot`, the caller fields and the entries (version 1: of
+    /// the count and the entries).
     pub log: u64,
-    /// The operation's sequence number in its slot (version 1: zero).
-    pub seq: u64,
-    /// The slot the operation ran in.
-    pub slot: u64,
+    /// The operation's sequence number in its slot (bits 8..64) | the slot it ran in (bits
+    /// 0..8) ([`JournalHead::seq`], [`JournalHead::slot`]; version 1: zero).
+    pub seq_slot: u64,
+    /// The second checksum: crc32 (IEEE polynomial) of the same bytes as the header's
+    /// crc32c, zero-extended. Both must match: 64 bits of check against a torn commit.
+    pub check: u64,
     /// Packed address (`redo.rs`) of the caller's location, or [`NO_CALLER`].
     pub caller: u64,
     /// The pointer the caller's location held before the operation.
@@ -179,11 +182,32 @@ pub struct JournalHead {
     pub new: PPtr,
 }
 
+/// Largest sequence number a journal can carry (56 bits: at 10 million operations per second
+/// in one slot, more than 200 years).
+pub const MAX_SEQ: u64 = (1 << 56) - 1;
+
+impl JournalHead {
+    /// The `seq_slot` word of operation `seq` in slot `slot` (`seq <= MAX_SEQ`, `slot < 256`).
+    pub const fn pack_seq(seq: u64, slot: u32) -> u64 {
+        seq << 8 | slot as u64 & 0xff
+    }
+
+    /// The operation's sequence number.
+    pub fn seq(&self) -> u64 {
+        self.seq_slot >> 8
+    }
+
+    /// The slot the operation ran in.
+    pub fn slot(&self) -> u32 {
+        (self.seq_slot & 0xff) as u32
+    }
+}
+
 /// `JournalHead::caller` of an operation without a caller's location.
 pub const NO_CALLER: u64 = u64::MAX;
 pub const J_LOG: u64 = offset_of!(JournalHead, log) as u64;
-pub const J_SEQ: u64 = offset_of!(JournalHead, seq) as u64;
-pub const J_SLOT: u64 = offset_of!(JournalHead, slot) as u64;
+pub const J_SEQ: u64 = offset_of!(JournalHead, seq_slot) as u64;
+pub const J_CHECK: u64 = offset_of!(JournalHead, check) as u64;
 pub const J_CALLER: u64 = offset_of!(JournalHead, caller) as u64;
 pub const J_EXPECT: u64 = offset_of!(JournalHead, expect) as u64;
 pub const J_NEW: u64 = offset_of!(JournalHead, new) as u64;
@@ -250,9 +274,7 @@ pub const EXT_BYTES: u64 = size_of::<SlotExt>() as u64;
 pub const fn ext_base(slots: u32) -> u64 {
     records_base(slots) + record_count(slots) as u64 * RECORD_BYTES
 }
-#[allow(dead_code)] // the big allocator, in progress
 pub const X_BIG_SEGMENTS: u64 = offset_of!(SlotExt, big_segments) as u64;
-#[allow(dead_code)] // the big allocator, in progress
 pub const X_BIG_FREE: u64 = offset_of!(SlotExt, big_free) as u64;
 
 /// Bytes of segment 0 an anchor with `slots` slots occupies.
@@ -514,7 +536,8 @@ const _: () = assert!(S_PLM == 512 && class_head(CLASSES.len()) == SLOT_BYTES);
 const _: () = assert!(S_COMMITTED == 480);
 const _: () = assert!(MAX_SLOTS == 56 && SLOT_BYTES.is_multiple_of(64));
 const _: () = assert!(size_of::<JournalHead>() == 64 && J_EXPECT == 32 && J_NEW == 48);
-const _: () = assert!(J_LOG == 0 && J_SEQ == 8 && J_SLOT == 16 && J_CALLER == 24);
+const _: () = assert!(J_LOG == 0 && J_SEQ == 8 && J_CHECK == 16 && J_CALLER == 24);
+const _: () = assert!(MAX_SLOTS < 256);
 const _: () =
     assert!(size_of::<Record>() == 512 && offset_of!(Record, entries) as u64 == J_ENTRIES);
 const _: () = assert!(size_of::<SlotExt>() == 512 && records_base(3) == 4480);

@@ -83,10 +83,8 @@ pub use layout::{CLASSES, MAX_SMALL, PAGE, class_of, page_geometry};
 /// Segment-owner codes of the transient owner map (SegIDToAllocID): 0 is the free-segment
 /// list, `slot + 1` a small segment of `slot`, `OWNER_BIG + slot` a big segment of `slot`,
 /// [`OWNER_HUGE`] a huge segment.
-#[allow(dead_code)] // the big allocator, in progress
 const OWNER_BIG: u32 = 0x1_0000;
 /// Owner code of a huge segment.
-#[allow(dead_code)] // huge allocations, in progress
 const OWNER_HUGE: u32 = u32::MAX;
 
 /// Slots a new allocator gets by default.
@@ -400,9 +398,15 @@ impl PAllocator {
 
     // ----- the leak-free interface -----
 
-    /// The calling thread's slot: the one it bound with [`PAllocator::bind_thread_to_slot`],
-    /// else its current CPU's (`sched_getcpu`), else one handed out round-robin at its first
-    /// call.
+    /// The slot an operation started now on the calling thread would use: the one the thread
+    /// bound with [`PAllocator::bind_thread_to_slot`], else its current CPU's
+    /// (`sched_getcpu() % slots`), else one handed out round-robin at its first call. A hint
+    /// (the thread may move to another CPU before its next call), for tools and tests.
+    pub fn current_slot(&self) -> u32 {
+        self.my_slot()
+    }
+
+    /// The calling thread's slot (see [`PAllocator::current_slot`]).
     fn my_slot(&self) -> u32 {
         let hint = SLOT_HINT.with(|h| h.get());
         if hint != u32::MAX {

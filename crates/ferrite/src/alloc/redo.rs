@@ -5,8 +5,9 @@
 //! # Invariants
 //! - A transaction holds absolute new values of 8-byte words, so applying it twice is the same
 //!   as applying it once (replay is idempotent, also when recovery itself crashes).
-//! - An armed journal's header carries the entry count and a crc32c over its `seq`, slot,
-//!   caller fields and entries; only a journal whose header matches is applied.
+//! - An armed journal's header carries the entry count and a crc32c over its `seq` and slot,
+//!   caller fields and entries, and its `check` word a crc32 (IEEE) of the same bytes; only a
+//!   journal whose two checksums both match is applied (64 bits against a torn commit).
 //! - Each operation of a slot takes the slot's next sequence number under the slot lock;
 //!   `committed` (in the slot block) holds the last one committed. Of a slot's valid journals
 //!   only the one with the highest `seq` can be incomplete, and only if that `seq` is at least
@@ -91,19 +92,21 @@ fn armed_header(n: u64, crc: u32) -> u64 {
     n | REDO_TAG << 16 | u64::from(crc) << 32
 }
 
-/// The armed header of a journal with head `h` (its `log` ignored) and `entries`: the
-/// checksum makes the header commit only the fields and entries it was computed over
-/// (P-ALLOC-1).
-pub(super) fn journal_header(h: &JournalHead, entries: &[RedoEntry]) -> u64 {
+/// The armed header and the `check` word of a journal with head `h` (its `log` and `check`
+/// ignored) and `entries`: the two checksums (crc32c in the header, crc32 with the IEEE
+/// polynomial in `check`) make the header commit only the fields and entries they were
+/// computed over (P-ALLOC-1). Two different polynomials: a torn mixture passes both only if
+/// its difference is a multiple of both (degree 64), about 2^-64.
+pub(super) fn journal_header(h: &JournalHead, entries: &[RedoEntry]) -> (u64, u64) {
     let n = entries.len() as u64;
     let mut bytes = Vec::with_capacity(64 + ENTRY_BYTES as usize * entries.len());
-    for w in [n, h.seq, h.slot, h.caller, h.expect.segment, h.expect.offset] {
+    for w in [n, h.seq_slot, h.caller, h.expect.segment, h.expect.offset] {
         bytes.extend_from_slice(&w.to_le_bytes());
     }
     bytes.extend_from_slice(&h.new.segment.to_le_bytes());
     bytes.extend_from_slice(&h.new.offset.to_le_bytes());
     push_entries(&mut bytes, entries);
-    armed_header(n, crc32c::crc32c(&bytes))
+    (armed_header(n, crc32c::crc32c(&bytes)), u64::from(crc32fast::hash(&bytes)))
 }
 
 /// The armed header of a version-1 slot item holding `entries` (checksum over the count and
@@ -123,9 +126,10 @@ pub(super) struct Journal {
 }
 
 impl Journal {
-    /// Whether its header matches its fields and entries (the commit barrier completed).
+    /// Whether its header and `check` word match its fields and entries (the commit barrier
+    /// completed).
     pub fn valid(&self) -> bool {
-        journal_header(&self.head, &self.entries) == self.head.log
+        journal_header(&self.head, &self.entries) == (self.head.log, self.head.check)
     }
 }
 
@@ -175,10 +179,10 @@ pub(super) fn live_journals(
         if !j.valid() {
             continue; // its commit barrier did not complete: nothing outside it was written
         }
-        let Some(b) = usize::try_from(j.head.slot).ok().and_then(|s| best.get_mut(s)) else {
-            return Err(corrupt(format!("a journal of slot {}", j.head.slot), PPtr::new(0, at)));
+        let Some(b) = best.get_mut(j.head.slot() as usize) else {
+            return Err(corrupt(format!("a journal of slot {}", j.head.slot()), PPtr::new(0, at)));
         };
-        if b.as_ref().is_none_or(|o| o.head.seq < j.head.seq) {
+        if b.as_ref().is_none_or(|o| o.head.seq() < j.head.seq()) {
             *b = Some(j);
         }
     }
@@ -187,7 +191,13 @@ pub(super) fn live_journals(
             .resolve_range(PPtr::new(0, A_SLOTS + slot as u64 * SLOT_BYTES + S_COMMITTED), 8)
             .map_err(|_| corrupt("slot blocks outside segment 0", PPtr::new(0, 0)))?;
         let committed = set.load_u64(c, Ordering::Acquire)?;
-        if b.as_ref().is_some_and(|j| j.head.seq < committed) {
+        if committed > MAX_SEQ {
+            return Err(corrupt(
+                format!("slot {slot}'s committed {committed:#x}"),
+                PPtr::new(0, 0),
+            ));
+        }
+        if b.as_ref().is_some_and(|j| j.head.seq() < committed) {
             *b = None; // superseded: a later operation of the slot committed
         }
     }
@@ -262,6 +272,9 @@ impl PAllocator {
         let j = self.addr(PPtr::new(0, at), J_ENTRIES + MAX_REDO * ENTRY_BYTES)?;
         let c = self.addr(PPtr::new(0, self.slot_base(slot) + S_COMMITTED), 8)?;
         let seq = self.seqs[slot as usize].load(Ordering::Relaxed) + 1;
+        if seq > MAX_SEQ {
+            return Err(corrupt("the slot's sequence numbers are exhausted", PPtr::new(0, 0)));
+        }
         self.seqs[slot as usize].store(seq, Ordering::Relaxed);
         let (caller, expect, new) = match txn.caller {
             Some((loc, expect, new)) => {
@@ -279,16 +292,17 @@ impl PAllocator {
             }
             None => (NO_CALLER, PPtr::NULL, PPtr::NULL),
         };
-        let mut head = JournalHead { log: 0, seq, slot: u64::from(slot), caller, expect, new };
-        head.log = journal_header(&head, &txn.writes);
+        let seq_slot = JournalHead::pack_seq(seq, slot);
+        let mut head = JournalHead { log: 0, seq_slot, check: 0, caller, expect, new };
+        (head.log, head.check) = journal_header(&head, &txn.writes);
         for (i, e) in txn.writes.iter().enumerate() {
             let at = j + J_ENTRIES + i as u64 * ENTRY_BYTES;
             s.store_u64(at, e.addr, Ordering::Relaxed)?;
             s.store_u64(at + 8, e.value, Ordering::Relaxed)?;
         }
         let words = [
-            (J_SEQ, seq),
-            (J_SLOT, head.slot),
+            (J_SEQ, seq_slot),
+            (J_CHECK, head.check),
             (J_CALLER, caller),
             (J_EXPECT, expect.segment),
             (J_EXPECT + 8, expect.offset),
@@ -363,7 +377,7 @@ impl PAllocator {
             let c = self.addr(PPtr::new(0, self.slot_base(slot as u32) + S_COMMITTED), 8)?;
             let mut seq = s.load_u64(c, Ordering::Acquire)?;
             if let Some(j) = j {
-                seq = seq.max(j.head.seq);
+                seq = seq.max(j.head.seq());
                 let caller = if j.head.caller == NO_CALLER {
                     None
                 } else {
@@ -434,22 +448,27 @@ mod tests {
         let a = [RedoEntry { addr: 1, value: 2 }, RedoEntry { addr: 3, value: 4 }];
         let h = JournalHead {
             log: 0,
-            seq: 9,
-            slot: 1,
+            seq_slot: JournalHead::pack_seq(9, 1),
+            check: 0,
             caller: NO_CALLER,
             expect: PPtr::NULL,
             new: PPtr::NULL,
         };
+        assert_eq!((h.seq(), h.slot()), (9, 1));
         let w = journal_header(&h, &a);
-        assert_eq!(w & 0xffff, 2);
-        assert_eq!((w >> 16) & 0xffff, REDO_TAG);
+        assert_eq!(w.0 & 0xffff, 2);
+        assert_eq!((w.0 >> 16) & 0xffff, REDO_TAG);
+        assert!(w.1 != 0 && w.1 >> 32 == 0, "the check word is a zero-extended crc32");
         let b = [RedoEntry { addr: 1, value: 2 }, RedoEntry { addr: 3, value: 5 }];
-        assert_ne!(journal_header(&h, &b), w);
-        assert_ne!(journal_header(&h, &a[..1]), w);
-        assert_ne!(journal_header(&JournalHead { seq: 10, ..h }, &a), w, "seq");
-        assert_ne!(journal_header(&JournalHead { slot: 2, ..h }, &a), w, "slot");
+        let differ = |x: (u64, u64)| x.0 != w.0 && x.1 != w.1;
+        assert!(differ(journal_header(&h, &b)));
+        assert!(differ(journal_header(&h, &a[..1])));
+        let seq = JournalHead { seq_slot: JournalHead::pack_seq(10, 1), ..h };
+        assert!(differ(journal_header(&seq, &a)), "seq");
+        let slot = JournalHead { seq_slot: JournalHead::pack_seq(9, 2), ..h };
+        assert!(differ(journal_header(&slot, &a)), "slot");
         let moved = JournalHead { new: PPtr::new(3, 64), ..h };
-        assert_ne!(journal_header(&moved, &a), w, "caller's new pointer");
+        assert!(differ(journal_header(&moved, &a)), "caller's new pointer");
         assert_ne!(v1_header(&a), v1_header(&b));
     }
 }
