@@ -792,9 +792,11 @@ impl Target for DbTarget {
     }
     fn rules(&self) -> &'static [&'static str] {
         match self.kind.name() {
+            // P-SOF-8 (the finalization) persists nothing: its lines are flushed at the next
+            // F1, under P-SOF-5.
             "sofort" => &[
-                "P-SOF-1", "P-SOF-2", "P-SOF-3", "P-SOF-5", "P-SOF-6", "P-SOF-7", "P-SOF-8",
-                "P-SOF-10", "P-SOF-11",
+                "P-SOF-1", "P-SOF-2", "P-SOF-3", "P-SOF-5", "P-SOF-6", "P-SOF-7", "P-SOF-10",
+                "P-SOF-11",
             ],
             _ => &[],
         }
