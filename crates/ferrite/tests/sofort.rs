@@ -104,36 +104,37 @@ fn open_fails(path: &Path, what: &str, expect: fn(&Error) -> bool) {
 fn single_row_transactions_make_exact_persist_counts() {
     // The commit protocol (docs/design/sofort.md §4.4): F1 flushes the row's MVCC line(s),
     // one line per column slot (every column has its own array) and the value's extent
-    // (written with ordinary stores below 256 bytes), then fences; F2 writes the slot's
-    // header line (commit word last), flushes it and fences; the finalization flushes the
-    // MVCC line(s) again without a fence. Steady state: the chunk and heap chunk exist, the
-    // slot's previous commit ran on this thread.
+    // (written with ordinary stores below 256 bytes), with the MVCC line(s) of the slot's
+    // previous finalization (which only stores), then fences; F2 writes the slot's header
+    // line (commit word last), flushes it and fences. Steady state: the chunk and heap chunk
+    // exist.
     let dir = TestDir::new("sofort-counts");
     let db = Database::create(dir.join("db"), options(1 << 20)).expect("create");
     kv(&db);
     for k in 0..4 {
         insert(&db, k).expect("warm-up");
     }
-    // Row 100 is the fifth row: its 104-byte extent (100 bytes padded to words) follows four
+    // Row 100 is the fifth row: its MVCC line is the second one (the previous finalization's,
+    // row 3, is the first); its 104-byte extent (100 bytes padded to words) follows four
     // others in the first heap chunk, at offset 416: lines 6, 7 and 8 of the chunk.
     let before = Counters::snapshot();
     insert(&db, 100).expect("insert");
     let d = Counters::snapshot() - before;
-    assert_eq!((d.fences, d.lines_flushed()), (2, 1 + 2 + 3 + 1 + 1), "single-row insert: {d:?}");
+    assert_eq!((d.fences, d.lines_flushed()), (2, 2 + 2 + 3 + 1), "single-row insert: {d:?}");
     assert_eq!(d.nt_bytes, 0, "no non-temporal stores for small values: {d:?}");
 
     // Update of row 100 (row id 4): its new version takes row id 5, on the same MVCC line
-    // (four 16-byte entries per line): one line locked, flushed at F1 and at finalization;
-    // the new extent at offset 520 spans lines 8 and 9.
+    // (four 16-byte entries per line), which is also the previous finalization's: one line
+    // flushed at F1; the new extent at offset 520 spans lines 8 and 9.
     let before = Counters::snapshot();
     let mut tx = db.begin().expect("begin");
     tx.update("kv", 100, [("v", value(7))]).expect("update");
     tx.commit().expect("commit");
     let d = Counters::snapshot() - before;
-    assert_eq!((d.fences, d.lines_flushed()), (2, 1 + 2 + 2 + 1 + 1), "single-row update: {d:?}");
+    assert_eq!((d.fences, d.lines_flushed()), (2, 1 + 2 + 2 + 1), "single-row update: {d:?}");
 
-    // (When the two versions lie on two MVCC lines, both are flushed at F1 and at
-    // finalization: 2 fences, 5 lines; the core's unit test pins that case.)
+    // (When the two versions lie on two MVCC lines, both are flushed at F1; the core's unit
+    // test pins that case.)
 
     // Read-only transactions and aborts persist nothing.
     let before = Counters::snapshot();

@@ -162,7 +162,7 @@ fn fence_counts_of_single_row_transactions() {
     let v = "x".repeat(100);
     // Warm up: the first chunk, heap chunk and area exist afterwards.
     let mut w = st.begin(false).unwrap();
-    w.insert(&t, &row(0, &v, 0)).unwrap();
+    let r0 = w.insert(&t, &row(0, &v, 0)).unwrap();
     w.commit().unwrap();
 
     // Lines a row's value extent spans (values below NT_MIN are written with ordinary
@@ -175,10 +175,18 @@ fn fence_counts_of_single_row_transactions() {
         let g = t.heaps[c].as_ref().unwrap().arr.block(chunk).unwrap() + off;
         (g + len - 1) / 64 - g / 64 + 1
     };
+    // Distinct MVCC lines of some rows: F1 flushes the lines of this transaction's rows and
+    // those of the slot's previous finalization (stored, not flushed, P-SOF-8), each once.
+    let mvcc_lines = |rows: &[u64]| -> u64 {
+        let lines: std::collections::BTreeSet<u64> =
+            rows.iter().map(|&r| t.mvcc_at(r).unwrap() / 64).collect();
+        lines.len() as u64
+    };
 
-    // Single-row insert: F1 flushes the MVCC line, the three column slots (one line each:
-    // every column has its own array) and the value's extent, then fences; F2 flushes the
-    // header line and fences; the finalization flushes the MVCC line without a fence.
+    // Single-row insert: F1 flushes the MVCC line (with the previous finalization's line,
+    // here the same one: rows 0 and 1 share it), the three column slots (one line each: every
+    // column has its own array) and the value's extent, then fences; F2 flushes the header
+    // line and fences; the finalization only stores.
     let before = Counters::snapshot();
     let mut tx = st.begin(false).unwrap();
     let r = tx.insert(&t, &row(1, &v, 1)).unwrap();
@@ -186,42 +194,51 @@ fn fence_counts_of_single_row_transactions() {
     let d = Counters::snapshot() - before;
     let x = extent_lines(r);
     assert!((2..=3).contains(&x), "a 104-byte extent spans 2 or 3 lines");
-    assert_eq!((d.fences, d.lines_flushed()), (2, 1 + 3 + x + 1 + 1), "insert: {d:?}");
+    assert_eq!(mvcc_lines(&[r0, r]), 1, "rows {r0} and {r} share an MVCC line");
+    assert_eq!((d.fences, d.lines_flushed()), (2, 1 + 3 + x + 1), "insert: {d:?}");
     assert_eq!(d.nt_bytes, 0, "a 100-byte value is below NT_MIN: {d:?}");
 
-    // Single-row update (delete + insert; both rows on one MVCC line): the same.
+    // Single-row update (delete + insert; both rows on one MVCC line, as the previous
+    // finalization's row): the same.
     let before = Counters::snapshot();
     let mut tx = st.begin(false).unwrap();
+    let prev = r;
     let r = tx.update(&t, r, &row(1, &v, 2)).unwrap();
     tx.commit().unwrap();
     let d = Counters::snapshot() - before;
     let x = extent_lines(r);
-    assert_eq!((d.fences, d.lines_flushed()), (2, 1 + 3 + x + 1 + 1), "update: {d:?}");
+    assert_eq!(mvcc_lines(&[prev, r]), 1);
+    assert_eq!((d.fences, d.lines_flushed()), (2, 1 + 3 + x + 1), "update: {d:?}");
 
-    // An update whose versions sit on two MVCC lines: both lines at F1 and at finalization.
+    // An update whose versions sit on two MVCC lines: both lines at F1 (with the previous
+    // finalization's line if it is a third one).
+    let mut last = 0;
     for k in 2..4 {
         let mut tx = st.begin(false).unwrap();
-        tx.insert(&t, &row(k, &v, k)).unwrap();
+        last = tx.insert(&t, &row(k, &v, k)).unwrap();
         tx.commit().unwrap();
     }
     let mut tx = st.begin(false).unwrap();
-    let (r, _) = tx.get(&t, &pk(0)).unwrap().unwrap();
+    let (old, _) = tx.get(&t, &pk(0)).unwrap().unwrap();
     let before = Counters::snapshot();
-    let r = tx.update(&t, r, &row(0, &v, 9)).unwrap();
+    let r = tx.update(&t, old, &row(0, &v, 9)).unwrap();
     tx.commit().unwrap();
     let d = Counters::snapshot() - before;
     let x = extent_lines(r);
-    assert_eq!((d.fences, d.lines_flushed()), (2, 2 + 3 + x + 1 + 2), "two lines: {d:?}");
+    assert_eq!(mvcc_lines(&[old, r]), 2, "rows {old} and {r} on two lines");
+    let m = mvcc_lines(&[old, r, last]);
+    assert_eq!((d.fences, d.lines_flushed()), (2, m + 3 + x + 1), "two lines: {d:?}");
 
     // A value of NT_MIN bytes or more is written with non-temporal stores and not flushed.
     let big = "y".repeat(NT_MIN);
     let before = Counters::snapshot();
     let mut tx = st.begin(false).unwrap();
-    tx.insert(&t, &row(10, &big, 10)).unwrap();
+    let rb = tx.insert(&t, &row(10, &big, 10)).unwrap();
     tx.commit().unwrap();
     let d = Counters::snapshot() - before;
+    let m = mvcc_lines(&[old, r, rb]);
     assert_eq!(d.nt_bytes, NT_MIN as u64, "big value: {d:?}");
-    assert_eq!((d.fences, d.lines_flushed()), (2, 1 + 3 + 1 + 1), "big value: {d:?}");
+    assert_eq!((d.fences, d.lines_flushed()), (2, m + 3 + 1), "big value: {d:?}");
 
     // Read-only and aborted transactions persist nothing.
     let before = Counters::snapshot();
@@ -394,7 +411,21 @@ fn capturing_hook(
 
 #[test]
 fn crash_images_at_every_fence_recover_to_a_prefix() {
-    let seed = seed();
+    crash_images_recover_to_a_prefix(seed());
+}
+
+/// Regression: the seed that found the stale finalization flush (see
+/// `a_stale_finalization_flush_cannot_undo_a_later_commit`). Transaction 13 finalized the
+/// MVCC line of key 38's version on the main thread (flush, no fence); transaction 14 deleted
+/// that version and committed on another thread; transaction 17, on a third thread, rewrote
+/// the slot's area; transaction 18's fence on the main thread then made the old flush durable
+/// over the delete, and images from then on showed key 38's deleted version again.
+#[test]
+fn crash_images_of_seed_0x18eb018b783001de_recover_to_a_prefix() {
+    crash_images_recover_to_a_prefix(0x18eb_018b_7830_01de);
+}
+
+fn crash_images_recover_to_a_prefix(seed: u64) {
     let w = Workload::new(seed, 24);
     let st = sim_store(2);
     st.create_table(kv_schema()).unwrap();
@@ -700,5 +731,52 @@ fn threads_commit_disjoint_and_conflicting_transactions() {
     });
     let c = contents(&st);
     assert_eq!(c.len(), 41);
+    st.check().unwrap();
+}
+
+/// Regression (found by seed `0x18eb018b783001de` of the crash-image test): a flush captures a
+/// line's content when it runs and only the flushing thread's fence makes it durable (M3, M4),
+/// so an unfenced flush can land *after* newer content another thread wrote and persisted on
+/// the same line. The finalization used to flush its MVCC lines without a fence (P-SOF-8);
+/// when the slot's next transactions committed on other threads, that stale flush stayed
+/// pending on the first thread and its next fence wrote it over a later committed delete
+/// whose area had been reused since: the deleted version came back. Here: T0 finalizes rows
+/// 0..3 (one MVCC line) on this thread; T1 deletes row 0 here and commits on another thread;
+/// T2 commits on a third thread (rewriting the area that named T1's delete); T3 commits here,
+/// on another MVCC line. Its fence must not bring back row 0.
+#[test]
+fn a_stale_finalization_flush_cannot_undo_a_later_commit() {
+    let st = sim_store(1);
+    let t = st.create_table(kv_schema()).unwrap();
+    let domain = st.inner.pm.set().sim().unwrap().clone();
+    let on_another_thread = |tx: TxHandle| {
+        std::thread::scope(|s| s.spawn(move || tx.commit().unwrap()).join().unwrap());
+    };
+    // T0: keys 0..7, rows 0..7 (MVCC lines of rows 0..3 and 4..7), committed on this thread.
+    let mut tx = st.begin(false).unwrap();
+    let rows: Vec<u64> = (0..8).map(|k| tx.insert(&t, &row(k, "x", k)).unwrap()).collect();
+    assert_eq!(rows, (0..8).collect::<Vec<u64>>());
+    tx.commit().unwrap();
+    // T1: delete key 0 here, commit elsewhere.
+    let mut tx = st.begin(false).unwrap();
+    remove(&st, &mut tx, 0).unwrap();
+    on_another_thread(tx);
+    // T2: delete key 4 (the other line) here, commit on a third thread: the slot's area now
+    // names T2, not T1.
+    let mut tx = st.begin(false).unwrap();
+    remove(&st, &mut tx, 4).unwrap();
+    on_another_thread(tx);
+    // T3: delete key 5 (the other line again), committed on this thread.
+    let mut tx = st.begin(false).unwrap();
+    remove(&st, &mut tx, 5).unwrap();
+    tx.commit().unwrap();
+    let want: BTreeMap<i64, (String, i64)> =
+        [1, 2, 3, 6, 7].into_iter().map(|k| (k, ("x".to_owned(), k))).collect();
+    assert_eq!(contents(&st), want);
+    // A crash now: only what is durable survives.
+    let img = domain.capture(&ImageSpec::durable());
+    drop(st);
+    let (st, _) = SofortStore::open(PoolSet::open_sim(&img, &opts()).unwrap()).unwrap();
+    assert_eq!(contents(&st), want, "a committed delete was undone by a stale flush");
     st.check().unwrap();
 }

@@ -14,8 +14,10 @@
 //! # Ordering
 //! Execution persists nothing. Commit: F1 (P-SOF-5) → entries outside the header line
 //! (P-SOF-6) → header line with the commit word last (P-SOF-7) → `Committed` → finalization
-//! flushed without a fence (P-SOF-8). Abort: P-SOF-9 (nothing). Clock ceiling: P-SOF-4;
-//! epoch bump: P-SOF-3.
+//! stored, not flushed (P-SOF-8): the slot's next F1 flushes its lines right before its own
+//! fence, so no thread ever carries an unfenced flush of an MVCC line that a stale write-back
+//! could land from after a newer persist by another thread (M3, M4). Abort: P-SOF-9
+//! (nothing). Clock ceiling: P-SOF-4; epoch bump: P-SOF-3.
 //!
 //! # Concurrency
 //! MVCC words: `Acquire` loads (`DTS` before `CTS`, FIX-1), `Release` stores (`CTS` before
@@ -60,9 +62,9 @@ pub(super) struct TxInfo {
 pub(super) struct SlotLocal {
     /// `{ts, rows}`, oldest first.
     pub garbage: VecDeque<(u64, Vec<(u16, u64)>)>,
-    /// MVCC lines of the last finalization, not yet fenced, and the thread that flushed them.
+    /// MVCC lines of the last finalization: stored, not flushed (P-SOF-8); the slot's next
+    /// F1 or `close` flushes and fences them.
     pub pending: Vec<u64>,
-    pub pending_thread: u32,
     /// An empty buffer kept for the next commit's lines (no allocation per commit).
     pub spare: Vec<u64>,
     pub epoch: u64,
@@ -450,7 +452,10 @@ impl Inner {
         let me = thread_index();
         let mut lines = std::mem::take(&mut local.spare);
         lines.clear();
-        let mut step = |lines: &mut Vec<u64>| -> SofortResult<()> {
+        // The previous finalization's lines: stored, never flushed (P-SOF-8), so no thread
+        // holds a write-back of them that could land later with older content.
+        let prev = std::mem::take(&mut local.pending);
+        let step = |lines: &mut Vec<u64>| -> SofortResult<()> {
             // F1 (P-SOF-5).
             for &(t, r) in h.created.iter().chain(&h.deleted) {
                 lines.push(self.table(t)?.mvcc_at(r)? & !63);
@@ -460,6 +465,9 @@ impl Inner {
             for &l in lines.iter() {
                 s.flush_rule("P-SOF-5", l, 64)?; // ORDER(P-SOF-5): every lock durable before the area can commit
             }
+            for &l in prev.iter().filter(|l| lines.binary_search(l).is_err()) {
+                s.flush_rule("P-SOF-5", l, 64)?; // ORDER(P-SOF-5): the previous finalization durable before its area is rewritten
+            }
             for &(g, len) in &h.written.cached {
                 s.flush_rule("P-SOF-5", g, len)?; // ORDER(P-SOF-5): values written with ordinary stores
             }
@@ -468,13 +476,7 @@ impl Inner {
                     s.flush_rule("P-SOF-5", g, len)?; // ORDER(P-SOF-5): values written on another thread (M4)
                 }
             }
-            if local.pending_thread != me {
-                for &l in &local.pending {
-                    s.flush_rule("P-SOF-5", l, 64)?; // ORDER(P-SOF-5): the previous finalization, flushed on another thread (M4)
-                }
-            }
             s.fence_rule("P-SOF-5"); // ORDER(P-SOF-5): locks, values, previous finalization durable
-            local.pending.clear();
             // F1.5 (P-SOF-6).
             let entries = || h.created.iter().chain(&h.deleted).map(|&(t, r)| entry(t, r));
             let n = (h.created.len() + h.deleted.len()) as u64;
@@ -508,6 +510,8 @@ impl Inner {
             Ok(())
         };
         if let Err(e) = step(&mut lines) {
+            // Not committed: the previous finalization still waits for a fence.
+            local.pending = prev;
             return (false, Err(e));
         }
         // Visible only now (spec §3.11).
@@ -516,6 +520,11 @@ impl Inner {
             i.status = Status::Committed;
             slot.min_ts.store(c, Ordering::SeqCst);
         }
+        // Finalization (P-SOF-8): stores only. Its lines are flushed by the slot's next F1 (or
+        // `close`), on whatever thread runs it, right before that thread's fence. An unfenced
+        // flush here would stay pending on this thread until its own next fence, which may
+        // come after another thread has written and persisted newer content on these lines
+        // (a later lock or finalization): the old content would then overwrite it (M3, M4).
         let fin = || -> SofortResult<()> {
             for &(t, r) in &h.created {
                 s.store_u64(self.table(t)?.mvcc_at(r)?, c, Ordering::Release)?;
@@ -523,16 +532,13 @@ impl Inner {
             for &(t, r) in &h.deleted {
                 s.store_u64(self.table(t)?.mvcc_at(r)? + 8, c, Ordering::Release)?;
             }
-            for &l in &lines {
-                s.flush_rule("P-SOF-8", l, 64)?; // ORDER(P-SOF-8): finalization, fenced by the slot's next F1 or close
-            }
             Ok(())
         };
         let r = fin();
-        let mut old = std::mem::replace(&mut local.pending, lines);
-        old.clear();
-        local.spare = old;
-        local.pending_thread = me;
+        local.pending = lines;
+        let mut prev = prev;
+        prev.clear();
+        local.spare = prev;
         if !h.deleted.is_empty() {
             local.garbage.push_back((c, h.deleted.clone()));
         }
@@ -1043,7 +1049,7 @@ impl TxHandle {
             self.finish_abort();
             return Err(e);
         }
-        // ORDER(P-SOF-5): F1, F1.5, F2 and the finalization, each persist named inside
+        // ORDER(P-SOF-5): F1, F1.5 and F2, each persist named inside (the finalization persists nothing)
         let (committed, r) = inner.persist_commit(&self, c);
         if !committed {
             inner.poison();
