@@ -6,7 +6,10 @@
  * setjmp/longjmp of libpmemobj transactions never crosses a Rust frame: Rust calls
  * fb_pmdk_apply() once per transaction and gets a status back. Reads (get, scan, count) take no
  * transaction. Concurrency is the caller's job: the Rust wrapper holds a reader-writer lock
- * (writers exclusive), so the tree is never read while it is being modified.
+ * (writers exclusive), so the tree is never read while it is being modified. The allocator
+ * benchmark's one-slot entry points (fb_pmdk_bench_alloc_one, fb_pmdk_bench_free_one) take no
+ * lock: the wrapper claims a slot before calling them, and libpmemobj's allocator is
+ * thread-safe.
  *
  * The tree: nodes of FB_ORDER entries. Interior node: sorted keys[0..n), children ptrs[0..n],
  * child i holds keys in [keys[i-1], keys[i]). Leaf: keys[0..n) and their values ptrs[0..n),
@@ -604,4 +607,35 @@ int64_t fb_pmdk_bench_alloc(fb_pool *p, const uint64_t *sizes, uint64_t n)
 int64_t fb_pmdk_bench_free(fb_pool *p, uint64_t n)
 {
 	return bench_phase(p, NULL, n);
+}
+
+/*
+ * The allocator benchmark's concurrent entry points: one slot per call, no lock in the shim.
+ * pmemobj_alloc and pmemobj_free are thread-safe in libpmemobj (each thread works in its own
+ * lane), and these functions read only fields of `p` that are set before any of them can run
+ * (pop, bench, bench_n); the caller guarantees that no two calls work on the same slot at the
+ * same time (the Rust wrapper claims the slot first). Each returns 0 or an errno: EINVAL for a
+ * slot out of range, a non-null slot to allocate into or a null slot to free.
+ */
+int fb_pmdk_bench_alloc_one(fb_pool *p, uint64_t i, uint64_t size)
+{
+	if (i >= p->bench_n || size == 0)
+		return EINVAL;
+	PMEMoid *sl = (PMEMoid *)pmemobj_direct(p->bench);
+	if (!OID_IS_NULL(sl[i]))
+		return EINVAL;
+	if (pmemobj_alloc(p->pop, &sl[i], size, FB_TYPE_VALUE + 21, NULL, NULL) != 0)
+		return errno ? errno : ENOMEM;
+	return 0;
+}
+
+int fb_pmdk_bench_free_one(fb_pool *p, uint64_t i)
+{
+	if (i >= p->bench_n)
+		return EINVAL;
+	PMEMoid *sl = (PMEMoid *)pmemobj_direct(p->bench);
+	if (OID_IS_NULL(sl[i]))
+		return EINVAL;
+	pmemobj_free(&sl[i]);
+	return 0;
 }

@@ -23,6 +23,7 @@ use std::ffi::{CStr, CString, c_char, c_int};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Once, RwLock};
 
 use crate::error::{Error, Result, check_key, check_table_name};
@@ -87,6 +88,8 @@ mod ffi {
         pub fn fb_pmdk_bench_slots(p: *mut FbPool, n: u64) -> c_int;
         pub fn fb_pmdk_bench_alloc(p: *mut FbPool, sizes: *const u64, n: u64) -> i64;
         pub fn fb_pmdk_bench_free(p: *mut FbPool, n: u64) -> i64;
+        pub fn fb_pmdk_bench_alloc_one(p: *mut FbPool, i: u64, size: u64) -> c_int;
+        pub fn fb_pmdk_bench_free_one(p: *mut FbPool, i: u64) -> c_int;
         pub fn fb_pmdk_apply(
             p: *mut FbPool,
             ops: *const FbOp,
@@ -665,6 +668,43 @@ mod tests {
         ));
     }
 
+    #[test]
+    fn shared_slots_allocate_in_one_thread_and_free_in_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut b = AllocBench::create(&dir.path().join("pool"), &[64; 512]).unwrap();
+        {
+            let s = b.shared();
+            assert_eq!(s.len(), 512);
+            // Thread 0 allocates the even slots and frees the odd ones thread 1 allocated
+            // (after both met at the barrier), so every slot is allocated in one thread and
+            // freed in the other.
+            let barrier = std::sync::Barrier::new(2);
+            std::thread::scope(|sc| {
+                for t in 0..2usize {
+                    let (s, barrier) = (&s, &barrier);
+                    sc.spawn(move || {
+                        for i in (t..512).step_by(2) {
+                            s.alloc(i, 64 + 16 * t as u64).unwrap();
+                        }
+                        barrier.wait();
+                        for i in (1 - t..512).step_by(2) {
+                            s.free(i).unwrap();
+                        }
+                    });
+                }
+            });
+            assert!(matches!(s.free(3), Err(Error::InvalidArgument(_))), "slot 3 is null");
+            s.alloc(3, 64).unwrap();
+            assert!(matches!(s.alloc(3, 64), Err(Error::InvalidArgument(_))), "slot 3 is full");
+            assert!(matches!(s.alloc(512, 64), Err(Error::InvalidArgument(_))));
+            s.free(3).unwrap();
+        }
+        // Every slot is null again: a whole round works.
+        b.alloc_all().unwrap();
+        b.free_all().unwrap();
+        assert!(b.fs_footprint().unwrap() >= 8 << 20);
+    }
+
     /// Random batches of inserts, updates (same and other lengths) and deletes, some aborted,
     /// checked against a `BTreeMap` with gets, counts and scans from random keys.
     #[test]
@@ -735,10 +775,14 @@ mod tests {
 /// slots of a persistent `PMEMoid` array, then `pmemobj_free` of every slot — PMDK's atomic,
 /// leak-free allocation interface, the counterpart of PAllocator's `allocate(size, into)` and
 /// `deallocate(from)`. The pool (prefaulted) and the slot array exist before any timing.
+///
+/// For threads, [`AllocBench::shared`] hands out [`SharedSlots`]: one-slot allocate and free
+/// callable from several threads at once, without the wrapper's lock.
 #[derive(Debug)]
 pub struct AllocBench {
     pmdk: Pmdk,
     sizes: Vec<u64>,
+    path: std::path::PathBuf,
 }
 
 impl AllocBench {
@@ -759,7 +803,30 @@ impl AllocBench {
         if rc != 0 {
             return Err(Error::Pmdk { op: "bench_slots", message: format!("errno {rc}") });
         }
-        Ok(AllocBench { pmdk, sizes: sizes.to_vec() })
+        Ok(AllocBench { pmdk, sizes: sizes.to_vec(), path: path.to_path_buf() })
+    }
+
+    /// Number of slots (the length of the size list given at creation).
+    pub fn slots(&self) -> usize {
+        self.sizes.len()
+    }
+
+    /// The file-system space of the pool file, in bytes (`st_blocks` × 512). The pool is
+    /// prefaulted at creation, so this is its whole size from the start.
+    pub fn fs_footprint(&self) -> Result<u64> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(&self.path).map_err(|e| Error::Pmdk {
+            op: "stat",
+            message: format!("{}: {e}", self.path.display()),
+        })?;
+        Ok(m.blocks().saturating_mul(512))
+    }
+
+    /// One-slot access for several threads at once. Borrows the benchmark exclusively, so
+    /// [`AllocBench::alloc_all`] and [`AllocBench::free_all`] cannot run meanwhile.
+    pub fn shared(&mut self) -> SharedSlots<'_> {
+        let busy = (0..self.sizes.len()).map(|_| AtomicBool::new(false)).collect();
+        SharedSlots { bench: self, busy }
     }
 
     /// Allocates every size into its slot (all slots must be null); returns the time taken.
@@ -799,5 +866,85 @@ impl AllocBench {
             }
             Err(_) => Err(Error::Pmdk { op, message: format!("errno {}", -ns) }),
         }
+    }
+}
+
+/// Concurrent one-slot `pmemobj_alloc` / `pmemobj_free` on an [`AllocBench`]'s slots (from
+/// [`AllocBench::shared`]). `SharedSlots` is `Sync`: threads may call [`SharedSlots::alloc`]
+/// and [`SharedSlots::free`] at the same time without any lock of the wrapper, each call
+/// claiming its slot for its duration (a slot already claimed by another thread is an
+/// `InvalidArgument`, never a concurrent use). A slot allocated by one thread may be freed by
+/// another (the claim's acquire/release orders the two calls).
+#[derive(Debug)]
+pub struct SharedSlots<'a> {
+    bench: &'a AllocBench,
+    busy: Vec<AtomicBool>,
+}
+
+impl SharedSlots<'_> {
+    /// Number of slots.
+    pub fn len(&self) -> usize {
+        self.busy.len()
+    }
+
+    /// Whether there are no slots (never: a benchmark has at least one).
+    pub fn is_empty(&self) -> bool {
+        self.busy.is_empty()
+    }
+
+    /// `pmemobj_alloc` of `size` bytes into slot `i`, which must be null.
+    pub fn alloc(&self, i: usize, size: u64) -> Result<()> {
+        let _claim = self.claim(i)?;
+        // SAFETY: the pool handle is valid for the borrow of the benchmark, whose `shared`
+        // took it exclusively (so no call under the wrapper's lock runs meanwhile). The shim
+        // reads only handle fields written before `shared` (pop, slot array, slot count) and
+        // writes only slot `i`, which this thread claimed: no other call touches slot `i`
+        // until the claim's release store, and an earlier call on it is ordered before by the
+        // claim's acquire. libpmemobj's `pmemobj_alloc` is thread-safe.
+        let rc =
+            unsafe { ffi::fb_pmdk_bench_alloc_one(self.bench.pmdk.pool.as_ptr(), i as u64, size) };
+        Self::status("bench_alloc_one", rc)
+    }
+
+    /// `pmemobj_free` of slot `i`, which must hold a block.
+    pub fn free(&self, i: usize) -> Result<()> {
+        let _claim = self.claim(i)?;
+        // SAFETY: as in `alloc`: a valid handle, slot `i` claimed by this thread, and
+        // libpmemobj's `pmemobj_free` is thread-safe.
+        let rc = unsafe { ffi::fb_pmdk_bench_free_one(self.bench.pmdk.pool.as_ptr(), i as u64) };
+        Self::status("bench_free_one", rc)
+    }
+
+    fn claim(&self, i: usize) -> Result<Claim<'_>> {
+        let flag = self
+            .busy
+            .get(i)
+            .ok_or_else(|| Error::InvalidArgument(format!("slot {i} of {}", self.busy.len())))?;
+        if flag.swap(true, Ordering::Acquire) {
+            return Err(Error::InvalidArgument(format!("slot {i} is in use by another thread")));
+        }
+        Ok(Claim(flag))
+    }
+
+    fn status(op: &'static str, rc: c_int) -> Result<()> {
+        match rc {
+            0 => Ok(()),
+            libc::ENOMEM | libc::ENOSPC => {
+                Err(Error::Full { engine: "PMDK", detail: "allocator benchmark pool".into() })
+            }
+            libc::EINVAL => Err(Error::InvalidArgument(format!(
+                "{op}: slot out of range or in the wrong state"
+            ))),
+            e => Err(Error::Pmdk { op, message: format!("errno {e}") }),
+        }
+    }
+}
+
+/// A claimed slot, released (with release ordering) on drop.
+struct Claim<'a>(&'a AtomicBool);
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
