@@ -49,7 +49,9 @@
 //! Single-threaded: every mutating method takes `&mut self`. The allocator may be shared with
 //! other structures (other trees) used by other threads.
 
+mod key;
 mod layout;
+mod layout_var;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -60,10 +62,17 @@ use ferrite_pmem::{PPtr, PoolSet};
 use crate::alloc::PAllocator;
 use crate::storage::{StorageError, StorageResult};
 
+pub use key::{
+    ByteKey, INLINE_MAX, KeyKind, MAX_KEY_LEN, U64Key, fingerprint_bytes, shortest_separator,
+};
 pub use layout::{
     FULL, L_BITMAP, L_FP, L_KV, L_LOCK, L_NEXT, LEAF_SIZE, LeafImage, M, MicroLog, R_DEL_CUR,
     R_DEL_PREV, R_HEAD, R_SPLIT_CUR, R_SPLIT_NEW, ROOT_MAGIC, ROOT_SIZE, ROOT_VERSION, RootHeader,
     RootImage,
+};
+pub use layout_var::{
+    EMPTY_SLOT, INCOMPAT_BYTE_KEYS, INLINE_TAG, KeyForm, SlotKey, VAR_LEAF_SIZE, VAR_SLOT_BYTES,
+    VL_SLOTS, VarLeafImage, decode_slot, encode_inline, encode_pointer, key_form, var_slot_offset,
 };
 
 /// The fingerprint of `key`: the high byte of a Fibonacci hash. Stable across builds and

@@ -1,0 +1,275 @@
+//! Key kinds of the FPTree: fixed `u64` keys (the v1 leaf) and byte-string keys (the v2 leaf,
+//! `layout_var.rs`). Design: `docs/design/fptree.md`, "Variable-size keys (part II)".
+//!
+//! # Invariants
+//! - K1 (order): `ByteKey` keys are ordered bytewise (a key sorts before its extensions), the
+//!   order of the API's memcomparable encoded keys; `U64Key` keys numerically.
+//! - K2 (stable fingerprints): [`fingerprint_bytes`] and [`super::fingerprint`] are pure
+//!   functions of the key bytes, identical across builds, processes and machines (they are
+//!   persisted; golden values are tested). Neither depends on the host's byte order.
+//! - K3 (separators): for `left_max < right_min`, `separator(left_max, right_min)` returns a
+//!   bound `b` with `left_max < b <= right_min`; for byte keys it is the shortest such prefix of
+//!   `right_min` (so DRAM bounds stay short).
+//! - K4 (limit): a byte key has at most [`MAX_KEY_LEN`] bytes; a longer one is
+//!   `InvalidArgument`, checked before anything is written.
+//!
+//! # Ordering and concurrency
+//! Pure functions on DRAM values: no persistent-memory access, no shared state.
+//!
+//! Only the kinds' key-level operations live here so far; the tree is not yet generic over
+//! them (next step of the variable-size-key work, see the design doc).
+
+use std::borrow::Borrow;
+use std::fmt::Debug;
+
+use crate::storage::{StorageError, StorageResult};
+
+/// The longest byte key (bytes).
+pub const MAX_KEY_LEN: usize = 4096;
+
+/// The longest byte key stored inline in a v2 leaf slot; longer keys live in a key block.
+pub const INLINE_MAX: usize = 23;
+
+/// Multiplier of both fingerprints (the 64-bit golden ratio).
+const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// The fingerprint of a byte key: one byte of a word-wise multiply–xorshift hash over the key's
+/// 8-byte little-endian chunks (the last one zero-padded), with the length mixed in first so
+/// that keys differing only in trailing zero bytes differ in hash. Stable (K2).
+pub fn fingerprint_bytes(key: &[u8]) -> u8 {
+    let mut h = (key.len() as u64).wrapping_mul(GOLDEN) ^ 0x243F_6A88_85A3_08D3;
+    for chunk in key.chunks(8) {
+        let mut b = [0u8; 8];
+        b[..chunk.len()].copy_from_slice(chunk);
+        h = (h ^ u64::from_le_bytes(b)).wrapping_mul(GOLDEN);
+        h ^= h >> 29;
+    }
+    h ^= h >> 32;
+    h = h.wrapping_mul(0xD6E8_FEB8_6659_FD93);
+    h ^= h >> 32;
+    (h >> 56) as u8
+}
+
+/// The shortest prefix of `right_min` that is greater than `left_max` (K3), or `None` unless
+/// `left_max < right_min`.
+pub fn shortest_separator(left_max: &[u8], right_min: &[u8]) -> Option<Box<[u8]>> {
+    if left_max >= right_min {
+        return None;
+    }
+    // The first position where they differ; `left_max` may be a proper prefix of `right_min`
+    // (then the position is its length, which is < `right_min.len()`).
+    let i = left_max.iter().zip(right_min).take_while(|(a, b)| a == b).count();
+    Some(right_min[..=i].into())
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::U64Key {}
+    impl Sealed for super::ByteKey {}
+}
+
+/// What the tree needs to know about its keys (sealed: the two kinds below are the only ones,
+/// each with its own leaf layout and format flag).
+pub trait KeyKind: sealed::Sealed + Debug + Send + Sync + 'static {
+    /// The borrowed key callers pass in (`u64`, `[u8]`).
+    type Key: ?Sized + Ord + Debug;
+    /// The owned form the DRAM index holds (`u64`, `Box<[u8]>`): never a pointer into PM, so
+    /// freeing a key block cannot leave a dangling bound (DEFECT-4).
+    type Owned: Ord + Clone + Debug + Borrow<Self::Key> + Send + Sync;
+    /// Name in messages.
+    const NAME: &'static str;
+    /// The root header's incompatible-feature flag that marks this kind (0 for `u64` keys: the
+    /// v1 format is unchanged).
+    const INCOMPAT: u64;
+    /// Bytes of a leaf of this kind.
+    const LEAF_SIZE: u64;
+    /// Bytes of one leaf slot.
+    const SLOT_BYTES: u64;
+
+    /// The key's fingerprint (K2).
+    fn fingerprint(key: &Self::Key) -> u8;
+    /// `Ok` if the tree can hold `key` (K4); `InvalidArgument` otherwise.
+    fn validate(key: &Self::Key) -> StorageResult<()>;
+    /// The smallest key: the head leaf's bound.
+    fn lowest() -> Self::Owned;
+    /// A bound between two leaves (K3).
+    fn separator(left_max: &Self::Key, right_min: &Self::Key) -> Option<Self::Owned>;
+    /// An owned copy of `key`.
+    fn to_owned_key(key: &Self::Key) -> Self::Owned;
+}
+
+/// Fixed 8-byte keys: the v1 leaf, unchanged.
+#[derive(Debug, Clone, Copy)]
+pub struct U64Key;
+
+/// Byte-string keys up to [`MAX_KEY_LEN`] bytes: the v2 leaf (inline up to [`INLINE_MAX`]
+/// bytes, else in a key block).
+#[derive(Debug, Clone, Copy)]
+pub struct ByteKey;
+
+impl KeyKind for U64Key {
+    type Key = u64;
+    type Owned = u64;
+    const NAME: &'static str = "u64 keys";
+    const INCOMPAT: u64 = 0;
+    const LEAF_SIZE: u64 = super::layout::LEAF_SIZE;
+    const SLOT_BYTES: u64 = 16;
+
+    fn fingerprint(key: &u64) -> u8 {
+        super::fingerprint(*key)
+    }
+
+    fn validate(_: &u64) -> StorageResult<()> {
+        Ok(())
+    }
+
+    fn lowest() -> u64 {
+        0
+    }
+
+    fn separator(left_max: &u64, right_min: &u64) -> Option<u64> {
+        // left_max < right_min, so left_max + 1 cannot overflow and is <= right_min.
+        (left_max < right_min).then(|| left_max + 1)
+    }
+
+    fn to_owned_key(key: &u64) -> u64 {
+        *key
+    }
+}
+
+impl KeyKind for ByteKey {
+    type Key = [u8];
+    type Owned = Box<[u8]>;
+    const NAME: &'static str = "byte keys";
+    const INCOMPAT: u64 = super::layout_var::INCOMPAT_BYTE_KEYS;
+    const LEAF_SIZE: u64 = super::layout_var::VAR_LEAF_SIZE;
+    const SLOT_BYTES: u64 = super::layout_var::VAR_SLOT_BYTES;
+
+    fn fingerprint(key: &[u8]) -> u8 {
+        fingerprint_bytes(key)
+    }
+
+    fn validate(key: &[u8]) -> StorageResult<()> {
+        if key.len() > MAX_KEY_LEN {
+            return Err(StorageError::InvalidArgument(format!(
+                "a key of {} bytes: at most {MAX_KEY_LEN}",
+                key.len()
+            )));
+        }
+        Ok(())
+    }
+
+    fn lowest() -> Box<[u8]> {
+        Box::default()
+    }
+
+    fn separator(left_max: &[u8], right_min: &[u8]) -> Option<Box<[u8]>> {
+        shortest_separator(left_max, right_min)
+    }
+
+    fn to_owned_key(key: &[u8]) -> Box<[u8]> {
+        key.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ferrite_pmem::SplitMix64;
+
+    use super::*;
+
+    #[test]
+    fn byte_fingerprints_are_stable() {
+        // Golden values (cross-checked with an independent reimplementation of the
+        // definition): persisted fingerprints must never change across builds.
+        assert_eq!(fingerprint_bytes(b""), 0x7D);
+        assert_eq!(fingerprint_bytes(b"a"), 0xB7);
+        assert_eq!(fingerprint_bytes(b"ferrite"), 0xCA);
+        assert_eq!(fingerprint_bytes(&[0u8; 8]), 0x99);
+        assert_eq!(fingerprint_bytes(&[0u8; 9]), 0x3A);
+        assert_eq!(fingerprint_bytes(&[0xAB; 4096]), 0x3D);
+    }
+
+    #[test]
+    fn byte_fingerprints_spread_over_all_values() {
+        // 65 536 distinct keys of the shapes the API encodes (an escaped string and a
+        // big-endian integer): every fingerprint value must occur, none more than 1.5× its
+        // expected 256 times (a biased byte would cost extra key probes).
+        let mut counts = [0u32; 256];
+        for i in 0u32..65_536 {
+            let k = if i % 2 == 0 {
+                format!("user{i}").into_bytes()
+            } else {
+                // An encoded i64: sign bit flipped, most significant byte first.
+                let x = u64::from(i) ^ (1 << 63);
+                (0..8).rev().map(|b| (x >> (b * 8)) as u8).collect()
+            };
+            counts[usize::from(fingerprint_bytes(&k))] += 1;
+        }
+        let (min, max) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+        assert!(*min > 128 && *max < 384, "fingerprint counts between {min} and {max}");
+    }
+
+    #[test]
+    fn keys_that_differ_only_in_trailing_zeros_hash_differently() {
+        // The zero-padding of the last chunk must not make "a" and "a\0" the same hash input.
+        let distinct = (0..16usize)
+            .map(|n| {
+                let mut k = vec![7u8; 5];
+                k.resize(5 + n, 0);
+                fingerprint_bytes(&k)
+            })
+            .collect::<std::collections::BTreeSet<_>>();
+        assert!(distinct.len() > 8, "{distinct:?}");
+    }
+
+    #[test]
+    fn separators_are_the_shortest_bound_between_two_keys() {
+        assert_eq!(&*shortest_separator(b"abc", b"abd").unwrap(), b"abd");
+        assert_eq!(&*shortest_separator(b"abc", b"b").unwrap(), b"b");
+        assert_eq!(&*shortest_separator(b"ab", b"abzz").unwrap(), b"abz");
+        assert_eq!(&*shortest_separator(b"", b"\0").unwrap(), b"\0");
+        assert_eq!(&*shortest_separator(b"a\xff\xff", b"b\0").unwrap(), b"b");
+        assert!(shortest_separator(b"b", b"a").is_none());
+        assert!(shortest_separator(b"a", b"a").is_none());
+        assert_eq!(U64Key::separator(&7, &100), Some(8));
+        assert_eq!(U64Key::separator(&(u64::MAX - 1), &u64::MAX), Some(u64::MAX));
+        assert_eq!(U64Key::separator(&5, &5), None);
+    }
+
+    #[test]
+    fn random_separators_lie_between_their_keys_and_no_shorter_prefix_does() {
+        let seed = ferrite_pmem::internals::testing::test_seed();
+        println!("seed {seed:#x}");
+        let mut rng = SplitMix64::new(seed);
+        // A three-letter alphabet and short keys make shared prefixes and prefix pairs common.
+        let key = |rng: &mut SplitMix64| -> Vec<u8> {
+            let len = (rng.next_u64() % 6) as usize;
+            (0..len).map(|_| (rng.next_u64() % 3) as u8).collect()
+        };
+        for _ in 0..20_000 {
+            let (a, b) = (key(&mut rng), key(&mut rng));
+            let (lo, hi) = if a < b { (a, b) } else { (b, a) };
+            match shortest_separator(&lo, &hi) {
+                None => assert_eq!(lo, hi),
+                Some(s) => {
+                    assert!(*lo < *s && *s <= *hi, "{lo:?} < {s:?} <= {hi:?} (seed {seed:#x})");
+                    assert!(hi.starts_with(&s));
+                    assert!(*lo >= hi[..s.len() - 1], "a shorter bound exists (seed {seed:#x})");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_key_limit_is_checked() {
+        assert!(ByteKey::validate(&[]).is_ok());
+        assert!(ByteKey::validate(&[1; MAX_KEY_LEN]).is_ok());
+        assert!(matches!(
+            ByteKey::validate(&[1; MAX_KEY_LEN + 1]),
+            Err(StorageError::InvalidArgument(_))
+        ));
+        assert!(ByteKey::lowest().is_empty());
+        assert_eq!(U64Key::lowest(), 0);
+    }
+}
