@@ -8,7 +8,8 @@
 //! perf record -e cpu-clock -g target/release/examples/alloc_profile pallocator 50
 //! ```
 //!
-//! Arguments: `pallocator` or `pmdk`, rounds (default 20), n (default 100 000), size (64).
+//! Arguments: `pallocator` or `pmdk`, rounds (default 20), n (default 100 000), size (64; 0
+//! for the benchmark's 64 B–128 KiB random mix, seeded as there).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -70,11 +71,12 @@ fn pallocator(dir: &TestDir, rounds: u64, n: u64, size: u64) -> (Duration, Durat
         let t = tables[(i / PER_TABLE) as usize];
         PPtr::new(t.segment, t.offset + 16 * (i % PER_TABLE))
     };
+    let sizes = sizes(n, size);
     let (mut alloc, mut free) = (Duration::ZERO, Duration::ZERO);
     for _ in 0..rounds {
         let start = Instant::now();
         for i in 0..n {
-            a.allocate(size, slot(i)).expect("allocate");
+            a.allocate(sizes[i as usize], slot(i)).expect("allocate");
         }
         alloc += start.elapsed();
         let start = Instant::now();
@@ -87,9 +89,15 @@ fn pallocator(dir: &TestDir, rounds: u64, n: u64, size: u64) -> (Duration, Durat
     (alloc, free)
 }
 
+/// `n` sizes: all `size`, or (size 0) uniform in 64 B … 128 KiB from the benchmark's seed.
+fn sizes(n: u64, size: u64) -> Vec<u64> {
+    let mut r = ferrite::pmem::SplitMix64::new(0xA110C);
+    (0..n).map(|_| if size == 0 { 64 + r.next_u64() % (131_072 - 64 + 1) } else { size }).collect()
+}
+
 #[cfg(feature = "pmdk")]
 fn pmdk(dir: &TestDir, rounds: u64, n: u64, size: u64) -> (Duration, Duration) {
-    let b = ferrite_baselines::pmdk::AllocBench::create(&dir.join("pmdk"), &vec![size; n as usize])
+    let b = ferrite_baselines::pmdk::AllocBench::create(&dir.join("pmdk"), &sizes(n, size))
         .expect("pmdk pool");
     let (mut alloc, mut free) = (Duration::ZERO, Duration::ZERO);
     for _ in 0..rounds {
