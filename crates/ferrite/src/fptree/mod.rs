@@ -52,6 +52,7 @@
 mod key;
 mod layout;
 mod layout_var;
+pub mod persistent;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
