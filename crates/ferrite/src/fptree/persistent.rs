@@ -13,8 +13,9 @@
 //!   bit at or above the index's fan-out) and unsorted slots of (key, child). Keys of one node
 //!   are distinct.
 //! - N2 (ranges): sort a node's valid entries by key: k0 < k1 < … . Every bound stored in the
-//!   subtree of child i is < k(i+1), and for i > 0 ≥ k(i). Child 0 also takes keys below k0
-//!   (its separator is ignored when routing: the leftmost child is open to the left).
+//!   subtree of child i is ≥ k(i) and < k(i+1) (and within the node's own range). An insert
+//!   below k0 lowers k0 first. A lookup below k0 routes to child 0 (only the root's k0 can be
+//!   above a looked-up key: a parent's range starts at the child's separator).
 //! - N3 (shape): a child's level is its parent's level − 1; a node other than the root has at
 //!   least one valid entry; a root above level 0 has at least one.
 //! - N4 (logs): when no operation is in flight, the alloc log's `new` and the free log's `node`
@@ -819,8 +820,7 @@ impl PersistentIndex {
             report.nodes += 1;
             let es = self.entries(&n, is_root)?;
             for (i, e) in es.iter().enumerate() {
-                // N2: every key of this subtree lies in [lo, hi); the leftmost entry of a
-                // leftmost node may lie anywhere below hi.
+                // N2: every key of this subtree lies in [lo, hi).
                 if hi.is_some_and(|h| e.0 >= h) || lo.is_some_and(|l| e.0 < l) {
                     return Err(corrupt(
                         format!("key {} outside its range [{lo:?}, {hi:?})", e.0),
@@ -829,7 +829,7 @@ impl PersistentIndex {
                 }
                 if n.img.level > 0 {
                     let c = self.node(e.1, Some(n.img.level - 1))?;
-                    let clo = if i == 0 { lo } else { Some(e.0) };
+                    let clo = Some(e.0);
                     let chi = es.get(i + 1).map(|x| x.0).or(hi);
                     stack.push((c, false, clo, chi));
                 }
@@ -892,6 +892,11 @@ impl PersistentIndex {
                 self.insert_slot(&cur, bound, leaf)?;
                 break;
             }
+            if bound < es[0].0 {
+                // N2: the leftmost separator stays ≤ every key below it, so a split's
+                // separator (a key above the node's smallest) never equals it.
+                self.lower_separator(&cur, es[0].2, bound)?;
+            }
             let i = route(&es, bound);
             let child = self.node(es[i].1, Some(cur.img.level - 1))?;
             if child.img.bitmap == self.full() {
@@ -928,6 +933,15 @@ impl PersistentIndex {
         set.flush_rule("P-FPT-14", n.g + N_CHILDREN + s * 16, 16)?; // ORDER(P-FPT-14): the child before the bitmap
         set.fence_rule("P-FPT-14"); // ORDER(P-FPT-14): slot durable before the commit store
         self.publish_bitmap(n, n.img.bitmap | (1 << s))
+    }
+
+    /// Lowers the leftmost separator of `n` (slot `slot`) to `key`: one 8-byte store in a valid
+    /// slot, persisted before the key is inserted below it (P-FPT-14). Routing ignores the
+    /// leftmost separator, so either value is correct after a crash.
+    fn lower_separator(&self, n: &Node, slot: usize, key: u64) -> StorageResult<()> {
+        let at = n.g + N_KEYS + slot as u64 * 8;
+        self.set.store_u64(at, key, Ordering::Release)?;
+        Ok(self.set.persist_rule("P-FPT-14", at, 8)?) // ORDER(P-FPT-14): the lowered separator before the insert below it
     }
 
     /// The commit store of a node insert or remove (P-FPT-14).
