@@ -910,6 +910,32 @@ impl PersistentIndex {
         Ok(true)
     }
 
+    /// How many nodes `insert(bound, _)` would allocate now: 0 if `bound` is present; else two
+    /// for a full root (the grow and the old root's split) plus one per full node below it on
+    /// the routed path (a split leaves both halves with room and does not change the nodes
+    /// below, so the path's later nodes are split as they are now). Lets a caller predict
+    /// `PoolFull` (tests, crash targets).
+    pub fn allocations_for(&self, bound: u64) -> StorageResult<u64> {
+        self.check_open()?;
+        let root = self.root_node()?;
+        if self.floor_in(&root, true, bound, false)?.is_some_and(|(b, _)| b == bound) {
+            return Ok(0);
+        }
+        let mut n = if root.img.bitmap == self.full() { 2 } else { 0 };
+        let mut cur = root;
+        let mut is_root = true;
+        while cur.img.level > 0 {
+            let es = self.entries(&cur, is_root)?;
+            let child = self.node(es[route(&es, bound)].1, Some(cur.img.level - 1))?;
+            if child.img.bitmap == self.full() {
+                n += 1;
+            }
+            cur = child;
+            is_root = false;
+        }
+        Ok(n)
+    }
+
     /// Adjusts the entry count if it is known (an unknown count stays unknown: a modification
     /// never walks the index).
     fn count(&self, d: i64) {

@@ -1,0 +1,488 @@
+//! Crash target `fptree-pindex`: the persistent inner index of the fully persistent FPTree
+//! variant (`ferrite::fptree::persistent`) on PAllocator, alone (no leaves: its entries point
+//! at synthetic leaf addresses it never dereferences), at fan-out 4 so that few entries make a
+//! deep index.
+//!
+//! The pool set holds segment 0 (header and anchor) and one small segment with one page per
+//! class the workload uses: the table of pointers, the index root block, the nodes. The
+//! workload:
+//! 1. `setup`: the allocator, a table of persistent pointers in the anchor's root (slot 1: the
+//!    index root slot; slots 2..: ballast), nulled and marked ready; then a root-sized and two
+//!    node-sized blocks filled with durable garbage and freed, so that the index's first
+//!    blocks hold their previous owner's bytes;
+//! 2. `create`: the index into slot 1;
+//! 3. every key once in a seeded order (node splits and grows to height 4), a re-insert of a
+//!    present pair and a remove of an absent bound (both no-ops), seeded churn, contiguous
+//!    ranges removed (bottom nodes empty out: single-entry chains detached, the root shrinks),
+//!    more churn, then all but a few keys removed;
+//! 4. `ballast`: node-sized blocks into table slots until one node's worth remains free;
+//! 5. ascending inserts until one needs more nodes than remain: it fails with `PoolFull`
+//!    (`nospace` in the model: no change of content; a split that completed before the failed
+//!    allocation stays, invisible), then removes that free nodes and inserts that fit again.
+//!
+//! Recovery opens the image, recovers the allocator, then opens the index (its two logs only;
+//! a creation that had not finished is finished). The check requires: `check()` passes (order,
+//! ranges, levels, shape, logs disarmed); the allocator's allocated blocks are exactly the
+//! table, the ballast and the index's blocks (no leak, nothing reachable is free); the entries
+//! equal the committed operations applied in order, with the in-flight one fully applied or
+//! not at all. The target declares no M2: lines are torn.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use ferrite::alloc::{PAllocator, class_of, page_geometry};
+use ferrite::fptree::persistent::{PINDEX_ROOT_SIZE, PNODE_SIZE, PersistentIndex};
+use ferrite::storage::StorageError as Error;
+use ferrite_pmem::{CrashImage, Options, PPtr, PoolSet};
+
+use crate::target::{Ctx, ModelOp, ModelView, Target};
+
+/// Header page + three 64 KiB pages: the table's class, the index root's, the nodes'.
+const SEG: u64 = 3 * 64 * 1024 + 64 * 1024 + 4096;
+/// Segment 0 holds only the anchor (the allocator adds `SEG`-sized segments).
+const SEG0: u64 = 4096 + 8192;
+/// Table of persistent pointers: slot 1 = the index root slot, slots 2..[`SLOTS`] ballast, the
+/// last word = [`READY`] (in a line of its own).
+const TABLE: u64 = 2048;
+const SLOTS: u64 = TABLE / 16 - 1;
+const READY_AT: u64 = TABLE - 8;
+const READY: u64 = 0x5245_4144_595f_5049;
+const INDEX_SLOT: u64 = 1;
+const FANOUT: u32 = 4;
+const KEYS: u64 = 64;
+const CHURN: u64 = 40;
+/// Nodes' worth of blocks left free before the out-of-space phase.
+const SPARE: u64 = 1;
+
+fn opts() -> Options {
+    Options::default().layout("crashtest-pindex").segment_size(SEG0).max_pool_size(SEG0 + SEG)
+}
+
+fn slot(table: PPtr, i: u64) -> PPtr {
+    PPtr::new(table.segment, table.offset + i * 16)
+}
+
+/// The synthetic leaf pointer of value `v` (never dereferenced).
+fn leaf(v: u64) -> PPtr {
+    PPtr::new(7, 64 * (v + 1))
+}
+
+/// One operation of the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IndexOp {
+    /// The allocator, the table, recycled garbage blocks.
+    Setup,
+    /// Creating the index.
+    Create,
+    /// `insert(bound, leaf(v))` (a present identical pair: no-op).
+    Insert(u64, u64),
+    /// `remove(bound)` (absent: no-op).
+    Remove(u64),
+    /// A node-sized ballast block allocated into table slot `i`.
+    Ballast(u64),
+    /// An insert of this bound that needs more nodes than are free: `PoolFull`, no effect.
+    NoSpace(u64),
+}
+
+impl IndexOp {
+    fn apply(&self, m: &mut BTreeMap<u64, PPtr>) {
+        match *self {
+            IndexOp::Insert(k, v) => {
+                m.entry(k).or_insert(leaf(v));
+            }
+            IndexOp::Remove(k) => {
+                m.remove(&k);
+            }
+            IndexOp::Setup | IndexOp::Create | IndexOp::Ballast(_) | IndexOp::NoSpace(_) => {}
+        }
+    }
+}
+
+impl ModelOp for IndexOp {
+    fn encode(&self) -> String {
+        match self {
+            IndexOp::Setup => "setup".to_owned(),
+            IndexOp::Create => "create".to_owned(),
+            IndexOp::Insert(k, v) => format!("insert {k} {v}"),
+            IndexOp::Remove(k) => format!("remove {k}"),
+            IndexOp::Ballast(i) => format!("ballast {i}"),
+            IndexOp::NoSpace(k) => format!("nospace {k}"),
+        }
+    }
+    fn decode(s: &str) -> Option<Self> {
+        let f: Vec<&str> = s.split(' ').collect();
+        match f.as_slice() {
+            ["insert", k, v] => Some(IndexOp::Insert(k.parse().ok()?, v.parse().ok()?)),
+            ["remove", k] => Some(IndexOp::Remove(k.parse().ok()?)),
+            ["ballast", i] => Some(IndexOp::Ballast(i.parse().ok()?)),
+            ["nospace", k] => Some(IndexOp::NoSpace(k.parse().ok()?)),
+            ["setup"] => Some(IndexOp::Setup),
+            ["create"] => Some(IndexOp::Create),
+            _ => None,
+        }
+    }
+}
+
+/// What recovery found.
+#[derive(Debug)]
+pub enum Recovered {
+    /// No index yet (the pool set, the allocator or the table is unfinished, or the index's
+    /// creation had not finished: recovery finished it and found it empty and leak-free).
+    NoIndex(String),
+    /// The recovered entries in bound order.
+    Index(Vec<(u64, PPtr)>),
+}
+
+/// The target.
+#[derive(Debug, Default)]
+pub struct FptreePindex;
+
+/// The workload's count of node-sized blocks, for the out-of-space prediction.
+struct Space {
+    /// Node-sized blocks one page holds (the nodes' class has exactly one page).
+    capacity: u64,
+    ballast: u64,
+}
+
+impl Space {
+    fn free_nodes(&self, ix: &PersistentIndex) -> Result<u64, String> {
+        let nodes = ix.blocks().map_err(|e| e.to_string())?.len() as u64 - 1;
+        Ok(self.capacity.saturating_sub(self.ballast + nodes))
+    }
+}
+
+impl FptreePindex {
+    /// Runs `op`, predicting a `PoolFull` (more node allocations than free nodes) so that the
+    /// model records a no-op for it, and checking the returned flag against the model.
+    fn modify(
+        ctx: &Ctx<IndexOp>,
+        ix: &mut PersistentIndex,
+        model: &mut BTreeMap<u64, PPtr>,
+        sp: &Space,
+        op: IndexOp,
+    ) -> Result<(), String> {
+        let e = |e: Error| e.to_string();
+        let full = match op {
+            IndexOp::Insert(k, _) => ix.allocations_for(k).map_err(e)? > sp.free_nodes(ix)?,
+            IndexOp::Remove(_) => false,
+            _ => return Err(format!("not an index modification: {op:?}")),
+        };
+        let tok = ctx.begin(match op {
+            IndexOp::Insert(k, _) if full => IndexOp::NoSpace(k),
+            op => op,
+        });
+        let r = match op {
+            IndexOp::Insert(k, v) => ix.insert(k, leaf(v)),
+            IndexOp::Remove(k) => ix.remove(k),
+            _ => Ok(false),
+        };
+        // A present bound with another leaf is refused without a change (the model's insert
+        // keeps the first leaf too).
+        let (changed, refused) = match op {
+            IndexOp::Insert(k, v) => {
+                (!model.contains_key(&k), model.get(&k).is_some_and(|&l| l != leaf(v)))
+            }
+            IndexOp::Remove(k) => (model.contains_key(&k), false),
+            _ => (false, false),
+        };
+        match (r, full) {
+            (Ok(c), false) if c == changed && !refused => {}
+            (Err(Error::InvalidArgument(_)), false) if refused => {}
+            (Err(Error::PoolFull { .. }), true) => {}
+            (r, _) => {
+                return Err(format!(
+                    "{op:?}: {r:?}, expected a change: {changed}, refused: {refused}, no space: {full}"
+                ));
+            }
+        }
+        ctx.done(tok);
+        if !full {
+            op.apply(model);
+        }
+        Ok(())
+    }
+}
+
+impl Target for FptreePindex {
+    type Op = IndexOp;
+    type Recovered = Recovered;
+
+    fn name(&self) -> &'static str {
+        "fptree-pindex"
+    }
+    fn summary(&self) -> &'static str {
+        "FPTree persistent inner index (fan-out 4) on PAllocator: inserts with node splits and grows, removes with chain detaches and shrinks, splits without space"
+    }
+    fn rules(&self) -> &'static [&'static str] {
+        &[
+            "P-FPT-14",
+            "P-FPT-15",
+            "P-FPT-16",
+            "P-FPT-17",
+            "P-FPT-18",
+            "P-FPT-19",
+            "P-ALLOC-1",
+            "P-ALLOC-2",
+            "P-ALLOC-3",
+            "P-ALLOC-4",
+            "P-ALLOC-5",
+        ]
+    }
+    fn min_images(&self) -> u64 {
+        200
+    }
+    fn benign_sites(&self) -> &'static [(&'static str, &'static str)] {
+        &[
+            (
+                "crates/crashtest/src/fptree_pindex.rs:",
+                "the workload's own durable garbage in recycled blocks: without its persist the blocks are zeroed, which only makes the test weaker",
+            ),
+            crate::alloc::REPLAY_DISARM,
+            crate::alloc::SINGLE_THREAD_SYNC_DISARM,
+            crate::alloc::SINGLE_THREAD_COMMITTED,
+        ]
+    }
+
+    fn workload(&self, ctx: &mut Ctx<IndexOp>) -> Result<(), String> {
+        let e = |e: Error| e.to_string();
+        let pe = |e: ferrite_pmem::Error| e.to_string();
+        let tok = ctx.begin(IndexOp::Setup);
+        let set = ctx.create_pool_set(&opts())?;
+        set.set_segment_size(SEG);
+        let a = Arc::new(PAllocator::create(Arc::new(set), 1).map_err(e)?);
+        let table = a.allocate(TABLE, a.root_location()).map_err(e)?;
+        let set = a.pool().clone();
+        let g = set.resolve_range(table, TABLE).map_err(pe)?;
+        for i in 1..SLOTS {
+            set.store_u64(g + i * 16, PPtr::NULL.segment, Ordering::Relaxed).map_err(pe)?;
+        }
+        set.persist(g, TABLE).map_err(pe)?; // ORDER(P-APP-1): workload data durable before it counts as done or is published
+        set.store_u64(g + READY_AT, READY, Ordering::Release).map_err(pe)?;
+        set.persist(g + READY_AT, 8).map_err(pe)?; // ORDER(P-APP-1): workload data durable before it counts as done or is published
+        // Durable garbage in the blocks the index gets first (the allocator reuses the most
+        // recently freed block of a class): the root block and the first two nodes.
+        for (i, size) in [(2, PINDEX_ROOT_SIZE), (3, PNODE_SIZE), (4, PNODE_SIZE)] {
+            let b = a.allocate(size, slot(table, i)).map_err(e)?;
+            let bg = set.resolve_range(b, size).map_err(pe)?;
+            set.fill(bg, size, 0xA5).map_err(pe)?;
+            set.persist(bg, size).map_err(pe)?; // ORDER(P-APP-1): workload data durable before it counts as done or is published
+        }
+        for i in [4, 3, 2] {
+            a.deallocate(slot(table, i)).map_err(e)?;
+        }
+        ctx.done(tok);
+
+        let tok = ctx.begin(IndexOp::Create);
+        let mut ix =
+            PersistentIndex::create_with_fanout(a.clone(), slot(table, INDEX_SLOT), FANOUT)
+                .map_err(e)?;
+        ctx.done(tok);
+        let class = class_of(PNODE_SIZE).ok_or("no class for a node")?;
+        let mut sp = Space { capacity: page_geometry(class).0, ballast: 0 };
+        let mut model = BTreeMap::new();
+
+        let mut keys: Vec<u64> = (0..KEYS).map(|k| k * 4).collect();
+        for i in (1..keys.len()).rev() {
+            keys.swap(i, (ctx.rng().next_u64() % (i as u64 + 1)) as usize);
+        }
+        let mut ops: Vec<IndexOp> = keys.iter().map(|&k| IndexOp::Insert(k, k)).collect();
+        // No-ops the tree's recovery relies on: a present identical pair, an absent bound.
+        ops.push(IndexOp::Insert(keys[0], keys[0]));
+        ops.push(IndexOp::Remove(1));
+        let churn = |ctx: &mut Ctx<IndexOp>, ops: &mut Vec<IndexOp>| {
+            for i in 0..CHURN {
+                let k = ctx.rng().next_u64() % (KEYS * 4);
+                ops.push(match ctx.rng().next_u64() % 2 {
+                    0 => IndexOp::Insert(k, 1000 + i),
+                    _ => IndexOp::Remove(k),
+                });
+            }
+        };
+        churn(ctx, &mut ops);
+        for range in [0..KEYS, 100..164, KEYS * 4 - 64..KEYS * 4] {
+            ops.extend(range.map(IndexOp::Remove));
+        }
+        churn(ctx, &mut ops);
+        ops.extend((0..KEYS * 4).filter(|k| k % 37 != 5).map(IndexOp::Remove));
+        for op in ops {
+            Self::modify(ctx, &mut ix, &mut model, &sp, op)?;
+        }
+        // Keys are distinct from here on: refill to a deep index first.
+        for k in (0..KEYS).map(|k| 1000 + 2 * k) {
+            Self::modify(ctx, &mut ix, &mut model, &sp, IndexOp::Insert(k, k))?;
+        }
+
+        // Ballast: leave SPARE nodes' worth of free blocks.
+        while sp.free_nodes(&ix)? > SPARE {
+            let i = 2 + sp.ballast;
+            if i >= SLOTS {
+                return Err("the table has no slot left for ballast".into());
+            }
+            let tok = ctx.begin(IndexOp::Ballast(i));
+            a.allocate(PNODE_SIZE, slot(table, i)).map_err(e)?;
+            ctx.done(tok);
+            sp.ballast += 1;
+        }
+        // Ascending inserts until one needs more nodes than are free (a no-op in the model),
+        // then removes that free nodes, and inserts that fit again.
+        let mut k = 2000;
+        let mut failed = None;
+        while failed.is_none() {
+            if k > 2000 + 8 * u64::from(FANOUT) * KEYS {
+                return Err("no insert ran out of nodes".into());
+            }
+            let full = ix.allocations_for(k).map_err(e)? > sp.free_nodes(&ix)?;
+            Self::modify(ctx, &mut ix, &mut model, &sp, IndexOp::Insert(k, k))?;
+            if full {
+                failed = Some(k);
+            }
+            k += 1;
+        }
+        for d in (1000..1000 + 2 * KEYS).step_by(2).take(40) {
+            Self::modify(ctx, &mut ix, &mut model, &sp, IndexOp::Remove(d))?;
+        }
+        for n in k..k + 12 {
+            Self::modify(ctx, &mut ix, &mut model, &sp, IndexOp::Insert(n, n))?;
+        }
+        ix.check().map_err(e)?;
+        let got = ix.entries_in_order().map_err(e)?;
+        if got != model.iter().map(|(k, v)| (*k, *v)).collect::<Vec<_>>() {
+            return Err("the index differs from the workload's model".into());
+        }
+        let mut owned = ix.blocks().map_err(e)?;
+        owned.push(table);
+        owned.extend(
+            (2..2 + sp.ballast)
+                .map(|i| slot(table, i))
+                .filter_map(|s| set.resolve(s).ok().and_then(|g| set.load_pptr(g).ok())),
+        );
+        crate::fptree::leak_check(&a, owned)
+    }
+
+    fn recover(&self, image: &CrashImage) -> Result<Recovered, String> {
+        let set = match PoolSet::open_sim(image, &opts()) {
+            Ok(s) => s,
+            Err(ferrite_pmem::Error::Incomplete { .. }) => {
+                return Ok(Recovered::NoIndex("no pool set".into()));
+            }
+            Err(x) => return Err(format!("the pool set does not open: {x}")),
+        };
+        let a = match PAllocator::open(Arc::new(set)) {
+            Ok(a) => Arc::new(a),
+            Err(Error::Corrupted { what, .. }) if what.contains("creation did not finish") => {
+                return Ok(Recovered::NoIndex(what));
+            }
+            Err(x) => return Err(format!("the allocator does not open: {x}")),
+        };
+        a.check().map_err(|x| format!("allocator check after recovery: {x}"))?;
+        let s = a.pool().clone();
+        let pe = |x: ferrite_pmem::Error| x.to_string();
+        let table = s.load_pptr(s.resolve(a.root_location()).map_err(pe)?).map_err(pe)?;
+        let mut owned = Vec::new();
+        if table.is_null() {
+            crate::fptree::leak_check(&a, owned)?;
+            return Ok(Recovered::NoIndex("no table".into()));
+        }
+        owned.push(table);
+        let g = s
+            .resolve_range(table, TABLE)
+            .map_err(|x| format!("the root points outside the pool: {x}"))?;
+        if s.load_u64(g + READY_AT, Ordering::Acquire).map_err(pe)? != READY {
+            crate::fptree::leak_check(&a, owned)?;
+            return Ok(Recovered::NoIndex("table not ready".into()));
+        }
+        for i in 2..SLOTS {
+            let p = s.load_pptr(g + i * 16).map_err(pe)?;
+            if !p.is_null() {
+                owned.push(p);
+            }
+        }
+        let ix_slot = slot(table, INDEX_SLOT);
+        let root = s.load_pptr(g + INDEX_SLOT * 16).map_err(pe)?;
+        let create = || {
+            PersistentIndex::create_with_fanout(a.clone(), ix_slot, FANOUT)
+                .map_err(|x| format!("finishing the creation: {x}"))
+        };
+        let (ix, unfinished) = if root.is_null() {
+            (create()?, true)
+        } else {
+            match PersistentIndex::open(a.clone(), ix_slot) {
+                Ok(ix) => (ix, false),
+                Err(Error::Corrupted { what, .. }) if what.starts_with("no index root header") => {
+                    (create()?, true)
+                }
+                Err(x) => return Err(format!("open: {x}")),
+            }
+        };
+        if ix.fanout() != FANOUT {
+            return Err(format!("fan-out {} after recovery", ix.fanout()));
+        }
+        ix.check().map_err(|x| format!("integrity check after recovery: {x}"))?;
+        owned.extend(ix.blocks().map_err(|x| x.to_string())?);
+        crate::fptree::leak_check(&a, owned)?;
+        let entries = ix.entries_in_order().map_err(|x| x.to_string())?;
+        // The ordered neighbours agree with the walk (the scans' path).
+        let mut at = ix.first().map_err(|x| x.to_string())?;
+        for want in &entries {
+            if at != Some(*want) {
+                return Err(format!("successor walk found {at:?} where {want:?} is"));
+            }
+            at = ix.successor(want.0).map_err(|x| x.to_string())?;
+        }
+        if at.is_some() {
+            return Err(format!("successor walk found {at:?} after the last entry"));
+        }
+        if unfinished {
+            if !entries.is_empty() {
+                return Err(format!("an index whose creation was finished holds {entries:?}"));
+            }
+            return Ok(Recovered::NoIndex("the index's creation had not finished".into()));
+        }
+        Ok(Recovered::Index(entries))
+    }
+
+    fn check(&self, r: &Recovered, m: &ModelView<IndexOp>) -> Result<(), String> {
+        let created = m.committed.contains(&IndexOp::Create);
+        let entries = match r {
+            Recovered::NoIndex(_) if !created => return Ok(()),
+            Recovered::NoIndex(why) => {
+                return Err(format!(
+                    "expected {} committed operations (the index's creation committed), found no index: {why}",
+                    m.committed.len()
+                ));
+            }
+            Recovered::Index(entries) => entries,
+        };
+        let mut without = BTreeMap::new();
+        for op in &m.committed {
+            op.apply(&mut without);
+        }
+        let got: BTreeMap<u64, PPtr> = entries.iter().copied().collect();
+        if got == without {
+            return Ok(());
+        }
+        let mut with = without.clone();
+        for op in &m.in_flight {
+            op.apply(&mut with);
+        }
+        if got == with {
+            return Ok(());
+        }
+        let diff = |a: &BTreeMap<u64, PPtr>| -> String {
+            let missing: Vec<_> = a.iter().filter(|(k, v)| got.get(k) != Some(v)).take(4).collect();
+            let extra: Vec<_> = got.iter().filter(|(k, v)| a.get(k) != Some(v)).take(4).collect();
+            format!("missing or different {missing:?}, unexpected {extra:?}")
+        };
+        Err(format!(
+            "the index holds {} entries; expected the {} committed operations ({} entries: {}) or with the in-flight {:?} ({} entries: {})",
+            got.len(),
+            m.committed.len(),
+            without.len(),
+            diff(&without),
+            m.in_flight,
+            with.len(),
+            diff(&with)
+        ))
+    }
+}
