@@ -18,7 +18,7 @@ fn fptree_pindex_passes_and_every_persist_site_is_needed() {
         ..Config::default()
     };
     let m = t.mutate(&cfg);
-    eprintln!("{m}");
+    eprintln!("{}\n{m}", m.base);
     assert!(m.base.smoke_problem(t.min_images()).is_none(), "{}", m.base);
     assert!(m.base.nested_images > 0, "{}", m.base);
     assert!(m.passed(), "{m}");
