@@ -15,7 +15,7 @@ use ferrite::fptree::persistent::{
     IX_A_NEW, IX_F_NODE, IX_ROOT, N_BITMAP, N_LEVEL, PINDEX_MAGIC, PersistentIndex,
 };
 use ferrite::pmem::internals::testing::TestDir;
-use ferrite::pmem::{Options, PPtr, PoolSet, SplitMix64};
+use ferrite::pmem::{Counters, Options, PPtr, PoolSet, SplitMix64};
 use ferrite::storage::StorageError as Error;
 use proptest::prelude::*;
 
@@ -364,4 +364,83 @@ fn creation_arguments_are_checked() {
     assert!(matches!(ix.insert(1, PPtr::new(0, 65)), Err(Error::InvalidArgument(_))));
     assert!(!ix.remove(1).unwrap());
     assert!(ix.is_empty().unwrap());
+}
+
+#[test]
+fn exact_flush_and_fence_counts() {
+    let dir = TestDir::new("pindex-counts");
+    let mut ix = new_index(&dir, 32);
+    for k in 1..=10u64 {
+        ix.insert(k * 10, leaf(k)).unwrap();
+    }
+    let d = |f: &mut dyn FnMut()| {
+        let c = Counters::snapshot();
+        f();
+        Counters::snapshot() - c
+    };
+    // Insert without a split: key and child (2 lines) + fence, bitmap + fence (P-FPT-14).
+    let c = d(&mut || assert!(ix.insert(55, leaf(55)).unwrap()));
+    assert_eq!((c.lines_flushed(), c.fences), (3, 2), "insert");
+    // The identical pair again: a no-op that persists nothing.
+    let c = d(&mut || assert!(!ix.insert(55, leaf(55)).unwrap()));
+    assert_eq!((c.lines_flushed(), c.fences, c.bytes_stored), (0, 0, 0), "repeated insert");
+    // Remove that leaves entries in the node: the bitmap only.
+    let c = d(&mut || assert!(ix.remove(55).unwrap()));
+    assert_eq!((c.lines_flushed(), c.fences), (1, 1), "remove");
+    let c = d(&mut || assert!(!ix.remove(55).unwrap()));
+    assert_eq!((c.lines_flushed(), c.fences, c.bytes_stored), (0, 0, 0), "absent remove");
+    // Lookups and neighbours persist nothing.
+    let c = d(&mut || {
+        assert_eq!(ix.lookup(57).unwrap(), Some(leaf(5)));
+        assert_eq!(ix.successor(50).unwrap(), Some((60, leaf(6))));
+        assert_eq!(ix.predecessor(50).unwrap(), Some((40, leaf(4))));
+    });
+    assert_eq!((c.lines_flushed(), c.fences, c.bytes_stored), (0, 0, 0), "lookups");
+    // Two levels: an insert below the leftmost separator lowers it first (1 line, 1 fence).
+    for k in 11..=40u64 {
+        ix.insert(k * 10, leaf(k)).unwrap();
+    }
+    assert_eq!(ix.check().unwrap().height, 2);
+    let c = d(&mut || assert!(ix.insert(5, leaf(0)).unwrap()));
+    assert_eq!((c.lines_flushed(), c.fences), (4, 3), "insert below the leftmost separator");
+}
+
+#[test]
+fn pool_full_leaves_the_index_unchanged_and_usable() {
+    let dir = TestDir::new("pindex-full");
+    let set = PoolSet::create(dir.join("set"), &opts().max_pool_size(2 * SEG)).unwrap();
+    let a = Arc::new(PAllocator::create(Arc::new(set), 1).unwrap());
+    let slot = a.root_location();
+    let mut ix = PersistentIndex::create_with_fanout(a, slot, 4).unwrap();
+    let mut model = BTreeMap::new();
+    let mut k = 0u64;
+    let failed = loop {
+        let need = ix.allocations_for(k).unwrap();
+        match ix.insert(k, leaf(k)) {
+            Ok(true) => {
+                model.insert(k, leaf(k));
+            }
+            Err(Error::PoolFull { .. }) => break k,
+            r => panic!("insert {k}: {r:?} (needed {need} nodes)"),
+        }
+        k += 1;
+        assert!(k < 1 << 20, "the pool never filled");
+    };
+    assert!(ix.allocations_for(failed).unwrap() > 0);
+    assert_same(&ix, &model);
+    // Removes free nodes; inserts fit again; a reopen finds the same entries and no leak.
+    for r in 0..failed / 2 {
+        assert!(ix.remove(r).unwrap());
+        model.remove(&r);
+    }
+    for n in failed..failed + 20 {
+        assert!(ix.insert(n, leaf(n)).unwrap());
+        model.insert(n, leaf(n));
+    }
+    drop(ix);
+    let set = PoolSet::open(dir.join("set"), &opts().max_pool_size(2 * SEG)).unwrap();
+    let a = Arc::new(PAllocator::open(Arc::new(set)).unwrap());
+    let slot = a.root_location();
+    let ix = PersistentIndex::open(a, slot).unwrap();
+    assert_same(&ix, &model);
 }
