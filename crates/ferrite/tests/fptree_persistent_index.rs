@@ -13,8 +13,9 @@ use std::sync::atomic::Ordering;
 
 use ferrite::alloc::PAllocator;
 use ferrite::fptree::persistent::{
-    IX_A_NEW, IX_F_NODE, IX_ROOT, N_BITMAP, N_LEVEL, PINDEX_MAGIC, PINDEX_ROOT_SIZE,
-    PINDEX_VERSION, PIndexRootImage, PNODE_SIZE, PNODE_TAG, PNodeImage, PersistentIndex,
+    IX_A_NEW, IX_F_NODE, IX_ROOT, N_BITMAP, N_CHILDREN, N_KEYS, N_LEVEL, PINDEX_MAGIC,
+    PINDEX_ROOT_SIZE, PINDEX_VERSION, PIndexRootImage, PNODE_SIZE, PNODE_TAG, PNodeImage,
+    PersistentIndex,
 };
 use ferrite::pmem::internals::testing::TestDir;
 use ferrite::pmem::{Counters, Options, PPtr, PoolSet, SplitMix64};
@@ -337,6 +338,51 @@ fn a_damaged_header_or_armed_garbage_log_is_refused() {
     set.store_u64(rg + IX_F_NODE + 32, 3, Ordering::Relaxed).unwrap();
     drop(set);
     assert!(matches!(reopen_result(&dir3, ix), Err(Error::Corrupted { .. })));
+}
+
+/// Regression test: a damaged index whose nodes share children (every level's four slots point
+/// at one node below, under separators below the looked-up key, over bottom nodes whose keys are
+/// all above it) made a floor search try every path: 4^levels node visits, unbounded in the
+/// height. Searches now stop after a fixed number of visits with `Corrupted`.
+#[test]
+fn shared_children_cannot_make_a_search_run_away() {
+    let dir = TestDir::new("pindex-dag");
+    let mut ix = new_index(&dir, 4);
+    for k in 0..600u64 {
+        ix.insert(1000 + k, leaf(k)).unwrap();
+    }
+    let height = ix.check().unwrap().height;
+    assert!(height >= 7, "height {height}");
+    let set = ix.allocator().pool().clone();
+    let nodes: Vec<(u64, u64)> = ix.blocks().unwrap()[1..]
+        .iter()
+        .map(|n| {
+            let g = set.resolve(*n).unwrap();
+            (g, set.load_u64(g + N_LEVEL, Ordering::Relaxed).unwrap())
+        })
+        .collect();
+    let ptrs: Vec<PPtr> = ix.blocks().unwrap()[1..].to_vec();
+    for &(g, level) in &nodes {
+        if level == 0 {
+            continue;
+        }
+        let below = ptrs[nodes.iter().position(|&(_, l)| l == level - 1).unwrap()];
+        for s in 0..4u64 {
+            set.store_u64(g + N_KEYS + s * 8, s, Ordering::Relaxed).unwrap();
+            set.store_u64(g + N_CHILDREN + s * 16, below.segment, Ordering::Relaxed).unwrap();
+            set.store_u64(g + N_CHILDREN + s * 16 + 8, below.offset, Ordering::Relaxed).unwrap();
+        }
+        set.store_u64(g + N_BITMAP, 0b1111, Ordering::Relaxed).unwrap();
+    }
+    drop(set);
+    let ix = reopen(&dir, ix);
+    match ix.lookup(500) {
+        Err(Error::Corrupted { what, .. }) => {
+            assert!(what.contains("visited more nodes"), "{what}")
+        }
+        r => panic!("{r:?}"),
+    }
+    assert!(matches!(ix.check(), Err(Error::Corrupted { .. })));
 }
 
 fn reopen_result(dir: &TestDir, ix: PersistentIndex) -> Result<PersistentIndex, Error> {

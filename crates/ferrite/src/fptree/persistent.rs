@@ -87,6 +87,10 @@ pub const PNODE_TAG: u64 = u64::from_le_bytes(*b"FERRPNOD");
 /// Deepest level an index can reach (far above any pool's capacity at fan-out 4).
 pub const PN_MAX_LEVEL: u64 = 40;
 
+/// Node visits one search may make: far above the 2 × 41 + 1 a valid index needs (see
+/// `PersistentIndex::visit`).
+const SEARCH_BUDGET: u64 = 64 * (PN_MAX_LEVEL + 1);
+
 /// Alloc-log kinds.
 const KIND_SPLIT: u64 = 1;
 const KIND_GROW: u64 = 2;
@@ -276,8 +280,8 @@ impl PNodeImage {
     }
 
     /// The valid entries (key, child, slot), sorted by key.
-    fn sorted(&self) -> Vec<(u64, PPtr, usize)> {
-        let mut v: Vec<(u64, PPtr, usize)> = (0..PN_MAX_SLOTS as usize)
+    fn sorted(&self) -> Vec<Entry> {
+        let mut v: Vec<Entry> = (0..PN_MAX_SLOTS as usize)
             .filter(|&s| self.bitmap & (1 << s) != 0)
             .map(|s| (self.keys[s], self.children[s], s))
             .collect();
@@ -331,7 +335,7 @@ fn node_limit(set: &PoolSet) -> u64 {
 
 /// The index of the child a key routes to among `es` (sorted, non-empty): the greatest
 /// separator ≤ key, or the leftmost child when every separator is above the key (N2).
-fn route(es: &[(u64, PPtr, usize)], key: u64) -> usize {
+fn route(es: &[Entry], key: u64) -> usize {
     es.partition_point(|e| e.0 <= key).saturating_sub(1)
 }
 
@@ -376,6 +380,9 @@ fn root_state(h: &PIndexHeader, at: PPtr) -> StorageResult<RootState> {
     }
     Ok(RootState::NoHeader)
 }
+
+/// A valid entry of a node: (key, child, slot).
+type Entry = (u64, PPtr, usize);
 
 /// A node: its pointer, its global offset and the copy read from PM.
 #[derive(Clone, Copy, Debug)]
@@ -427,7 +434,7 @@ impl PersistentIndex {
         root_slot: PPtr,
         fanout: u32,
     ) -> StorageResult<PersistentIndex> {
-        if !(PN_MIN_FANOUT..=PN_MAX_SLOTS).contains(&fanout) || fanout % 2 != 0 {
+        if !(PN_MIN_FANOUT..=PN_MAX_SLOTS).contains(&fanout) || !fanout.is_multiple_of(2) {
             return Err(StorageError::InvalidArgument(format!(
                 "index fan-out {fanout}: an even number in {PN_MIN_FANOUT}..={PN_MAX_SLOTS}"
             )));
@@ -589,7 +596,7 @@ impl PersistentIndex {
 
     /// The node's entries sorted, with the checks a reader needs: distinct keys, a non-root
     /// node non-empty (N3), children non-null and aligned.
-    fn entries(&self, n: &Node, is_root: bool) -> StorageResult<Vec<(u64, PPtr, usize)>> {
+    fn entries(&self, n: &Node, is_root: bool) -> StorageResult<Vec<Entry>> {
         let es = n.img.sorted();
         if es.windows(2).any(|w| w[0].0 == w[1].0) {
             return Err(corrupt("a key appears twice in one node", n.p));
@@ -623,6 +630,30 @@ impl PersistentIndex {
         key: u64,
         strict: bool,
     ) -> StorageResult<Option<(u64, PPtr)>> {
+        self.floor_rec(n, is_root, key, strict, &mut { SEARCH_BUDGET })
+    }
+
+    /// Takes one node visit from a search's `budget` ([`SEARCH_BUDGET`]). In a valid index a
+    /// floor or ceiling search visits at most 2 × height + 1 nodes (at each level only the
+    /// routed child can come back empty-handed, and then along a single path; its neighbour
+    /// succeeds); only a damaged index (children shared between nodes) could make it revisit
+    /// nodes exponentially often, and it is stopped here as `Corrupted`.
+    fn visit(&self, budget: &mut u64, at: PPtr) -> StorageResult<()> {
+        *budget = budget.checked_sub(1).ok_or_else(|| {
+            corrupt("a search visited more nodes than a valid index needs (shared children)", at)
+        })?;
+        Ok(())
+    }
+
+    fn floor_rec(
+        &self,
+        n: &Node,
+        is_root: bool,
+        key: u64,
+        strict: bool,
+        budget: &mut u64,
+    ) -> StorageResult<Option<(u64, PPtr)>> {
+        self.visit(budget, n.p)?;
         let es = self.entries(n, is_root)?;
         let below = |k: u64| if strict { k < key } else { k <= key };
         if n.img.level == 0 {
@@ -636,7 +667,7 @@ impl PersistentIndex {
         let i = route(&es, key);
         for j in (0..=i).rev() {
             let c = self.node(es[j].1, Some(n.img.level - 1))?;
-            if let Some(r) = self.floor_in(&c, false, key, strict)? {
+            if let Some(r) = self.floor_rec(&c, false, key, strict, budget)? {
                 return Ok(Some(r));
             }
         }
@@ -651,6 +682,18 @@ impl PersistentIndex {
         key: u64,
         strict: bool,
     ) -> StorageResult<Option<(u64, PPtr)>> {
+        self.ceil_rec(n, is_root, key, strict, &mut { SEARCH_BUDGET })
+    }
+
+    fn ceil_rec(
+        &self,
+        n: &Node,
+        is_root: bool,
+        key: u64,
+        strict: bool,
+        budget: &mut u64,
+    ) -> StorageResult<Option<(u64, PPtr)>> {
+        self.visit(budget, n.p)?;
         let es = self.entries(n, is_root)?;
         let above = |k: u64| if strict { k > key } else { k >= key };
         if n.img.level == 0 {
@@ -662,7 +705,7 @@ impl PersistentIndex {
         let i = route(&es, key);
         for e in &es[i..] {
             let c = self.node(e.1, Some(n.img.level - 1))?;
-            if let Some(r) = self.ceil_in(&c, false, key, strict)? {
+            if let Some(r) = self.ceil_rec(&c, false, key, strict, budget)? {
                 return Ok(Some(r));
             }
         }
@@ -773,7 +816,7 @@ impl PersistentIndex {
     /// on revisits): `f(node, sorted entries, level)`.
     fn walk(
         &self,
-        mut f: impl FnMut(&Node, &[(u64, PPtr, usize)], u64) -> StorageResult<()>,
+        mut f: impl FnMut(&Node, &[Entry], u64) -> StorageResult<()>,
     ) -> StorageResult<()> {
         let limit = node_limit(&self.set);
         let mut seen = HashSet::new();
@@ -1066,7 +1109,7 @@ impl PersistentIndex {
     fn remove_inner(&mut self, bound: u64) -> StorageResult<bool> {
         self.normalize_root()?;
         // The path root → bottom node; the bound, if present, is in the routed subtree (N2).
-        let mut path: Vec<(Node, Vec<(u64, PPtr, usize)>, usize)> = Vec::new();
+        let mut path: Vec<(Node, Vec<Entry>, usize)> = Vec::new();
         let mut cur = self.root_node()?;
         loop {
             let es = self.entries(&cur, path.is_empty())?;
@@ -1165,7 +1208,7 @@ impl PersistentIndex {
             if n.img.bitmap.count_ones() != 1 {
                 return Err(corrupt("a detached node that does not hold one entry", n.p));
             }
-            let s = n.img.bitmap.trailing_zeros() as u64;
+            let s = u64::from(n.img.bitmap.trailing_zeros());
             let c = n.img.children[s as usize];
             if c.is_null() {
                 break;
