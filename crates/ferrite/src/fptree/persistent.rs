@@ -716,7 +716,48 @@ impl PersistentIndex {
     /// `key`, or the index is empty).
     pub fn lookup_with_bound(&self, key: u64) -> StorageResult<Option<(u64, PPtr)>> {
         self.check_open()?;
-        self.floor_in(&self.root_node()?, true, key, false)
+        self.floor(key)
+    }
+
+    /// The greatest bound ≤ `key`: the routed path scanned in place, else the full search.
+    fn floor(&self, key: u64) -> StorageResult<Option<(u64, PPtr)>> {
+        let root = self.root_node()?;
+        if let Some(hit) = self.floor_on_path(&root, key)? {
+            return Ok(Some(hit));
+        }
+        self.floor_in(&root, true, key, false)
+    }
+
+    /// The lookup's fast path: descends the routed path only, scanning each node's valid slots
+    /// in place (no sort, no allocation). A bound ≤ `key` in the routed bottom node is the
+    /// answer (N2: every bound to the right of the path is above `key`, every bound to the
+    /// left below the routed node's range). `None` when that node has none (a separator left
+    /// above the keys that remain, a key below every bound, a node without entries): the
+    /// caller runs the full search, which also validates what this path does not (N1's
+    /// distinct keys, N3).
+    fn floor_on_path(&self, root: &Node, key: u64) -> StorageResult<Option<(u64, PPtr)>> {
+        let mut n = *root;
+        for _ in 0..=PN_MAX_LEVEL {
+            let (mut best, mut low) = (None::<usize>, None::<usize>);
+            let mut bits = n.img.bitmap;
+            while bits != 0 {
+                let s = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let k = n.img.keys[s];
+                if k <= key && best.is_none_or(|b| k > n.img.keys[b]) {
+                    best = Some(s);
+                }
+                if low.is_none_or(|l| k < n.img.keys[l]) {
+                    low = Some(s);
+                }
+            }
+            if n.img.level == 0 {
+                return Ok(best.map(|s| (n.img.keys[s], n.img.children[s])));
+            }
+            let Some(s) = best.or(low) else { return Ok(None) };
+            n = self.node(n.img.children[s], Some(n.img.level - 1))?;
+        }
+        Ok(None)
     }
 
     /// The leaf with the greatest bound ≤ `key`.
@@ -914,7 +955,7 @@ impl PersistentIndex {
     }
 
     fn insert_inner(&mut self, bound: u64, leaf: PPtr) -> StorageResult<bool> {
-        if let Some((b, l)) = self.floor_in(&self.root_node()?, true, bound, false)?
+        if let Some((b, l)) = self.floor(bound)?
             && b == bound
         {
             if l == leaf {
@@ -960,10 +1001,10 @@ impl PersistentIndex {
     /// `PoolFull` (tests, crash targets).
     pub fn allocations_for(&self, bound: u64) -> StorageResult<u64> {
         self.check_open()?;
-        let root = self.root_node()?;
-        if self.floor_in(&root, true, bound, false)?.is_some_and(|(b, _)| b == bound) {
+        if self.floor(bound)?.is_some_and(|(b, _)| b == bound) {
             return Ok(0);
         }
+        let root = self.root_node()?;
         let mut n = if root.img.bitmap == self.full() { 2 } else { 0 };
         let mut cur = root;
         let mut is_root = true;
