@@ -45,6 +45,10 @@
 //! - Creation (P-FPT-19): magic and `root` nulled first, the header with magic 0 and disarmed
 //!   logs, the first (empty, bottom) node allocated into `root` and persisted, the magic last.
 //! - Open replays at most the two logs: O(pending log), no walk of the nodes.
+//! - Lookups scan the valid slots of the nodes on the routed path in place (unsorted nodes, no
+//!   allocation) and fall back to a full floor search when separators left above the remaining
+//!   keys lead to a bottom node without a bound ≤ the key. Every search is bounded in node
+//!   visits, so a damaged index with shared children is `Corrupted`, not a runaway walk.
 //!
 //! Every value read from PM (pointers, tags, levels, bitmaps, the header) is validated before
 //! use; a damaged index is [`StorageError::Corrupted`] in every build profile, never a panic.
