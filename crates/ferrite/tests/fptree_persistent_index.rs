@@ -634,3 +634,31 @@ fn the_v1_fixture_opens_with_its_content() {
     model.remove(&10);
     assert_same(&ix, &model);
 }
+
+#[test]
+fn readers_share_the_index_across_threads() {
+    // Lookups and neighbour queries take `&self`: two threads read one index at once (no
+    // writer: modifications take `&mut self`), each checking every answer against the model.
+    let dir = TestDir::new("pindex-readers");
+    let mut ix = new_index(&dir, 4);
+    let mut model = BTreeMap::new();
+    for k in 0..300u64 {
+        ix.insert(k * 3, leaf(k)).unwrap();
+        model.insert(k * 3, leaf(k));
+    }
+    let start = std::sync::Barrier::new(2);
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            let (ix, model, start) = (&ix, &model, &start);
+            s.spawn(move || {
+                start.wait();
+                for k in (t..900).step_by(2) {
+                    let want = model.range(..=k).next_back().map(|(b, l)| (*b, *l));
+                    assert_eq!(ix.lookup_with_bound(k).unwrap(), want, "key {k}");
+                    let next = model.range(k + 1..).next().map(|(b, l)| (*b, *l));
+                    assert_eq!(ix.successor(k).unwrap(), next, "key {k}");
+                }
+            });
+        }
+    });
+}
