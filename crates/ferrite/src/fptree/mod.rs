@@ -52,6 +52,8 @@
 mod key;
 mod layout;
 mod layout_var;
+pub mod olc;
+pub mod vlock;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

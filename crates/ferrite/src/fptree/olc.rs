@@ -1,0 +1,1380 @@
+//! A concurrent ordered index for the FPTree's inner nodes: a B+-tree in DRAM whose nodes are
+//! arenas of atomics addressed by `u32` ids, each with a version lock ([`super::vlock`]),
+//! synchronized by optimistic lock coupling. It maps leaf lower bounds (`u64` keys or byte
+//! keys, [`IndexKey`]) to leaf offsets (`u64`) and answers "the leaf of a key" (greatest bound
+//! ≤ key) and ordered neighbour queries for scans. Design: `docs/design/fptree.md`,
+//! "Concurrency (part II)".
+//!
+//! # Invariants
+//! - O1 (levels): every level-0 node is at the same depth; a child of a level-`l` node has
+//!   level `l − 1`. The root is reached through the header word (root id, height), which only
+//!   grows (no root collapse).
+//! - O2 (order): a level-0 node holds `count` entries `(bound, value)` sorted strictly
+//!   ascending. An inner node holds `count ≥ 1` children; `keys[i]` for `1 ≤ i < count` are
+//!   strictly ascending separators and every bound in child `i`'s subtree lies in
+//!   `[keys[i], keys[i+1])` (with `keys[0]` ignored: −∞, and `keys[count]`: the node's own
+//!   upper fence). Removing a child widens its left neighbour's range (or, for child 0, its
+//!   right neighbour's) without touching it, which keeps O2.
+//! - O3 (ownership): every stored byte key (an entry's bound or an inner separator) is a copy
+//!   in the index's own key words, referenced by exactly one slot; never a pointer into
+//!   persistent memory (DEFECT-4). Inner `keys[0]` owns nothing.
+//! - O4 (underflow): nodes are never merged or rebalanced. A level-0 node whose last entry is
+//!   removed is unlinked (with every ancestor that would be left without children, up to the
+//!   lowest one with another child) and its id freed; when every ancestor has only that child
+//!   the empty node stays (only then may a level-0 node be empty). Underfull nodes are
+//!   compacted by the next [`OlcIndex::bulk_load`] (every open).
+//! - O5 (writers): a node's words are written only by the holder of its lock, and every
+//!   written node is unlocked with a new version; a node is unlocked only after every node of
+//!   the same operation is written (a split holds the node, its parent — or the header — and
+//!   the new node at once; a removal holds every node it unlinks and the node it unlinks them
+//!   from).
+//!
+//! # Concurrency and ordering
+//! Readers take no locks. A reader snapshots the header and the root's version, then couples
+//! down: it reads a child's version before validating the parent it read the child's id from,
+//! and restarts on a failed validation, a locked or obsolete node, or any value a consistent
+//! node could not hold (an id outside the arena, a level that does not descend, a count above
+//! the fan-out, a key handle out of range). It records every node it read in a read set and,
+//! before returning, validates all of them again: every snapshot was taken before the first
+//! of these final validations and each node is unchanged until its own, so at the instant of
+//! the first final validation every node read held exactly what was read. With O5 (no node
+//! of a multi-node change is readable in an intermediate state by a validating reader) the
+//! answer is that of one instant: lookups and neighbour queries are linearizable.
+//!
+//! Writers descend the same way, then upgrade (CAS) the versions of exactly the nodes they
+//! change; a failed upgrade unlocks what it holds unchanged and restarts, so no writer waits
+//! while holding a lock (no deadlock). Inserts split full nodes on the way down (so a parent
+//! always has room for one more separator); a root split locks the header.
+//!
+//! # Memory reclamation (why reuse without epochs is safe)
+//! Node ids and key words are reused at once, and readers are made safe against reuse by
+//! validation: (1) all memory is arenas of atomics that are never unmapped (reading any id or
+//! word is safe Rust; a bad id or handle reads as "restart"); (2) a node is freed only after
+//! it was unlinked under its parent's lock and marked obsolete under its own, and it is
+//! revived above every version it had (VL4), so a reader or writer holding a snapshot of the
+//! old incarnation fails validation; (3) a key handle is freed only by a writer holding the
+//! lock of the node whose slot referenced it, after taking that lock; whoever reuses the
+//! words issues a release fence after taking them from the free list and before writing
+//! them. A reader that loads bytes written by the reuser therefore synchronizes (through its
+//! acquire fence in `validate`) with that fence, which happens after the first writer locked
+//! the node; its validation of that node sees the lock or a later version and fails. Garbage
+//! compared before validation only steers the reader, bounded by the fan-out, the height
+//! and the key limit.
+
+use std::cmp::Ordering as Cmp;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use super::key::{ByteKey, KeyKind, MAX_KEY_LEN, U64Key};
+use super::vlock::{Locked, TryLock, Version, VersionLock, ok};
+use crate::storage::{StorageError, StorageResult};
+
+/// Entries of a level-0 node and children of an inner node.
+pub const FANOUT: usize = 64;
+
+/// The tallest tree the index builds (a root split beyond it is refused with `PoolFull`;
+/// 64^12 leaves is far beyond any pool).
+pub const MAX_HEIGHT: usize = 12;
+
+/// Spin rounds of a restart before it yields.
+const SPIN_ROUNDS: u32 = 64;
+
+// ---------------------------------------------------------------------------------------------
+// Arenas: chunks of `T` created on first use, found by id without locks, never freed.
+
+const DIR: usize = 1024;
+
+struct Arena<T> {
+    shift: u32,
+    top: Box<[OnceLock<Box<[OnceLock<Box<[T]>>]>>]>,
+    chunks: AtomicU64,
+}
+
+impl<T: Default> Arena<T> {
+    fn new(shift: u32) -> Self {
+        Arena { shift, top: (0..DIR).map(|_| OnceLock::new()).collect(), chunks: AtomicU64::new(0) }
+    }
+
+    /// Elements the arena can ever hold.
+    fn capacity(&self) -> u64 {
+        (DIR as u64 * DIR as u64) << self.shift
+    }
+
+    #[inline]
+    fn get(&self, i: u64) -> Option<&T> {
+        let c = (i >> self.shift) as usize;
+        let mid = self.top.get(c / DIR)?.get()?;
+        let chunk = mid.get(c % DIR)?.get()?;
+        chunk.get((i & ((1 << self.shift) - 1)) as usize)
+    }
+
+    /// The element, creating its chunk if needed; `None` beyond the capacity.
+    fn ensure(&self, i: u64) -> Option<&T> {
+        let c = (i >> self.shift) as usize;
+        let mid =
+            self.top.get(c / DIR)?.get_or_init(|| (0..DIR).map(|_| OnceLock::new()).collect());
+        let chunk = mid[c % DIR].get_or_init(|| {
+            self.chunks.fetch_add(1, Ordering::Relaxed);
+            (0..1usize << self.shift).map(|_| T::default()).collect()
+        });
+        chunk.get((i & ((1 << self.shift) - 1)) as usize)
+    }
+
+    fn memory_bytes(&self) -> u64 {
+        let slot = size_of::<OnceLock<Box<[T]>>>() as u64;
+        let mids = self.top.iter().filter(|m| m.get().is_some()).count() as u64;
+        let chunk = (size_of::<T>() as u64) << self.shift;
+        self.top.len() as u64 * size_of::<OnceLock<Box<[OnceLock<Box<[T]>>]>>>() as u64
+            + mids * DIR as u64 * slot
+            + self.chunks.load(Ordering::Relaxed) * chunk
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Byte keys in DRAM words.
+
+/// Bytes of a key handle's length field.
+const LEN_BITS: u32 = 16;
+const _: () = assert!(MAX_KEY_LEN < 1 << LEN_BITS);
+
+/// Free-list size classes of key words: 1, 2, 4, … 512 words (a 4 KiB key).
+const CLASSES: usize = 10;
+const _: () = assert!(MAX_KEY_LEN.div_ceil(8) <= 1 << (CLASSES - 1));
+
+/// The words that hold the index's byte keys (O3). A key of `len` bytes is stored big-endian
+/// in `ceil(len / 8)` words, the last one zero-padded, so comparing words numerically and then
+/// lengths is comparing the bytes; it is named by a handle `word << 16 | len`.
+pub struct KeyStore {
+    words: Arena<AtomicU64>,
+    alloc: Mutex<KeyAlloc>,
+}
+
+#[derive(Default)]
+struct KeyAlloc {
+    next: u64,
+    free: [Vec<u64>; CLASSES],
+}
+
+impl fmt::Debug for KeyStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyStore").field("bytes", &self.memory_bytes()).finish()
+    }
+}
+
+fn class_of(words: usize) -> usize {
+    words.next_power_of_two().trailing_zeros() as usize
+}
+
+fn be_word(chunk: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    b[..chunk.len()].copy_from_slice(chunk);
+    u64::from_be_bytes(b)
+}
+
+impl KeyStore {
+    fn new() -> Self {
+        KeyStore { words: Arena::new(12), alloc: Mutex::new(KeyAlloc::default()) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, KeyAlloc> {
+        self.alloc.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new handle holding `key` (at most [`MAX_KEY_LEN`] bytes, checked by the caller).
+    fn store(&self, key: &[u8]) -> StorageResult<u64> {
+        let n = key.len().div_ceil(8);
+        if n == 0 {
+            return Ok(0);
+        }
+        let class = class_of(n);
+        let w = {
+            let mut a = self.lock();
+            match a.free[class].pop() {
+                Some(w) => w,
+                None => {
+                    let w = a.next;
+                    let end = w + (1 << class);
+                    // A handle keeps the word index in its upper 48 bits.
+                    if end > self.words.capacity().min(1 << (64 - LEN_BITS)) {
+                        return Err(StorageError::PoolFull {
+                            at: "fptree inner index key words".into(),
+                            requested: 8 << class,
+                            available: 0,
+                        });
+                    }
+                    a.next = end;
+                    w
+                }
+            }
+        };
+        // The reclamation argument of the module docs: the words may have been freed by a
+        // writer holding a node lock; this fence orders that lock before the stores below
+        // for any reader that loads them.
+        std::sync::atomic::fence(Ordering::Release);
+        for (i, chunk) in key.chunks(8).enumerate() {
+            let word = self.words.ensure(w + i as u64).ok_or_else(|| StorageError::PoolFull {
+                at: "fptree inner index key words".into(),
+                requested: 8,
+                available: 0,
+            })?;
+            word.store(be_word(chunk), Ordering::Relaxed);
+        }
+        Ok(w << LEN_BITS | key.len() as u64)
+    }
+
+    /// Returns a handle's words to the free list (the caller holds the lock of the node whose
+    /// slot referenced it, O3).
+    fn free(&self, h: u64) {
+        let len = (h & ((1 << LEN_BITS) - 1)) as usize;
+        if len == 0 {
+            return;
+        }
+        self.lock().free[class_of(len.div_ceil(8))].push(h >> LEN_BITS);
+    }
+
+    /// Compares the key of handle `h` with a prepared query; `None` if `h` is not a handle a
+    /// consistent node could hold (the caller restarts).
+    #[inline]
+    fn cmp(&self, h: u64, q: &ByteQuery) -> Option<Cmp> {
+        let len = (h & ((1 << LEN_BITS) - 1)) as usize;
+        if len > MAX_KEY_LEN {
+            return None;
+        }
+        let w0 = h >> LEN_BITS;
+        let qw = q.words();
+        for (i, qword) in qw.iter().enumerate().take(len.div_ceil(8)) {
+            let a = self.words.get(w0 + i as u64)?.load(Ordering::Relaxed);
+            match a.cmp(qword) {
+                Cmp::Equal => {}
+                o => return Some(o),
+            }
+        }
+        Some(len.cmp(&q.len))
+    }
+
+    /// Copies handle `h`'s words into `out`; `false` if `h` is out of range.
+    fn read(&self, h: u64, out: &mut Vec<u64>) -> bool {
+        out.clear();
+        let len = (h & ((1 << LEN_BITS) - 1)) as usize;
+        if len > MAX_KEY_LEN {
+            return false;
+        }
+        for i in 0..len.div_ceil(8) as u64 {
+            match self.words.get((h >> LEN_BITS) + i) {
+                Some(w) => out.push(w.load(Ordering::Relaxed)),
+                None => return false,
+            }
+        }
+        true
+    }
+
+    fn memory_bytes(&self) -> u64 {
+        let a = self.lock();
+        self.words.memory_bytes() + a.free.iter().map(|f| f.capacity() as u64 * 8).sum::<u64>()
+    }
+}
+
+/// A byte key prepared for comparisons with stored keys: its big-endian padded words.
+#[derive(Debug)]
+pub struct ByteQuery {
+    inline: [u64; 8],
+    heap: Vec<u64>,
+    len: usize,
+}
+
+impl ByteQuery {
+    fn new(key: &[u8]) -> Self {
+        let mut q = ByteQuery { inline: [0; 8], heap: Vec::new(), len: key.len() };
+        if key.len() <= 64 {
+            for (i, c) in key.chunks(8).enumerate() {
+                q.inline[i] = be_word(c);
+            }
+        } else {
+            q.heap = key.chunks(8).map(be_word).collect();
+        }
+        q
+    }
+
+    #[inline]
+    fn words(&self) -> &[u64] {
+        if self.len <= 64 { &self.inline[..self.len.div_ceil(8)] } else { &self.heap }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Key kinds.
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::U64Key {}
+    impl Sealed for super::ByteKey {}
+}
+
+/// How the index stores and compares the separators of a key kind: `u64` keys sit in the
+/// node's key word itself; byte keys are handles into the index's [`KeyStore`] (O3).
+pub trait IndexKey: KeyKind + sealed::Sealed {
+    /// A key prepared for repeated comparisons.
+    type Query: fmt::Debug;
+    /// A stored key copied out during an optimistic read (garbage until validated).
+    type Snap: Default + fmt::Debug;
+
+    /// Prepares `key`.
+    fn prepare(key: &Self::Key) -> Self::Query;
+    /// Compares stored word `w` with `q`; `None` if `w` cannot be a stored key.
+    fn cmp(keys: &KeyStore, w: u64, q: &Self::Query) -> Option<Cmp>;
+    /// A stored word holding a copy of `key`.
+    fn store(keys: &KeyStore, key: &Self::Key) -> StorageResult<u64>;
+    /// A new stored word holding the same key as `w` (a separator copied up at a split).
+    fn copy(keys: &KeyStore, w: u64) -> StorageResult<u64>;
+    /// Frees stored word `w` (its slot's node is locked).
+    fn free(keys: &KeyStore, w: u64);
+    /// Copies the key of `w` into `snap`; `false` if `w` cannot be a stored key.
+    fn snap(keys: &KeyStore, w: u64, snap: &mut Self::Snap) -> bool;
+    /// The owned key of a validated snapshot.
+    fn owned(w: u64, snap: &Self::Snap) -> Self::Owned;
+}
+
+impl IndexKey for U64Key {
+    type Query = u64;
+    type Snap = ();
+
+    #[inline]
+    fn prepare(key: &u64) -> u64 {
+        *key
+    }
+
+    #[inline]
+    fn cmp(_: &KeyStore, w: u64, q: &u64) -> Option<Cmp> {
+        Some(w.cmp(q))
+    }
+
+    fn store(_: &KeyStore, key: &u64) -> StorageResult<u64> {
+        Ok(*key)
+    }
+
+    fn copy(_: &KeyStore, w: u64) -> StorageResult<u64> {
+        Ok(w)
+    }
+
+    fn free(_: &KeyStore, _: u64) {}
+
+    fn snap(_: &KeyStore, _: u64, _: &mut ()) -> bool {
+        true
+    }
+
+    fn owned(w: u64, _: &()) -> u64 {
+        w
+    }
+}
+
+impl IndexKey for ByteKey {
+    type Query = ByteQuery;
+    type Snap = Vec<u64>;
+
+    fn prepare(key: &[u8]) -> ByteQuery {
+        ByteQuery::new(key)
+    }
+
+    #[inline]
+    fn cmp(keys: &KeyStore, w: u64, q: &ByteQuery) -> Option<Cmp> {
+        keys.cmp(w, q)
+    }
+
+    fn store(keys: &KeyStore, key: &[u8]) -> StorageResult<u64> {
+        ByteKey::validate(key)?;
+        keys.store(key)
+    }
+
+    fn copy(keys: &KeyStore, w: u64) -> StorageResult<u64> {
+        let mut words = Vec::new();
+        if !keys.read(w, &mut words) {
+            return Err(StorageError::corrupted("inner index key handle out of range", "DRAM"));
+        }
+        keys.store(&Self::owned(w, &words))
+    }
+
+    fn free(keys: &KeyStore, w: u64) {
+        keys.free(w)
+    }
+
+    fn snap(keys: &KeyStore, w: u64, snap: &mut Vec<u64>) -> bool {
+        keys.read(w, snap)
+    }
+
+    fn owned(w: u64, snap: &Vec<u64>) -> Box<[u8]> {
+        let len = ((w & ((1 << LEN_BITS) - 1)) as usize).min(snap.len() * 8);
+        snap.iter().flat_map(|x| x.to_be_bytes()).take(len).collect()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Nodes.
+
+/// One node: a version word, `count | level << 16`, and `FANOUT` key and value words (values
+/// are child ids in inner nodes, leaf offsets at level 0).
+struct Node {
+    ver: AtomicU64,
+    meta: AtomicU64,
+    keys: [AtomicU64; FANOUT],
+    vals: [AtomicU64; FANOUT],
+}
+
+impl Default for Node {
+    fn default() -> Self {
+        Node {
+            ver: AtomicU64::new(0),
+            meta: AtomicU64::new(0),
+            keys: std::array::from_fn(|_| AtomicU64::new(0)),
+            vals: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+fn meta(count: usize, level: usize) -> u64 {
+    count as u64 | (level as u64) << 16
+}
+
+/// `(count, level)` of a meta word; `None` if no consistent node holds it.
+#[inline]
+fn unmeta(m: u64) -> Option<(usize, usize)> {
+    let (count, level) = ((m & 0xFFFF) as usize, (m >> 16) as usize);
+    (count <= FANOUT && level < MAX_HEIGHT).then_some((count, level))
+}
+
+impl Node {
+    #[inline]
+    fn key(&self, i: usize) -> u64 {
+        self.keys[i].load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    fn val(&self, i: usize) -> u64 {
+        self.vals[i].load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    fn set(&self, i: usize, k: u64, v: u64) {
+        self.keys[i].store(k, Ordering::Relaxed);
+        self.vals[i].store(v, Ordering::Relaxed);
+    }
+}
+
+/// The header word: root id in the low 32 bits, height (levels) above.
+fn header(root: u32, height: usize) -> u64 {
+    u64::from(root) | (height as u64) << 32
+}
+
+/// What a seek looks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// The greatest entry ≤ the key.
+    Le,
+    /// The greatest entry < the key.
+    Lt,
+    /// The smallest entry > the key.
+    Gt,
+    /// The smallest entry ≥ the key.
+    Ge,
+}
+
+impl Mode {
+    fn forward(self) -> bool {
+        matches!(self, Mode::Gt | Mode::Ge)
+    }
+}
+
+/// Nodes read by an optimistic operation, validated together at its end.
+struct ReadSet {
+    inline: [(u32, Version); 2 * MAX_HEIGHT],
+    n: usize,
+    spill: Vec<(u32, Version)>,
+}
+
+impl ReadSet {
+    fn new() -> Self {
+        ReadSet { inline: [(0, Version::PLACEHOLDER); 2 * MAX_HEIGHT], n: 0, spill: Vec::new() }
+    }
+
+    fn clear(&mut self) {
+        self.n = 0;
+        self.spill.clear();
+    }
+
+    fn push(&mut self, id: u32, v: Version) {
+        if self.n < self.inline.len() {
+            self.inline[self.n] = (id, v);
+            self.n += 1;
+        } else {
+            self.spill.push((id, v));
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &(u32, Version)> {
+        self.inline[..self.n].iter().chain(&self.spill)
+    }
+}
+
+/// One step of a descent: the node, its snapshot, the child index taken and its count.
+#[derive(Clone, Copy, Debug)]
+struct Step {
+    id: u32,
+    v: Version,
+    idx: usize,
+    count: usize,
+}
+
+/// Why an operation must restart from the root.
+struct Restart;
+
+type Attempt<T> = Result<T, Restart>;
+
+/// The concurrent ordered index of leaf bounds (see the module docs). `K` is the key kind.
+pub struct OlcIndex<K: IndexKey> {
+    head_ver: AtomicU64,
+    head: AtomicU64,
+    nodes: Arena<Node>,
+    node_alloc: Mutex<NodeAlloc>,
+    keys: KeyStore,
+    len: AtomicU64,
+    _kind: std::marker::PhantomData<K>,
+}
+
+#[derive(Default)]
+struct NodeAlloc {
+    next: u32,
+    free: Vec<u32>,
+}
+
+impl<K: IndexKey> fmt::Debug for OlcIndex<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OlcIndex")
+            .field("kind", &K::NAME)
+            .field("len", &self.len())
+            .field("memory_bytes", &self.memory_bytes())
+            .finish()
+    }
+}
+
+impl<K: IndexKey> Default for OlcIndex<K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K: IndexKey> OlcIndex<K> {
+    /// An empty index: one empty level-0 root.
+    pub fn new() -> Self {
+        let idx = Self::empty();
+        let (root, l) = idx.alloc_node().expect("the first node of an empty arena");
+        root.meta.store(meta(0, 0), Ordering::Relaxed);
+        ok(root.ver.unlock(l.1));
+        idx.head.store(header(l.0, 1), Ordering::Release);
+        idx
+    }
+
+    fn empty() -> Self {
+        OlcIndex {
+            head_ver: AtomicU64::new(0),
+            head: AtomicU64::new(0),
+            nodes: Arena::new(6),
+            node_alloc: Mutex::new(NodeAlloc::default()),
+            keys: KeyStore::new(),
+            len: AtomicU64::new(0),
+            _kind: std::marker::PhantomData,
+        }
+    }
+
+    /// Builds an index from entries in strictly ascending bound order, full nodes bottom-up
+    /// (the restart path: no locks, no searches). Unsorted or duplicate bounds and keys over
+    /// the limit are `InvalidArgument`.
+    pub fn bulk_load<I>(entries: I) -> StorageResult<Self>
+    where
+        I: IntoIterator<Item = (K::Owned, u64)>,
+    {
+        use std::borrow::Borrow;
+        let idx = Self::empty();
+        // Level 0: (node id, its smallest bound) per node.
+        let mut level: Vec<(u32, Option<K::Owned>)> = Vec::new();
+        let mut prev: Option<K::Owned> = None;
+        let mut cur: Option<(u32, Locked, usize)> = None;
+        let mut n = 0u64;
+        for (bound, val) in entries {
+            let b: &K::Key = bound.borrow();
+            K::validate(b)?;
+            if let Some(p) = &prev
+                && p.borrow() >= b
+            {
+                return Err(StorageError::InvalidArgument(format!(
+                    "bulk load of the inner index: bounds not strictly ascending ({p:?}, then {b:?})"
+                )));
+            }
+            if cur.as_ref().is_some_and(|c| c.2 == FANOUT) {
+                let (id, l, count) = cur.take().expect("checked");
+                idx.finish_node(id, l, count, 0);
+            }
+            if cur.is_none() {
+                let (_, (id, l)) = idx.alloc_node()?;
+                level.push((id, Some(bound.clone())));
+                cur = Some((id, l, 0));
+            }
+            let (id, _, count) = cur.as_mut().expect("set above");
+            let node = idx.node(*id).expect("allocated");
+            node.set(*count, K::store(&idx.keys, b)?, val);
+            *count += 1;
+            n += 1;
+            prev = Some(bound);
+        }
+        match cur {
+            Some((id, l, count)) => idx.finish_node(id, l, count, 0),
+            None => {
+                let (_, (id, l)) = idx.alloc_node()?;
+                idx.finish_node(id, l, 0, 0);
+                level.push((id, None));
+            }
+        }
+        // Inner levels: FANOUT children per node; separator i = a copy of child i's smallest
+        // bound (keys[0] owns nothing, O3).
+        let mut height = 1;
+        while level.len() > 1 {
+            let mut up = Vec::with_capacity(level.len().div_ceil(FANOUT));
+            for group in level.chunks(FANOUT) {
+                let (_, (id, l)) = idx.alloc_node()?;
+                let node = idx.node(id).expect("allocated");
+                for (i, (child, min)) in group.iter().enumerate() {
+                    let k = match (i, min) {
+                        (0, _) => 0,
+                        (_, Some(m)) => K::store(&idx.keys, m.borrow())?,
+                        (_, None) => unreachable!("only a lone empty node has no bound"),
+                    };
+                    node.set(i, k, u64::from(*child));
+                }
+                idx.finish_node(id, l, group.len(), height);
+                up.push((id, group[0].1.clone()));
+            }
+            level = up;
+            height += 1;
+            if height > MAX_HEIGHT {
+                return Err(idx.too_tall());
+            }
+        }
+        idx.head.store(header(level[0].0, height), Ordering::Release);
+        idx.len.store(n, Ordering::Relaxed);
+        Ok(idx)
+    }
+
+    fn finish_node(&self, id: u32, l: Locked, count: usize, level: usize) {
+        let node = self.node(id).expect("allocated");
+        node.meta.store(meta(count, level), Ordering::Relaxed);
+        ok(node.ver.unlock(l));
+    }
+
+    fn too_tall(&self) -> StorageError {
+        StorageError::PoolFull {
+            at: format!("fptree inner index: more than {MAX_HEIGHT} levels"),
+            requested: 1,
+            available: 0,
+        }
+    }
+
+    /// Entries (leaf bounds) in the index; exact while no writer runs.
+    pub fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed) as usize
+    }
+
+    /// Whether the index has no entry.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// DRAM the index holds: node chunks, key words, directories and free lists.
+    pub fn memory_bytes(&self) -> u64 {
+        let free = self.node_alloc.lock().unwrap_or_else(|p| p.into_inner()).free.capacity();
+        size_of::<Self>() as u64
+            + self.nodes.memory_bytes()
+            + self.keys.memory_bytes()
+            + free as u64 * 4
+    }
+
+    /// The value (leaf) of the greatest bound ≤ `key`; `None` if every bound is greater.
+    pub fn lookup(&self, key: &K::Key) -> Option<u64> {
+        self.seek(&K::prepare(key), Mode::Le, false).map(|(_, v)| v)
+    }
+
+    /// The greatest bound ≤ `key` and its value.
+    pub fn lookup_with_bound(&self, key: &K::Key) -> Option<(K::Owned, u64)> {
+        self.seek_owned(&K::prepare(key), Mode::Le)
+    }
+
+    /// The smallest bound > `bound` and its value (the next leaf, for forward scans).
+    pub fn successor(&self, bound: &K::Key) -> Option<(K::Owned, u64)> {
+        self.seek_owned(&K::prepare(bound), Mode::Gt)
+    }
+
+    /// The greatest bound < `bound` and its value (the previous leaf, for backward scans).
+    pub fn predecessor(&self, bound: &K::Key) -> Option<(K::Owned, u64)> {
+        self.seek_owned(&K::prepare(bound), Mode::Lt)
+    }
+
+    /// The smallest bound ≥ `key` and its value.
+    pub fn ceiling(&self, key: &K::Key) -> Option<(K::Owned, u64)> {
+        self.seek_owned(&K::prepare(key), Mode::Ge)
+    }
+
+    /// The smallest bound and its value.
+    pub fn first(&self) -> Option<(K::Owned, u64)> {
+        self.ceiling(K::lowest().borrow_key())
+    }
+
+    fn seek_owned(&self, q: &K::Query, mode: Mode) -> Option<(K::Owned, u64)> {
+        self.seek(q, mode, true).map(|((w, snap), v)| (K::owned(w, &snap), v))
+    }
+
+    #[inline]
+    fn node(&self, id: u32) -> Option<&Node> {
+        self.nodes.get(u64::from(id))
+    }
+
+    /// A node id taken from the free list or the arena, its word claimed (locked) by the
+    /// caller (VL4).
+    fn alloc_node(&self) -> StorageResult<(&Node, (u32, Locked))> {
+        let id = {
+            let mut a = self.node_alloc.lock().unwrap_or_else(|p| p.into_inner());
+            match a.free.pop() {
+                Some(id) => id,
+                None => {
+                    let id = a.next;
+                    if u64::from(id) >= self.nodes.capacity() {
+                        return Err(StorageError::PoolFull {
+                            at: "fptree inner index nodes".into(),
+                            requested: size_of::<Node>() as u64,
+                            available: 0,
+                        });
+                    }
+                    a.next += 1;
+                    id
+                }
+            }
+        };
+        let full = || StorageError::PoolFull {
+            at: "fptree inner index nodes".into(),
+            requested: size_of::<Node>() as u64,
+            available: 0,
+        };
+        let node = self.nodes.ensure(u64::from(id)).ok_or_else(full)?;
+        let l = ok(node.ver.claim()).ok_or_else(|| {
+            StorageError::corrupted("a free inner-index node is locked", format!("node {id}"))
+        })?;
+        Ok((node, (id, l)))
+    }
+
+    /// Returns the id of a node its caller unlocked obsolete.
+    fn free_node(&self, id: u32) {
+        self.node_alloc.lock().unwrap_or_else(|p| p.into_inner()).free.push(id);
+    }
+
+    /// Index of the child of `node` (an inner node with `count` children) whose range holds
+    /// `q`: the last `i ≥ 1` with `keys[i] ≤ q`, else 0.
+    #[inline]
+    fn route(&self, node: &Node, count: usize, q: &K::Query) -> Attempt<usize> {
+        // The first i in 1..count with keys[i] > q, minus one.
+        let (mut lo, mut hi) = (1, count.max(1));
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            match K::cmp(&self.keys, node.key(mid), q).ok_or(Restart)? {
+                Cmp::Greater => hi = mid,
+                _ => lo = mid + 1,
+            }
+        }
+        Ok(lo - 1)
+    }
+
+    /// The first `i < count` whose key is > `q` (`strict`) or ≥ `q`; `count` if none.
+    #[inline]
+    fn bound_in(&self, node: &Node, count: usize, q: &K::Query, strict: bool) -> Attempt<usize> {
+        let (mut lo, mut hi) = (0, count);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let c = K::cmp(&self.keys, node.key(mid), q).ok_or(Restart)?;
+            let after = if strict { c == Cmp::Greater } else { c != Cmp::Less };
+            if after {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        Ok(lo)
+    }
+
+    /// Takes a snapshot of the header and the root; the root's id, node, snapshot and level.
+    fn begin(&self) -> Attempt<(u32, &Node, Version, usize)> {
+        let hv = ok(self.head_ver.read_begin()).ok_or(Restart)?;
+        let h = self.head.load(Ordering::Relaxed);
+        let (root_id, height) = (h as u32, (h >> 32) as usize);
+        let root = self.node(root_id).ok_or(Restart)?;
+        let v = ok(root.ver.read_begin()).ok_or(Restart)?;
+        if height == 0 || height > MAX_HEIGHT || !ok(self.head_ver.validate(hv)) {
+            return Err(Restart);
+        }
+        Ok((root_id, root, v, height - 1))
+    }
+
+    /// Reads `node`'s meta word, checking the level it must have.
+    #[inline]
+    fn count(node: &Node, level: usize) -> Attempt<usize> {
+        match unmeta(node.meta.load(Ordering::Relaxed)) {
+            Some((count, l)) if l == level => Ok(count),
+            _ => Err(Restart),
+        }
+    }
+
+    /// The child `idx` of `node` (snapshot `v`), coupled: its snapshot is taken before `node`
+    /// is validated.
+    #[inline]
+    fn child(&self, node: &Node, v: Version, idx: usize) -> Attempt<(u32, &Node, Version)> {
+        let id = u32::try_from(node.val(idx)).map_err(|_| Restart)?;
+        let child = self.node(id).ok_or(Restart)?;
+        let cv = ok(child.ver.read_begin()).ok_or(Restart)?;
+        if !ok(node.ver.validate(v)) {
+            return Err(Restart);
+        }
+        Ok((id, child, cv))
+    }
+
+    fn pause(round: &mut u32) {
+        if *round < SPIN_ROUNDS {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+        *round = round.saturating_add(1);
+    }
+
+    fn seek(&self, q: &K::Query, mode: Mode, want_key: bool) -> Option<((u64, K::Snap), u64)> {
+        let mut reads = ReadSet::new();
+        let mut snap = K::Snap::default();
+        let mut round = 0;
+        loop {
+            reads.clear();
+            match self.seek_once(q, mode, want_key, &mut reads, &mut snap) {
+                Ok(r) => return r.map(|(w, v)| ((w, snap), v)),
+                Err(Restart) => Self::pause(&mut round),
+            }
+        }
+    }
+
+    fn seek_once(
+        &self,
+        q: &K::Query,
+        mode: Mode,
+        want_key: bool,
+        reads: &mut ReadSet,
+        snap: &mut K::Snap,
+    ) -> Attempt<Option<(u64, u64)>> {
+        let (mut id, mut node, mut v, mut level) = self.begin()?;
+        let mut path = [Step { id: 0, v: Version::PLACEHOLDER, idx: 0, count: 0 }; MAX_HEIGHT];
+        let mut depth = 0;
+        // Descend along q.
+        loop {
+            reads.push(id, v);
+            let count = Self::count(node, level)?;
+            if level == 0 {
+                let found = self.pick(node, count, Some(q), mode)?;
+                if let Some(i) = found {
+                    return self.finish(node, i, want_key, reads, snap).map(Some);
+                }
+                break;
+            }
+            if count == 0 {
+                return Err(Restart);
+            }
+            let idx = self.route(node, count, q)?;
+            path[depth] = Step { id, v, idx, count };
+            depth += 1;
+            let (cid, child, cv) = self.child(node, v, idx)?;
+            (id, node, v, level) = (cid, child, cv, level - 1);
+        }
+        // Not in the level-0 node of q: move to the neighbouring subtree in the mode's
+        // direction, descending along its edge, past empty level-0 nodes (O4).
+        let forward = mode.forward();
+        loop {
+            let step = loop {
+                if depth == 0 {
+                    return self.validate_all(reads).map(|()| None);
+                }
+                let s = &mut path[depth - 1];
+                if forward && s.idx + 1 < s.count {
+                    s.idx += 1;
+                    break *s;
+                }
+                if !forward && s.idx > 0 {
+                    s.idx -= 1;
+                    break *s;
+                }
+                depth -= 1;
+            };
+            let parent = self.node(step.id).ok_or(Restart)?;
+            let (mut cid, mut child, mut cv) = self.child(parent, step.v, step.idx)?;
+            let mut level = MAX_HEIGHT; // set from the parent's level below
+            if let Some((_, pl)) = unmeta(parent.meta.load(Ordering::Relaxed)) {
+                level = pl.checked_sub(1).ok_or(Restart)?;
+            }
+            loop {
+                reads.push(cid, cv);
+                let count = Self::count(child, level)?;
+                if level == 0 {
+                    if let Some(i) = self.pick(child, count, None, mode)? {
+                        return self.finish(child, i, want_key, reads, snap).map(Some);
+                    }
+                    break;
+                }
+                if count == 0 || depth >= MAX_HEIGHT {
+                    return Err(Restart);
+                }
+                let idx = if forward { 0 } else { count - 1 };
+                path[depth] = Step { id: cid, v: cv, idx, count };
+                depth += 1;
+                let (nid, n, nv) = self.child(child, cv, idx)?;
+                (cid, child, cv, level) = (nid, n, nv, level - 1);
+            }
+        }
+    }
+
+    /// The entry of a level-0 node that `mode` selects for `q` (or, with `q = None`, its
+    /// last entry for backward modes and its first for forward ones).
+    #[inline]
+    fn pick(
+        &self,
+        node: &Node,
+        count: usize,
+        q: Option<&K::Query>,
+        mode: Mode,
+    ) -> Attempt<Option<usize>> {
+        let Some(q) = q else {
+            return Ok((count > 0).then(|| if mode.forward() { 0 } else { count - 1 }));
+        };
+        Ok(match mode {
+            Mode::Le => self.bound_in(node, count, q, true)?.checked_sub(1),
+            Mode::Lt => self.bound_in(node, count, q, false)?.checked_sub(1),
+            Mode::Gt => Some(self.bound_in(node, count, q, true)?).filter(|&i| i < count),
+            Mode::Ge => Some(self.bound_in(node, count, q, false)?).filter(|&i| i < count),
+        })
+    }
+
+    fn finish(
+        &self,
+        node: &Node,
+        i: usize,
+        want_key: bool,
+        reads: &ReadSet,
+        snap: &mut K::Snap,
+    ) -> Attempt<(u64, u64)> {
+        let (k, val) = (node.key(i), node.val(i));
+        if want_key && !K::snap(&self.keys, k, snap) {
+            return Err(Restart);
+        }
+        self.validate_all(reads)?;
+        Ok((k, val))
+    }
+
+    fn validate_all(&self, reads: &ReadSet) -> Attempt<()> {
+        for &(id, v) in reads.iter() {
+            let node = self.node(id).ok_or(Restart)?;
+            if !ok(node.ver.validate(v)) {
+                return Err(Restart);
+            }
+        }
+        Ok(())
+    }
+
+    /// Maps `bound` to `leaf`; returns the value it replaced, if any. `InvalidArgument` for a
+    /// key over the limit; `PoolFull` if the index's arenas are exhausted.
+    pub fn insert(&self, bound: &K::Key, leaf: u64) -> StorageResult<Option<u64>> {
+        K::validate(bound)?;
+        let q = K::prepare(bound);
+        // The bound's stored copy, made once (freed if the bound already exists).
+        let mut stored = Some(K::store(&self.keys, bound)?);
+        let mut round = 0;
+        loop {
+            match self.insert_once(&q, &mut stored, leaf) {
+                Ok(r) => {
+                    if let Some(w) = stored {
+                        K::free(&self.keys, w);
+                    }
+                    return r;
+                }
+                Err(Restart) => Self::pause(&mut round),
+            }
+        }
+    }
+
+    fn insert_once(
+        &self,
+        q: &K::Query,
+        stored: &mut Option<u64>,
+        leaf: u64,
+    ) -> Attempt<StorageResult<Option<u64>>> {
+        let (mut id, mut node, mut v, mut level) = self.begin()?;
+        let mut parent: Option<(u32, Version, usize)> = None;
+        loop {
+            let count = Self::count(node, level)?;
+            if count == FANOUT {
+                // Split on the way down: the parent (checked not full on its own turn) takes
+                // the new separator.
+                // Restart after the split either way; an exhausted arena is the caller's error.
+                return match self.split(parent, (id, v), level)? {
+                    Ok(()) => Err(Restart),
+                    Err(e) => Ok(Err(e)),
+                };
+            }
+            if level > 0 {
+                if count == 0 {
+                    return Err(Restart);
+                }
+                let idx = self.route(node, count, q)?;
+                let (cid, child, cv) = self.child(node, v, idx)?;
+                parent = Some((id, v, idx));
+                (id, node, v, level) = (cid, child, cv, level - 1);
+                continue;
+            }
+            let pos = self.bound_in(node, count, q, false)?;
+            let exists = pos < count && K::cmp(&self.keys, node.key(pos), q) == Some(Cmp::Equal);
+            let TryLock::Acquired(l) = ok(node.ver.try_upgrade(v)) else {
+                return Err(Restart);
+            };
+            if exists {
+                let old = node.val(pos);
+                node.vals[pos].store(leaf, Ordering::Relaxed);
+                ok(node.ver.unlock(l));
+                return Ok(Ok(Some(old)));
+            }
+            for i in (pos..count).rev() {
+                node.set(i + 1, node.key(i), node.val(i));
+            }
+            node.set(pos, stored.take().expect("stored once per insert"), leaf);
+            node.meta.store(meta(count + 1, 0), Ordering::Relaxed);
+            ok(node.ver.unlock(l));
+            self.len.fetch_add(1, Ordering::Relaxed);
+            return Ok(Ok(None));
+        }
+    }
+
+    /// Splits the full node `(id, v)` at `level` whose parent is `parent` (id, snapshot,
+    /// child index) or, for the root, the header. `Err(Restart)` if a snapshot is stale;
+    /// `Ok(Err(_))` if the arenas are exhausted. Either way the caller restarts.
+    fn split(
+        &self,
+        parent: Option<(u32, Version, usize)>,
+        (id, v): (u32, Version),
+        level: usize,
+    ) -> Attempt<StorageResult<()>> {
+        // Lock top-down: the parent (or the header), then the node; never wait.
+        let (plock, hlock) = match parent {
+            Some((pid, pv, _)) => {
+                let p = self.node(pid).ok_or(Restart)?;
+                match ok(p.ver.try_upgrade(pv)) {
+                    TryLock::Acquired(l) => (Some((p, l)), None),
+                    _ => return Err(Restart),
+                }
+            }
+            None => {
+                let hv = ok(self.head_ver.read_begin()).ok_or(Restart)?;
+                let h = self.head.load(Ordering::Relaxed);
+                if h as u32 != id {
+                    return Err(Restart);
+                }
+                match ok(self.head_ver.try_upgrade(hv)) {
+                    TryLock::Acquired(l) => (None, Some((h, l))),
+                    _ => return Err(Restart),
+                }
+            }
+        };
+        let release = |plock: Option<(&Node, Locked)>, hlock: Option<(u64, Locked)>| {
+            if let Some((p, l)) = plock {
+                ok(p.ver.unlock_unchanged(l));
+            }
+            if let Some((_, l)) = hlock {
+                ok(self.head_ver.unlock_unchanged(l));
+            }
+        };
+        let node = self.node(id).ok_or(Restart)?;
+        let nl = match ok(node.ver.try_upgrade(v)) {
+            TryLock::Acquired(l) => l,
+            _ => {
+                release(plock, hlock);
+                return Err(Restart);
+            }
+        };
+        // Everything is locked and unchanged since it was read: the node is full (FANOUT),
+        // the parent has room.
+        let r = (|| -> StorageResult<()> {
+            let half = FANOUT / 2;
+            let sep =
+                if level == 0 { K::copy(&self.keys, node.key(half))? } else { node.key(half) };
+            let (sib, (sid, sl)) = match self.alloc_node() {
+                Ok(x) => x,
+                Err(e) => {
+                    if level == 0 {
+                        K::free(&self.keys, sep);
+                    }
+                    return Err(e);
+                }
+            };
+            let new_root = if hlock.is_some() {
+                if (hlock.as_ref().expect("checked").0 >> 32) as usize >= MAX_HEIGHT {
+                    Err(self.too_tall())
+                } else {
+                    self.alloc_node().map(Some)
+                }
+            } else {
+                Ok(None)
+            };
+            let new_root = match new_root {
+                Ok(r) => r,
+                Err(e) => {
+                    ok(sib.ver.unlock_obsolete(sl));
+                    self.free_node(sid);
+                    if level == 0 {
+                        K::free(&self.keys, sep);
+                    }
+                    return Err(e);
+                }
+            };
+            for i in half..FANOUT {
+                sib.set(i - half, node.key(i), node.val(i));
+            }
+            if level > 0 {
+                // The separator moved up; keys[0] of an inner node owns nothing (O3).
+                sib.keys[0].store(0, Ordering::Relaxed);
+            }
+            sib.meta.store(meta(FANOUT - half, level), Ordering::Relaxed);
+            node.meta.store(meta(half, level), Ordering::Relaxed);
+            match (&plock, new_root) {
+                (Some((p, _)), _) => {
+                    let (_, _, pidx) = parent.expect("locked a parent");
+                    let pcount = unmeta(p.meta.load(Ordering::Relaxed)).map_or(0, |m| m.0);
+                    for i in (pidx + 1..pcount).rev() {
+                        p.set(i + 1, p.key(i), p.val(i));
+                    }
+                    p.set(pidx + 1, sep, u64::from(sid));
+                    p.meta.store(meta(pcount + 1, level + 1), Ordering::Relaxed);
+                }
+                (None, Some((root, (rid, rl)))) => {
+                    root.set(0, 0, u64::from(id));
+                    root.set(1, sep, u64::from(sid));
+                    root.meta.store(meta(2, level + 1), Ordering::Relaxed);
+                    ok(root.ver.unlock(rl));
+                    self.head.store(header(rid, level + 2), Ordering::Relaxed);
+                }
+                (None, None) => unreachable!("a root split allocates a root"),
+            }
+            ok(sib.ver.unlock(sl));
+            Ok(())
+        })();
+        match r {
+            Ok(()) => {
+                ok(node.ver.unlock(nl));
+                if let Some((p, l)) = plock {
+                    ok(p.ver.unlock(l));
+                }
+                if let Some((_, l)) = hlock {
+                    ok(self.head_ver.unlock(l));
+                }
+                Ok(Ok(()))
+            }
+            Err(e) => {
+                ok(node.ver.unlock_unchanged(nl));
+                release(plock, hlock);
+                Ok(Err(e))
+            }
+        }
+    }
+
+    /// Removes `bound`; returns its value, or `None` if it is not in the index. A level-0
+    /// node left empty is unlinked (O4).
+    pub fn remove(&self, bound: &K::Key) -> Option<u64> {
+        let q = K::prepare(bound);
+        let mut round = 0;
+        loop {
+            match self.remove_once(&q) {
+                Ok(r) => return r,
+                Err(Restart) => Self::pause(&mut round),
+            }
+        }
+    }
+
+    fn remove_once(&self, q: &K::Query) -> Attempt<Option<u64>> {
+        let (mut id, mut node, mut v, mut level) = self.begin()?;
+        let mut path = [Step { id: 0, v: Version::PLACEHOLDER, idx: 0, count: 0 }; MAX_HEIGHT];
+        let mut depth = 0;
+        while level > 0 {
+            let count = Self::count(node, level)?;
+            if count == 0 {
+                return Err(Restart);
+            }
+            let idx = self.route(node, count, q)?;
+            path[depth] = Step { id, v, idx, count };
+            depth += 1;
+            let (cid, child, cv) = self.child(node, v, idx)?;
+            (id, node, v, level) = (cid, child, cv, level - 1);
+        }
+        let count = Self::count(node, 0)?;
+        let pos = self.bound_in(node, count, q, false)?;
+        if pos >= count || K::cmp(&self.keys, node.key(pos), q).ok_or(Restart)? != Cmp::Equal {
+            return if ok(node.ver.validate(v)) { Ok(None) } else { Err(Restart) };
+        }
+        // The lowest ancestor that keeps another child if the node empties (O4).
+        let cut = if count == 1 { path[..depth].iter().rposition(|s| s.count > 1) } else { None };
+        let Some(j) = cut else {
+            // Remove the entry in place.
+            let TryLock::Acquired(l) = ok(node.ver.try_upgrade(v)) else {
+                return Err(Restart);
+            };
+            let (k, old) = (node.key(pos), node.val(pos));
+            for i in pos + 1..count {
+                node.set(i - 1, node.key(i), node.val(i));
+            }
+            node.meta.store(meta(count - 1, 0), Ordering::Relaxed);
+            K::free(&self.keys, k);
+            ok(node.ver.unlock(l));
+            self.len.fetch_sub(1, Ordering::Relaxed);
+            return Ok(Some(old));
+        };
+        // Unlink the chain path[j+1..] + node from path[j]: lock top-down, all or nothing.
+        let mut held: Vec<(&Node, Locked)> = Vec::with_capacity(depth - j + 1);
+        let chain = path[j..depth].iter().map(|s| (s.id, s.v)).chain(std::iter::once((id, v)));
+        for (nid, nv) in chain {
+            let n = self.node(nid).ok_or(Restart);
+            let got = n.map(|n| (n, ok(n.ver.try_upgrade(nv))));
+            match got {
+                Ok((n, TryLock::Acquired(l))) => held.push((n, l)),
+                _ => {
+                    for (n, l) in held {
+                        ok(n.ver.unlock_unchanged(l));
+                    }
+                    return Err(Restart);
+                }
+            }
+        }
+        let (top, rest) = held.split_first_mut().expect("at least the cut node");
+        let (p, pidx, pcount) = (top.0, path[j].idx, path[j].count);
+        if pidx == 0 {
+            // keys[1] becomes keys[0], which owns nothing (O3).
+            K::free(&self.keys, p.key(1));
+            for i in 1..pcount {
+                p.set(i - 1, p.key(i), p.val(i));
+            }
+            p.keys[0].store(0, Ordering::Relaxed);
+        } else {
+            K::free(&self.keys, p.key(pidx));
+            for i in pidx + 1..pcount {
+                p.set(i - 1, p.key(i), p.val(i));
+            }
+        }
+        p.meta.store(meta(pcount - 1, depth - j), Ordering::Relaxed);
+        let (k, old) = (node.key(pos), node.val(pos));
+        K::free(&self.keys, k);
+        let _ = rest;
+        let mut held = held.into_iter();
+        let (p, pl) = held.next().expect("the cut node");
+        let freed: Vec<u32> = path[j + 1..depth].iter().map(|s| s.id).chain([id]).collect();
+        for (n, l) in held {
+            ok(n.ver.unlock_obsolete(l));
+        }
+        ok(p.ver.unlock(pl));
+        for nid in freed {
+            self.free_node(nid);
+        }
+        self.len.fetch_sub(1, Ordering::Relaxed);
+        Ok(Some(old))
+    }
+
+    /// Checks O1–O3 on a quiescent index (tests and diagnostics): `Err` names the first
+    /// violation.
+    pub fn check(&self) -> Result<(), String> {
+        let h = self.head.load(Ordering::Acquire);
+        let (root, height) = (h as u32, (h >> 32) as usize);
+        if height == 0 || height > MAX_HEIGHT {
+            return Err(format!("height {height}"));
+        }
+        let mut n = 0u64;
+        self.check_node(root, height - 1, None, None, true, &mut n)?;
+        if n != self.len.load(Ordering::Relaxed) {
+            return Err(format!("{n} entries, len says {}", self.len()));
+        }
+        Ok(())
+    }
+
+    fn check_node(
+        &self,
+        id: u32,
+        level: usize,
+        lo: Option<u64>,
+        hi: Option<u64>,
+        alone: bool,
+        n: &mut u64,
+    ) -> Result<(), String> {
+        let node = self.node(id).ok_or(format!("node {id} outside the arena"))?;
+        let ver = node.ver.load(Ordering::Relaxed);
+        if ver & (super::vlock::LOCKED | super::vlock::OBSOLETE) != 0 {
+            return Err(format!("node {id} locked or obsolete: {ver:#x}"));
+        }
+        let (count, l) = unmeta(node.meta.load(Ordering::Relaxed)).ok_or("bad meta")?;
+        if l != level {
+            return Err(format!("node {id} at level {l}, expected {level}"));
+        }
+        let snap = |w: u64| {
+            let mut s = K::Snap::default();
+            K::snap(&self.keys, w, &mut s).then(|| K::owned(w, &s)).ok_or("bad key handle")
+        };
+        let in_range = |k: &K::Owned| -> bool {
+            use std::borrow::Borrow;
+            let k: &K::Key = k.borrow();
+            let lo_ok = lo.is_none_or(|w| snap(w).map(|b| b.borrow() <= k).unwrap_or(false));
+            let hi_ok = hi.is_none_or(|w| snap(w).map(|b| k < b.borrow()).unwrap_or(false));
+            lo_ok && hi_ok
+        };
+        if level == 0 {
+            if count == 0 && !alone {
+                return Err(format!("empty level-0 node {id} with siblings"));
+            }
+            let mut prev: Option<K::Owned> = None;
+            for i in 0..count {
+                let k = snap(node.key(i))?;
+                if prev.as_ref().is_some_and(|p| *p >= k) {
+                    return Err(format!("node {id}: entries not ascending at {i}"));
+                }
+                if !in_range(&k) {
+                    return Err(format!("node {id}: entry {k:?} outside its range"));
+                }
+                prev = Some(k);
+            }
+            *n += count as u64;
+            return Ok(());
+        }
+        if count == 0 {
+            return Err(format!("inner node {id} without children"));
+        }
+        for i in 0..count {
+            let clo = if i == 0 { lo } else { Some(node.key(i)) };
+            if i > 0 && !in_range(&snap(node.key(i))?) {
+                return Err(format!("node {id}: separator {i} outside its range"));
+            }
+            let chi = if i + 1 < count { Some(node.key(i + 1)) } else { hi };
+            let child = u32::try_from(node.val(i)).map_err(|_| "child id")?;
+            self.check_node(child, level - 1, clo, chi, alone && count == 1, n)?;
+        }
+        Ok(())
+    }
+}
+
+/// Borrowing the lowest key of a kind as its borrowed form.
+trait BorrowKey<K: ?Sized> {
+    fn borrow_key(&self) -> &K;
+}
+
+impl<O: std::borrow::Borrow<K>, K: ?Sized> BorrowKey<K> for O {
+    fn borrow_key(&self) -> &K {
+        self.borrow()
+    }
+}
