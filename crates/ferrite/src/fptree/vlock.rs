@@ -482,7 +482,7 @@ mod tests {
         let w = PmWord::new(&set, set.segments()[0].data_offset);
         ok_pm(w.reset());
         let held = ok_pm(w.lock()).unwrap();
-        std::mem::forget(held);
+        drop(held); // the writer "dies": the token is gone, the word stays odd
         assert_eq!(ok_pm(w.try_lock()), TryLock::Busy);
         assert_eq!(ok_pm(w.read_begin()), None);
         ok_pm(w.reset());
@@ -719,7 +719,7 @@ mod loom_tests {
                     if let TryLock::Acquired(l) = ok(p.ver.try_lock()) {
                         p.a.store(5, Ordering::Relaxed);
                         // Dies here: never unlocks.
-                        std::mem::forget(l);
+                        drop(l);
                         true
                     } else {
                         false
