@@ -528,6 +528,17 @@ struct Step {
     count: usize,
 }
 
+/// The index versions a pinned lookup's answer rests on ([`OlcIndex::lookup_pinned`]): the
+/// level-0 node that held it, or (rarely: the answer came from a neighbouring node) every
+/// node the lookup read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Pin {
+    /// The key's own level-0 node.
+    One(u32, Version),
+    /// Every node read.
+    Many(Box<[(u32, Version)]>),
+}
+
 /// Why an operation must restart from the root.
 struct Restart;
 
@@ -705,6 +716,17 @@ impl<K: IndexKey> OlcIndex<K> {
         self.seek(Some(&K::prepare(key)), Mode::Le, false).map(|(_, v)| v)
     }
 
+    /// [`Self::lookup`] for lock coupling into the leaf: also returns a [`Pin`] of the index
+    /// versions the answer rests on. The tree takes the leaf's version snapshot (a reader) or
+    /// its lock (a writer) and only then checks [`Self::still_valid`]; if the pin still holds,
+    /// the leaf was the key's leaf when its snapshot or lock was taken (a split or removal of
+    /// a leaf changes the index while holding the leaf's lock, so it either happened before
+    /// the lookup or moves the pinned versions). See the design doc, "leaf coupling".
+    pub fn lookup_pinned(&self, key: &K::Key) -> Option<(u64, Pin)> {
+        self.seek_pinned(Some(&K::prepare(key)), Mode::Le, false, true)
+            .and_then(|(_, v, pin)| pin.map(|p| (v, p)))
+    }
+
     /// The greatest bound ≤ `key` and its value.
     pub fn lookup_with_bound(&self, key: &K::Key) -> Option<(K::Owned, u64)> {
         self.seek_owned(&K::prepare(key), Mode::Le)
@@ -868,15 +890,44 @@ impl<K: IndexKey> OlcIndex<K> {
         mode: Mode,
         want_key: bool,
     ) -> Option<((u64, K::Snap), u64)> {
+        self.seek_pinned(q, mode, want_key, false).map(|(k, v, _)| (k, v))
+    }
+
+    /// [`Self::seek`], also returning (with `want_pin`) the versions the answer rests on.
+    fn seek_pinned(
+        &self,
+        q: Option<&K::Query>,
+        mode: Mode,
+        want_key: bool,
+        want_pin: bool,
+    ) -> Option<((u64, K::Snap), u64, Option<Pin>)> {
         let mut reads = ReadSet::new();
         let mut snap = K::Snap::default();
         let mut round = 0;
         loop {
             reads.clear();
-            match self.seek_once(q, mode, want_key, &mut reads, &mut snap) {
-                Ok(r) => return r.map(|(w, v)| ((w, snap), v)),
+            let mut own = None;
+            match self.seek_once(q, mode, want_key, &mut reads, &mut snap, &mut own) {
+                Ok(r) => {
+                    let pin = want_pin.then(|| match own {
+                        Some((id, v)) => Pin::One(id, v),
+                        None => Pin::Many(reads.iter().copied().collect()),
+                    });
+                    return r.map(|(w, v)| ((w, snap), v, pin));
+                }
                 Err(Restart) => Self::pause(&mut round),
             }
+        }
+    }
+
+    /// Whether nothing the answer of a pinned lookup rests on has changed since: while this
+    /// holds, the key still routes to the same leaf (see [`Self::lookup_pinned`]).
+    pub fn still_valid(&self, pin: &Pin) -> bool {
+        let check =
+            |&(id, v): &(u32, Version)| self.node(id).is_some_and(|n| ok(n.ver.validate(v)));
+        match pin {
+            Pin::One(id, v) => check(&(*id, *v)),
+            Pin::Many(all) => all.iter().all(check),
         }
     }
 
@@ -887,6 +938,7 @@ impl<K: IndexKey> OlcIndex<K> {
         want_key: bool,
         reads: &mut ReadSet,
         snap: &mut K::Snap,
+        own: &mut Option<(u32, Version)>,
     ) -> Attempt<Option<(u64, u64)>> {
         let (mut id, mut node, mut v, mut level) = self.begin()?;
         let top = level;
@@ -902,6 +954,7 @@ impl<K: IndexKey> OlcIndex<K> {
                     // Found in the level-0 node of q: coupling validated every ancestor after
                     // this node's snapshot, so validating this node alone suffices (module
                     // docs, "answers from the key's own node").
+                    *own = Some((id, v));
                     return self.finish(node, i, want_key, Err(v), snap).map(Some);
                 }
                 break;
@@ -1637,6 +1690,44 @@ mod tests {
         // A fresh read sees the new state.
         assert_eq!(idx.lookup(b"banana-split"), Some(1));
         assert_eq!(idx.lookup(b"cherry-tart!"), Some(3));
+    }
+
+    /// A pin is invalidated by every change that could route its key elsewhere: a bound
+    /// inserted between the answer and the key, and the removal of the answer; changes
+    /// elsewhere leave it valid. The second half builds the rare case where the answer comes
+    /// from a neighbouring node (the key's own node holds only greater bounds).
+    #[test]
+    fn pins_fail_exactly_when_the_route_of_their_key_may_have_changed() {
+        let idx =
+            OlcIndex::<U64Key>::bulk_load((0..(2 * FANOUT as u64)).map(|i| (i * 10, i))).unwrap();
+        let (leaf, pin) = idx.lookup_pinned(&25).unwrap();
+        assert_eq!(leaf, 2);
+        assert!(matches!(pin, Pin::One(..)));
+        assert!(idx.still_valid(&pin));
+        // A bound in the other level-0 node: the pin holds.
+        idx.insert(&(FANOUT as u64 * 10 + 55), 99).unwrap();
+        assert!(idx.still_valid(&pin));
+        // A bound in (20, 25]: the key now routes elsewhere.
+        idx.insert(&23, 98).unwrap();
+        assert!(!idx.still_valid(&pin));
+        let (leaf, pin) = idx.lookup_pinned(&25).unwrap();
+        assert_eq!(leaf, 98);
+        assert_eq!(idx.remove(&23), Some(98));
+        assert!(!idx.still_valid(&pin), "removing the answer moves the pin");
+        // The neighbour case: empty the front of the second node, so a key above its
+        // separator but below its first bound finds its answer in the first node.
+        let sep = FANOUT as u64 * 10;
+        for k in (sep..sep + 50).step_by(10) {
+            idx.remove(&k).unwrap();
+        }
+        idx.check().unwrap();
+        let (leaf, pin) = idx.lookup_pinned(&(sep + 20)).unwrap();
+        assert_eq!(leaf, FANOUT as u64 - 1);
+        assert!(matches!(pin, Pin::Many(..)), "{pin:?}");
+        assert!(idx.still_valid(&pin));
+        idx.insert(&(sep + 15), 97).unwrap();
+        assert!(!idx.still_valid(&pin));
+        assert_eq!(idx.lookup(&(sep + 20)), Some(97));
     }
 
     /// A removed node is freed and its id reused; a snapshot of its old incarnation never
