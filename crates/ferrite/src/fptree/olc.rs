@@ -539,6 +539,9 @@ pub enum Pin {
     Many(Box<[(u32, Version)]>),
 }
 
+/// A stored key word and its copied-out key (validated).
+type Stored<K> = (u64, <K as IndexKey>::Snap);
+
 /// Why an operation must restart from the root.
 struct Restart;
 
@@ -884,12 +887,7 @@ impl<K: IndexKey> OlcIndex<K> {
     /// The entry `mode` selects for `q`, or with `q = None` the first (forward modes) or last
     /// (backward modes) entry; with `want_key` its key is copied out. Retries until a
     /// validated answer (lock-free: restarts only when a writer changed a node read).
-    fn seek(
-        &self,
-        q: Option<&K::Query>,
-        mode: Mode,
-        want_key: bool,
-    ) -> Option<((u64, K::Snap), u64)> {
+    fn seek(&self, q: Option<&K::Query>, mode: Mode, want_key: bool) -> Option<(Stored<K>, u64)> {
         self.seek_pinned(q, mode, want_key, false).map(|(k, v, _)| (k, v))
     }
 
@@ -900,7 +898,7 @@ impl<K: IndexKey> OlcIndex<K> {
         mode: Mode,
         want_key: bool,
         want_pin: bool,
-    ) -> Option<((u64, K::Snap), u64, Option<Pin>)> {
+    ) -> Option<(Stored<K>, u64, Option<Pin>)> {
         let mut reads = ReadSet::new();
         let mut snap = K::Snap::default();
         let mut round = 0;
