@@ -41,6 +41,17 @@
 //! of a multi-node change is readable in an intermediate state by a validating reader) the
 //! answer is that of one instant: lookups and neighbour queries are linearizable.
 //!
+//! Answers from the key's own node: when the answer lies in the level-0 node the key routes
+//! to (the common case), only that node is validated at the end. Coupling validated every
+//! ancestor after the node's snapshot, so the key was in the node's range then; a node's
+//! range narrows only when the node itself is split (its version moves) and widens when a
+//! neighbour is unlinked (that neighbour was empty), so at the node's final validation the
+//! key is still in its range and every bound of that range is in the node: the answer is
+//! the one of that instant. A pinned lookup ([`OlcIndex::lookup_pinned`]) hands these
+//! versions to the caller, who revalidates them after taking the leaf's snapshot or lock
+//! (lock coupling from the index into the leaf): every bound that would change the key's
+//! route lies in the pinned node (or, in the neighbour case, in one of the pinned nodes).
+//!
 //! Writers descend the same way, then upgrade (CAS) the versions of exactly the nodes they
 //! change; a failed upgrade unlocks what it holds unchanged and restarts, so no writer waits
 //! while holding a lock (no deadlock). Inserts split full nodes on the way down (so a parent
