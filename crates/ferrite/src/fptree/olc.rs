@@ -81,7 +81,9 @@ use super::key::{ByteKey, KeyKind, MAX_KEY_LEN, U64Key};
 use super::vlock::{Locked, TryLock, Version, VersionLock, ok};
 use crate::storage::{StorageError, StorageResult};
 
-/// Entries of a level-0 node and children of an inner node.
+/// Entries of a level-0 node and children of an inner node. 32 and 64 measured alike for
+/// lookups at 50 K–1 M leaves, 128 slower (more lines per binary search); 64 keeps the tree a
+/// level lower (`docs/design/fptree.md`, "Concurrency (part II)").
 pub const FANOUT: usize = 64;
 
 /// The tallest tree the index builds (a root split beyond it is refused with `PoolFull`;
@@ -2163,7 +2165,8 @@ mod tests {
         m.idx.check().unwrap();
     }
 
-    /// Restart-path and lookup costs at 1 M leaves (release build; not a benchmark):
+    /// Restart-path, lookup and insert costs at 50 K, 500 K and 1 M leaves, lookups beside a
+    /// `BTreeMap` of the same bounds (release build; a rough figure, not a benchmark):
     /// `cargo test -p ferrite --release --lib olc::tests::measure -- --ignored --nocapture`.
     #[test]
     #[ignore = "a measurement, run by hand"]
