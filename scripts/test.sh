@@ -7,6 +7,12 @@ export PROPTEST_CASES="${PROPTEST_CASES:-64}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
 cargo test --workspace --profile ci --locked "$@"
 
+# Model checks of the FPTree's version lock and leaf-lock protocol (crates/ferrite,
+# fptree/vlock.rs) under loom: its own cfg, so its own target directory (preemptions are
+# bounded in the tests; well under a minute once built).
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" \
+  cargo test -p ferrite --lib --profile ci --locked vlock
+
 # The PMDK baseline (cargo feature `pmdk`) needs Debian's libpmemobj-dev: test the benchmark
 # crates with it when it is installed (CI installs it and sets FERRITE_REQUIRE_PMDK=1).
 if pkg-config --exists libpmemobj 2>/dev/null; then

@@ -52,7 +52,9 @@
 mod key;
 mod layout;
 mod layout_var;
+pub mod olc;
 pub mod persistent;
+pub mod vlock;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
