@@ -452,7 +452,7 @@ impl Target for FptreeFixed {
 
 /// T6: the allocator's allocated blocks are exactly `owned` (nothing leaked, nothing reachable
 /// is free).
-fn leak_check(a: &PAllocator, mut owned: Vec<PPtr>) -> Result<(), String> {
+pub(crate) fn leak_check(a: &PAllocator, mut owned: Vec<PPtr>) -> Result<(), String> {
     let mut allocated = a.check().map_err(|x| format!("allocator check: {x}"))?.allocated;
     allocated.sort_by_key(|p| (p.segment, p.offset));
     owned.sort_by_key(|p| (p.segment, p.offset));

@@ -34,6 +34,7 @@ pub mod alloc_threads;
 pub mod db;
 mod explore;
 pub mod fptree;
+pub mod fptree_var;
 pub mod poolset;
 mod target;
 pub mod toys;
@@ -48,6 +49,7 @@ pub use target::{Axioms, Ctx, Expect, Mode, ModelOp, ModelView, OpToken, Target}
 pub fn registry() -> Vec<Box<dyn DynTarget>> {
     let mut v = toys::toys();
     v.push(Box::new(std::sync::Arc::new(fptree::FptreeFixed)));
+    v.push(Box::new(std::sync::Arc::new(fptree_var::FptreeVar)));
     v.push(Box::new(std::sync::Arc::new(alloc::AllocSmall)));
     v.push(Box::new(std::sync::Arc::new(alloc_big::AllocBig)));
     v.push(Box::new(std::sync::Arc::new(alloc_huge::AllocHuge)));

@@ -19,12 +19,16 @@
 //!   persisted (one fence) before the bitmap commit (P-FPT-2).
 //! - P-FPT-22: a deleted key's block is freed after the bitmap commit (P-FPT-9), by the
 //!   allocator, which durably nulls the slot in the same transaction.
+//! - P-FPT-26: an update of a key-block key copies the slot's pointer into a free slot with
+//!   the offset, value and length words (and the fingerprint) durable first, then the segment
+//!   word, durable before the bitmap commit: no torn copy can read as a pointer.
 //! - P-FPT-23: after an update's commit the old slot's `w0` is nulled and persisted (the new
 //!   slot names the same block); the rebuild does the same for an interrupted update.
 //! - P-FPT-24: a split writes the new leaf whole (only the upper half's slots, every other
 //!   slot empty) and persists it before the old leaf's bitmap changes (P-FPT-6).
-//! - P-FPT-25: after P-FPT-6 and before the link (P-FPT-7) and the disarm (P-FPT-8), the old
-//!   leaf's slots moved to the new leaf have `w0` nulled and persisted (one fence).
+//! - P-FPT-25: after P-FPT-6, the old leaf's slots moved to the new leaf have `w0` nulled and
+//!   flushed (each line once); the link's persist (P-FPT-7) fences them, before the disarm
+//!   (P-FPT-8).
 //!
 //! # Concurrency
 //! Single-threaded, as the tree. Every slot word is read and written whole (conventions §2
@@ -231,11 +235,27 @@ pub(super) fn write_moved(
     let mut w = read_slot(set, leaf, from)?;
     w[2] = value;
     let s = leaf + var_slot_offset(slot);
-    store_slot(set, s, w)?;
     let fp = set.load_u64(leaf + L_FP + (from as u64 / 8) * 8, Ordering::Acquire)?.to_le_bytes()
         [from % 8];
+    if key_form(w[0]) == KeyForm::Pointer {
+        // A copied pointer goes null → valid in an invalid slot, which recovery reads: its
+        // offset word must be durable before its segment word, or a torn copy (new segment, old
+        // offset) would read as a pointer the rebuild frees. By V1 the slot's durable `w0` is
+        // null or inline until the second store below.
+        for i in 1..4 {
+            set.store_u64(s + 8 * i as u64, w[i], Ordering::Relaxed)?;
+        }
+        let word = store_fp(set, leaf, slot, fp)?;
+        set.flush_rule("P-FPT-26", s, 32)?; // ORDER(P-FPT-26): offset, value, length before the segment word
+        set.flush_rule("P-FPT-26", word, 8)?; // ORDER(P-FPT-26): the fingerprint before the bitmap
+        set.fence_rule("P-FPT-26"); // ORDER(P-FPT-26): the copy's offset word durable first
+        set.store_u64(s, w[0], Ordering::Release)?;
+        set.persist_rule("P-FPT-26", s, 8)?; // ORDER(P-FPT-26): the whole pointer before the bitmap commit
+        return Ok(());
+    }
+    store_slot(set, s, w)?;
     let word = store_fp(set, leaf, slot, fp)?;
-    set.flush_rule("P-FPT-1", s, 32)?; // ORDER(P-FPT-1): the same key reference, the new value, before the bitmap
+    set.flush_rule("P-FPT-1", s, 32)?; // ORDER(P-FPT-1): the same inline key, the new value, before the bitmap
     set.flush_rule("P-FPT-1", word, 8)?; // ORDER(P-FPT-1): its fingerprint before the bitmap
     set.fence_rule("P-FPT-1"); // ORDER(P-FPT-1): both durable before the commit store
     Ok(())
@@ -325,18 +345,24 @@ pub(super) fn split_copy(t: &T, leaf: Leaf, new: Leaf) -> StorageResult<(Owned, 
 
 pub(super) fn after_logical_split(t: &T, leaf: Leaf, right: u64) -> StorageResult<()> {
     let set = t.set();
-    let mut any = false;
+    // Two slots share a line: each line is flushed once, after both of its slots are written.
+    let mut pending: Option<u64> = None;
     for slot in (0..M).filter(|s| right & (1 << s) != 0) {
         let s = leaf.g + var_slot_offset(slot);
         if key_form(set.load_u64(s, Ordering::Acquire)?) == KeyForm::Pointer {
             set.store_u64(s, EMPTY_SLOT[0], Ordering::Release)?;
-            set.flush_rule("P-FPT-25", s, 8)?; // ORDER(P-FPT-25): the moved slot gives up its block
-            any = true;
+            let line = s & !63;
+            if let Some(l) = pending.filter(|&l| l != line) {
+                set.flush_rule("P-FPT-25", l, 64)?; // ORDER(P-FPT-25): the moved slots give up their blocks
+            }
+            pending = Some(line);
         }
     }
-    if any {
-        set.fence_rule("P-FPT-25"); // ORDER(P-FPT-25): before the link and the disarm
+    if let Some(l) = pending {
+        set.flush_rule("P-FPT-25", l, 64)?; // ORDER(P-FPT-25): the moved slots give up their blocks
     }
+    // No fence of its own: the link's persist (P-FPT-7) fences these flushes before the
+    // disarm (P-FPT-8), and until the disarm a crash redoes them.
     Ok(())
 }
 
