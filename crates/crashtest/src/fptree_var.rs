@@ -15,9 +15,9 @@
 //! 3. inserts every key once in a seeded order — key ids map to keys of every form: empty,
 //!    short inline, 23 bytes (the longest inline), 24 bytes (the shortest key block), 40, 100
 //!    and 300 bytes, all sharing a long stem so that lookups compare key blocks — so that
-//!    splits move long keys; seeded churn (inserts, updates, deletes); contiguous ranges deleted
-//!    so that the head, a middle and the last leaves empty out and are deleted with their key
-//!    blocks; more churn; then all but a few keys deleted.
+//!    splits move long keys; every key updated once; seeded churn (inserts, updates, deletes);
+//!    contiguous ranges deleted so that the head, a middle and the last leaves empty out and
+//!    are deleted with their key blocks; more churn; then all but a few keys deleted.
 //!
 //! Recovery opens the image, recovers the allocator, then the tree (micro-logs, the rebuild's
 //! leak rule for key blocks left by an interrupted insert, update or delete); a tree whose
@@ -258,6 +258,9 @@ impl Target for FptreeVar {
                 });
             }
         };
+        // Every key updated once (many updates right after the splits: inline and key-block
+        // keys, copies into slots that held other keys).
+        ops.extend(keys.iter().map(|&k| VarOp::Update(k, 500 + k)));
         churn(ctx, OPS / 2, &mut ops);
         for range in [0..35, 60..95, KEYS - 35..KEYS] {
             ops.extend(range.map(VarOp::Delete));

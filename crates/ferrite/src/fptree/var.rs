@@ -20,8 +20,9 @@
 //! - P-FPT-22: a deleted key's block is freed after the bitmap commit (P-FPT-9), by the
 //!   allocator, which durably nulls the slot in the same transaction.
 //! - P-FPT-26: an update of a key-block key copies the slot's pointer into a free slot with
-//!   the offset, value and length words (and the fingerprint) durable first, then the segment
-//!   word, durable before the bitmap commit: no torn copy can read as a pointer.
+//!   the offset, value and length words and the fingerprint durable first (P-FPT-1's fence),
+//!   then stores the segment word and persists it before the bitmap commit: no torn copy can
+//!   read as a pointer.
 //! - P-FPT-23: after an update's commit the old slot's `w0` is nulled and persisted (the new
 //!   slot names the same block); the rebuild does the same for an interrupted update.
 //! - P-FPT-24: a split writes the new leaf whole (only the upper half's slots, every other
@@ -197,10 +198,7 @@ pub(super) fn write_new(
     if let Some(w) = encode_inline(key, value) {
         store_slot(set, s, w)?;
         let word = store_fp(set, leaf, slot, fingerprint_bytes(key))?;
-        set.flush_rule("P-FPT-1", s, 32)?; // ORDER(P-FPT-1): the inline key and value before the bitmap
-        set.flush_rule("P-FPT-1", word, 8)?; // ORDER(P-FPT-1): its fingerprint before the bitmap
-        set.fence_rule("P-FPT-1"); // ORDER(P-FPT-1): both durable before the commit store
-        return Ok(());
+        return persist_slot(set, s, word);
     }
     // V1: the free slot's w0 is null or inline; the allocator needs null. Not persisted: a
     // durable inline w0 in an invalid slot is ignored by recovery.
@@ -246,17 +244,21 @@ pub(super) fn write_moved(
             set.store_u64(s + 8 * i as u64, w[i], Ordering::Relaxed)?;
         }
         let word = store_fp(set, leaf, slot, fp)?;
-        set.flush_rule("P-FPT-26", s, 32)?; // ORDER(P-FPT-26): offset, value, length before the segment word
-        set.flush_rule("P-FPT-26", word, 8)?; // ORDER(P-FPT-26): the fingerprint before the bitmap
-        set.fence_rule("P-FPT-26"); // ORDER(P-FPT-26): the copy's offset word durable first
+        persist_slot(set, s, word)?;
         set.store_u64(s, w[0], Ordering::Release)?;
-        set.persist_rule("P-FPT-26", s, 8)?; // ORDER(P-FPT-26): the whole pointer before the bitmap commit
+        set.persist_rule("P-FPT-26", s, 8)?; // ORDER(P-FPT-26): the segment word after the offset word, before the bitmap commit
         return Ok(());
     }
     store_slot(set, s, w)?;
     let word = store_fp(set, leaf, slot, fp)?;
-    set.flush_rule("P-FPT-1", s, 32)?; // ORDER(P-FPT-1): the same inline key, the new value, before the bitmap
-    set.flush_rule("P-FPT-1", word, 8)?; // ORDER(P-FPT-1): its fingerprint before the bitmap
+    persist_slot(set, s, word)
+}
+
+/// P-FPT-1 for a slot written in place (inline insert, update) or in part (the first step of a
+/// pointer update, P-FPT-26): its words and its fingerprint word durable, one fence.
+fn persist_slot(set: &PoolSet, s: u64, fp_word: u64) -> StorageResult<()> {
+    set.flush_rule("P-FPT-1", s, 32)?; // ORDER(P-FPT-1): the slot's words before the bitmap (P-FPT-26: before a copied segment word)
+    set.flush_rule("P-FPT-1", fp_word, 8)?; // ORDER(P-FPT-1): its fingerprint before the bitmap
     set.fence_rule("P-FPT-1"); // ORDER(P-FPT-1): both durable before the commit store
     Ok(())
 }
