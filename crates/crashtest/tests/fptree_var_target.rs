@@ -19,7 +19,7 @@ fn fptree_var_passes_and_every_persist_site_is_needed() {
     };
     let m = t.mutate(&cfg);
     assert!(m.base.smoke_problem(t.min_images()).is_none(), "{}", m.base);
-    eprintln!("{m}");
+    eprintln!("{}\n{m}", m.base);
     assert!(m.base.passed(), "{}", m.base);
     // Two persist sites outside the byte-key code are needed but are not always shown needed by
     // this workload's bounded run (the crash that exposes them must land in a narrow window):

@@ -1,9 +1,16 @@
-//! FPTree, single-threaded, fixed-size keys: a hybrid PM/DRAM B+-tree whose leaves live in
-//! persistent memory and whose inner nodes live in DRAM and are rebuilt from the leaf list at
-//! open (seed 001 ch. 4, §4.2–4.4; spec `../shared/specs/fptree.md` §3, §5.1–5.7, §5.11, §6).
-//! Layout, pointer form and persist order: `docs/design/fptree.md`.
+//! FPTree, single-threaded: a hybrid PM/DRAM B+-tree whose leaves live in persistent memory
+//! and whose inner nodes live in DRAM and are rebuilt from the leaf list at open (seed 001
+//! ch. 4, §4.2–4.4; spec `../shared/specs/fptree.md` §3, §5.1–5.11, §6, §9). Layout, pointer
+//! form and persist order: `docs/design/fptree.md`.
 //!
-//! Keys and values are `u64`. A leaf holds up to 32 entries in unsorted slots; a one-byte
+//! One generic body `Tree<K: KeyKind>` serves two key kinds (`key.rs`): [`FPTree`] with `u64`
+//! keys (the v1 leaf below, whose leaf steps are in this file) and [`FPTreeVar`] with byte keys
+//! of up to [`MAX_KEY_LEN`] bytes (the v2 leaf of `layout_var.rs`: keys of up to 23 bytes inline,
+//! longer ones in key blocks allocated into the slot; leaf steps, invariants V1–V3 and rules
+//! P-FPT-20..26 in `var.rs`). A root records its kind (incompat flag); the other kind's root is
+//! refused as `Incompatible`.
+//!
+//! Values are `u64`. A leaf holds up to 32 entries in unsorted slots; a one-byte
 //! fingerprint per slot (packed into `u64` words at the start of the leaf) filters key probes;
 //! an 8-byte validity bitmap is the commit word of every insert, update and delete. The tree
 //! lives on a [`PAllocator`] it shares (`Arc`): its root is a block allocated into a

@@ -240,8 +240,8 @@ pub(super) fn write_moved(
         // offset word must be durable before its segment word, or a torn copy (new segment, old
         // offset) would read as a pointer the rebuild frees. By V1 the slot's durable `w0` is
         // null or inline until the second store below.
-        for i in 1..4 {
-            set.store_u64(s + 8 * i as u64, w[i], Ordering::Relaxed)?;
+        for (i, &x) in w.iter().enumerate().skip(1) {
+            set.store_u64(s + 8 * i as u64, x, Ordering::Relaxed)?;
         }
         let word = store_fp(set, leaf, slot, fp)?;
         persist_slot(set, s, word)?;
