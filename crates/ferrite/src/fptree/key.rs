@@ -14,14 +14,18 @@
 //!   `InvalidArgument`, checked before anything is written.
 //!
 //! # Ordering and concurrency
-//! Pure functions on DRAM values: no persistent-memory access, no shared state.
-//!
-//! Only the kinds' key-level operations live here so far; the tree is not yet generic over
-//! them (next step of the variable-size-key work, see the design doc).
+//! The key-level functions are pure functions on DRAM values. The hidden leaf operations of
+//! [`KeyKind`] are the tree's per-kind steps (single-threaded, as the tree): they delegate to
+//! the fixed-key methods in `mod.rs` and to the byte-key functions in `var.rs`, which state
+//! their persist order.
 
 use std::borrow::Borrow;
 use std::fmt::Debug;
+use std::ops::Bound;
 
+use ferrite_pmem::{PPtr, PoolSet};
+
+use super::{Leaf, LeafSummary, Tree};
 use crate::storage::{StorageError, StorageResult};
 
 /// The longest byte key (bytes).
@@ -96,6 +100,102 @@ pub trait KeyKind: sealed::Sealed + Debug + Send + Sync + 'static {
     fn separator(left_max: &Self::Key, right_min: &Self::Key) -> Option<Self::Owned>;
     /// An owned copy of `key`.
     fn to_owned_key(key: &Self::Key) -> Self::Owned;
+
+    // ----- the tree's per-kind leaf steps (used by `Tree` only; hidden, not an API) -----
+
+    /// The valid slot of `leaf` holding `key`.
+    #[doc(hidden)]
+    fn find(t: &Tree<Self>, leaf: u64, key: &Self::Key) -> StorageResult<Option<usize>>
+    where
+        Self: Sized;
+    /// The value of slot `slot` of `leaf`.
+    #[doc(hidden)]
+    fn value(t: &Tree<Self>, leaf: u64, slot: usize) -> StorageResult<u64>
+    where
+        Self: Sized;
+    /// Writes a new `key → value` into free slot `slot` and persists it, still invisible.
+    #[doc(hidden)]
+    fn write_new(
+        t: &Tree<Self>,
+        leaf: u64,
+        slot: usize,
+        key: &Self::Key,
+        value: u64,
+    ) -> StorageResult<()>
+    where
+        Self: Sized;
+    /// Writes the key of valid slot `from` with a new value into free slot `slot` of the same
+    /// leaf and persists it, still invisible (an update).
+    #[doc(hidden)]
+    fn write_moved(
+        t: &Tree<Self>,
+        leaf: u64,
+        slot: usize,
+        from: usize,
+        key: &Self::Key,
+        value: u64,
+    ) -> StorageResult<()>
+    where
+        Self: Sized;
+    /// After an update's commit: the old slot gives up its key reference.
+    #[doc(hidden)]
+    fn release_moved(t: &Tree<Self>, leaf: u64, from: usize) -> StorageResult<()>
+    where
+        Self: Sized;
+    /// After a delete's commit: the slot's key block is freed.
+    #[doc(hidden)]
+    fn release_deleted(t: &Tree<Self>, leaf: u64, slot: usize) -> StorageResult<()>
+    where
+        Self: Sized;
+    /// Frees every key block the (unlinked, logged) leaf names, before the leaf is freed.
+    #[doc(hidden)]
+    fn release_leaf_keys(t: &Tree<Self>, leaf: Leaf) -> StorageResult<()>
+    where
+        Self: Sized;
+    /// Writes the new leaf of a split from the full `leaf` and persists it: returns the left
+    /// half's largest key, the right half's smallest and the new leaf's bitmap.
+    #[doc(hidden)]
+    fn split_copy(
+        t: &Tree<Self>,
+        leaf: Leaf,
+        new: Leaf,
+    ) -> StorageResult<(Self::Owned, Self::Owned, u64)>
+    where
+        Self: Sized;
+    /// After the logical split: the old leaf gives up its references to the moved keys.
+    #[doc(hidden)]
+    fn after_logical_split(t: &Tree<Self>, leaf: Leaf, right: u64) -> StorageResult<()>
+    where
+        Self: Sized;
+    /// Writes an empty leaf at global offset `g` (not persisted).
+    #[doc(hidden)]
+    fn write_empty_leaf(set: &PoolSet, g: u64) -> StorageResult<()>;
+    /// One leaf of the rebuild: resets its lock, repairs interrupted key-block work, checks
+    /// it, returns its next leaf, key count and key range.
+    #[doc(hidden)]
+    fn rebuild_leaf(t: &Tree<Self>, leaf: Leaf) -> StorageResult<LeafSummary<Self::Owned>>
+    where
+        Self: Sized;
+    /// Appends the valid pairs of `leaf` within `bounds`, sorted by key, to `out`.
+    #[doc(hidden)]
+    fn leaf_pairs(
+        t: &Tree<Self>,
+        leaf: Leaf,
+        bounds: (Bound<&Self::Key>, Bound<&Self::Key>),
+        out: &mut Vec<(Self::Owned, u64)>,
+    ) -> StorageResult<()>
+    where
+        Self: Sized;
+    /// Checks the kind's slot invariants of one leaf (fingerprints; V1, V3 for byte keys).
+    #[doc(hidden)]
+    fn check_leaf(t: &Tree<Self>, leaf: Leaf) -> StorageResult<()>
+    where
+        Self: Sized;
+    /// Appends the key blocks named by the valid slots of `leaf` to `out`.
+    #[doc(hidden)]
+    fn key_blocks(t: &Tree<Self>, leaf: Leaf, out: &mut Vec<PPtr>) -> StorageResult<()>
+    where
+        Self: Sized;
 }
 
 /// Fixed 8-byte keys: the v1 leaf, unchanged.
@@ -135,6 +235,86 @@ impl KeyKind for U64Key {
     fn to_owned_key(key: &u64) -> u64 {
         *key
     }
+
+    #[inline(always)]
+    fn find(t: &Tree<Self>, leaf: u64, key: &u64) -> StorageResult<Option<usize>> {
+        t.fixed_find(leaf, *key)
+    }
+
+    #[inline(always)]
+    fn value(t: &Tree<Self>, leaf: u64, slot: usize) -> StorageResult<u64> {
+        t.fixed_value(leaf, slot)
+    }
+
+    #[inline(always)]
+    fn write_new(
+        t: &Tree<Self>,
+        leaf: u64,
+        slot: usize,
+        key: &u64,
+        value: u64,
+    ) -> StorageResult<()> {
+        t.fixed_write_slot(leaf, slot, *key, value)
+    }
+
+    #[inline(always)]
+    fn write_moved(
+        t: &Tree<Self>,
+        leaf: u64,
+        slot: usize,
+        _from: usize,
+        key: &u64,
+        value: u64,
+    ) -> StorageResult<()> {
+        t.fixed_write_slot(leaf, slot, *key, value)
+    }
+
+    #[inline(always)]
+    fn release_moved(_: &Tree<Self>, _: u64, _: usize) -> StorageResult<()> {
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn release_deleted(_: &Tree<Self>, _: u64, _: usize) -> StorageResult<()> {
+        Ok(())
+    }
+
+    fn release_leaf_keys(_: &Tree<Self>, _: Leaf) -> StorageResult<()> {
+        Ok(())
+    }
+
+    fn split_copy(t: &Tree<Self>, leaf: Leaf, new: Leaf) -> StorageResult<(u64, u64, u64)> {
+        t.fixed_split_copy(leaf, new)
+    }
+
+    fn after_logical_split(_: &Tree<Self>, _: Leaf, _: u64) -> StorageResult<()> {
+        Ok(())
+    }
+
+    fn write_empty_leaf(set: &PoolSet, g: u64) -> StorageResult<()> {
+        Ok(set.write_struct(g, &super::layout::LeafImage::empty())?)
+    }
+
+    fn rebuild_leaf(t: &Tree<Self>, leaf: Leaf) -> StorageResult<LeafSummary<u64>> {
+        t.fixed_rebuild_leaf(leaf)
+    }
+
+    fn leaf_pairs(
+        t: &Tree<Self>,
+        leaf: Leaf,
+        bounds: (Bound<&u64>, Bound<&u64>),
+        out: &mut Vec<(u64, u64)>,
+    ) -> StorageResult<()> {
+        t.fixed_pairs(leaf, bounds, out)
+    }
+
+    fn check_leaf(t: &Tree<Self>, leaf: Leaf) -> StorageResult<()> {
+        t.fixed_check_leaf(leaf)
+    }
+
+    fn key_blocks(_: &Tree<Self>, _: Leaf, _: &mut Vec<PPtr>) -> StorageResult<()> {
+        Ok(())
+    }
 }
 
 impl KeyKind for ByteKey {
@@ -169,6 +349,84 @@ impl KeyKind for ByteKey {
 
     fn to_owned_key(key: &[u8]) -> Box<[u8]> {
         key.into()
+    }
+
+    fn find(t: &Tree<Self>, leaf: u64, key: &[u8]) -> StorageResult<Option<usize>> {
+        super::var::find(t, leaf, key)
+    }
+
+    fn value(t: &Tree<Self>, leaf: u64, slot: usize) -> StorageResult<u64> {
+        super::var::value(t, leaf, slot)
+    }
+
+    fn write_new(
+        t: &Tree<Self>,
+        leaf: u64,
+        slot: usize,
+        key: &[u8],
+        value: u64,
+    ) -> StorageResult<()> {
+        super::var::write_new(t, leaf, slot, key, value)
+    }
+
+    fn write_moved(
+        t: &Tree<Self>,
+        leaf: u64,
+        slot: usize,
+        from: usize,
+        _key: &[u8],
+        value: u64,
+    ) -> StorageResult<()> {
+        super::var::write_moved(t, leaf, slot, from, value)
+    }
+
+    fn release_moved(t: &Tree<Self>, leaf: u64, from: usize) -> StorageResult<()> {
+        super::var::release_moved(t, leaf, from)
+    }
+
+    fn release_deleted(t: &Tree<Self>, leaf: u64, slot: usize) -> StorageResult<()> {
+        super::var::release_deleted(t, leaf, slot)
+    }
+
+    fn release_leaf_keys(t: &Tree<Self>, leaf: Leaf) -> StorageResult<()> {
+        super::var::release_leaf_keys(t, leaf)
+    }
+
+    fn split_copy(
+        t: &Tree<Self>,
+        leaf: Leaf,
+        new: Leaf,
+    ) -> StorageResult<(Box<[u8]>, Box<[u8]>, u64)> {
+        super::var::split_copy(t, leaf, new)
+    }
+
+    fn after_logical_split(t: &Tree<Self>, leaf: Leaf, right: u64) -> StorageResult<()> {
+        super::var::after_logical_split(t, leaf, right)
+    }
+
+    fn write_empty_leaf(set: &PoolSet, g: u64) -> StorageResult<()> {
+        Ok(set.write_struct(g, &super::layout_var::VarLeafImage::empty())?)
+    }
+
+    fn rebuild_leaf(t: &Tree<Self>, leaf: Leaf) -> StorageResult<LeafSummary<Box<[u8]>>> {
+        super::var::rebuild_leaf(t, leaf)
+    }
+
+    fn leaf_pairs(
+        t: &Tree<Self>,
+        leaf: Leaf,
+        bounds: (Bound<&[u8]>, Bound<&[u8]>),
+        out: &mut Vec<(Box<[u8]>, u64)>,
+    ) -> StorageResult<()> {
+        super::var::leaf_pairs(t, leaf, bounds, out)
+    }
+
+    fn check_leaf(t: &Tree<Self>, leaf: Leaf) -> StorageResult<()> {
+        super::var::check_leaf(t, leaf)
+    }
+
+    fn key_blocks(t: &Tree<Self>, leaf: Leaf, out: &mut Vec<PPtr>) -> StorageResult<()> {
+        super::var::key_blocks(t, leaf, out)
     }
 }
 

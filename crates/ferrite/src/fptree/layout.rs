@@ -135,16 +135,24 @@ const _: () = assert!(R_HEAD == 48 && R_SPLIT_CUR == 64 && R_SPLIT_NEW == 80);
 const _: () = assert!(R_DEL_CUR == 128 && R_DEL_PREV == 144);
 
 impl RootHeader {
-    /// The header this build writes, with magic 0 (creation in progress) and its checksum.
+    /// The header this build writes for a fixed-key tree, with magic 0 (creation in progress)
+    /// and its checksum.
     pub fn in_progress() -> RootHeader {
+        RootHeader::in_progress_of(LEAF_SIZE as u32, 0)
+    }
+
+    /// The header of a tree whose leaves have `leaf_size` bytes and whose key kind sets the
+    /// incompatible flags `incompat` (0 for `u64` keys: the v1 header, byte for byte), with
+    /// magic 0 and its checksum.
+    pub fn in_progress_of(leaf_size: u32, incompat: u64) -> RootHeader {
         let mut h = RootHeader {
             magic: 0,
             version: ROOT_VERSION,
             slots: M as u32,
-            leaf_size: LEAF_SIZE as u32,
+            leaf_size,
             value_size: 8,
             compat: 0,
-            incompat: 0,
+            incompat,
             checksum: 0,
             reserved0: 0,
         };
@@ -164,7 +172,13 @@ impl RootImage {
     /// A root as the first persist of creation writes it: header with magic 0, `head` as
     /// given, both logs disarmed (every pointer null).
     pub fn in_progress(head: PPtr) -> RootImage {
+        RootImage::in_progress_of(head, LEAF_SIZE as u32, 0)
+    }
+
+    /// As [`RootImage::in_progress`] for the given leaf size and incompatible flags.
+    pub fn in_progress_of(head: PPtr, leaf_size: u32, incompat: u64) -> RootImage {
         let log = MicroLog { a: PPtr::NULL, b: PPtr::NULL, reserved: [0; 4] };
-        RootImage { header: RootHeader::in_progress(), head, split: log, delete: log }
+        let header = RootHeader::in_progress_of(leaf_size, incompat);
+        RootImage { header, head, split: log, delete: log }
     }
 }

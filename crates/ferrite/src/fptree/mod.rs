@@ -1,9 +1,16 @@
-//! FPTree, single-threaded, fixed-size keys: a hybrid PM/DRAM B+-tree whose leaves live in
-//! persistent memory and whose inner nodes live in DRAM and are rebuilt from the leaf list at
-//! open (seed 001 ch. 4, §4.2–4.4; spec `../shared/specs/fptree.md` §3, §5.1–5.7, §5.11, §6).
-//! Layout, pointer form and persist order: `docs/design/fptree.md`.
+//! FPTree, single-threaded: a hybrid PM/DRAM B+-tree whose leaves live in persistent memory
+//! and whose inner nodes live in DRAM and are rebuilt from the leaf list at open (seed 001
+//! ch. 4, §4.2–4.4; spec `../shared/specs/fptree.md` §3, §5.1–5.11, §6, §9). Layout, pointer
+//! form and persist order: `docs/design/fptree.md`.
 //!
-//! Keys and values are `u64`. A leaf holds up to 32 entries in unsorted slots; a one-byte
+//! One generic body `Tree<K: KeyKind>` serves two key kinds (`key.rs`): [`FPTree`] with `u64`
+//! keys (the v1 leaf below, whose leaf steps are in this file) and [`FPTreeVar`] with byte keys
+//! of up to [`MAX_KEY_LEN`] bytes (the v2 leaf of `layout_var.rs`: keys of up to 23 bytes inline,
+//! longer ones in key blocks allocated into the slot; leaf steps, invariants V1–V3 and rules
+//! P-FPT-20..26 in `var.rs`). A root records its kind (incompat flag); the other kind's root is
+//! refused as `Incompatible`.
+//!
+//! Values are `u64`. A leaf holds up to 32 entries in unsorted slots; a one-byte
 //! fingerprint per slot (packed into `u64` words at the start of the leaf) filters key probes;
 //! an 8-byte validity bitmap is the commit word of every insert, update and delete. The tree
 //! lives on a [`PAllocator`] it shares (`Arc`): its root is a block allocated into a
@@ -54,9 +61,13 @@ mod layout;
 mod layout_var;
 pub mod olc;
 pub mod persistent;
+mod var;
 pub mod vlock;
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
+use std::ops::Bound::{self, Excluded, Included, Unbounded};
+use std::ops::RangeBounds;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -96,8 +107,9 @@ fn field(p: PPtr, off: u64) -> PPtr {
 
 /// A leaf: its persistent pointer and its global offset in the pool set's space (valid while
 /// the set is open: segments never move, PS3).
+#[doc(hidden)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Leaf {
+pub struct Leaf {
     g: u64,
     p: PPtr,
 }
@@ -113,10 +125,10 @@ fn resolve_block(set: &PoolSet, p: PPtr, len: u64, what: &str) -> StorageResult<
     set.resolve_range(p, len).map_err(|e| corrupt(format!("{what}: {e}"), p))
 }
 
-/// Most leaves a walk can meet before it must have found a cycle: one per `LEAF_SIZE` bytes of
-/// every live segment.
-fn walk_limit(set: &PoolSet) -> u64 {
-    set.segments().iter().map(|s| s.data_len / LEAF_SIZE).sum::<u64>() + 1
+/// Most leaves a walk can meet before it must have found a cycle: one per `leaf_size` bytes
+/// of every live segment.
+fn walk_limit(set: &PoolSet, leaf_size: u64) -> u64 {
+    set.segments().iter().map(|s| s.data_len / leaf_size).sum::<u64>() + 1
 }
 
 /// Stores a 16-byte pointer at global offset `g` (16-aligned): offset word, then the segment
@@ -139,9 +151,21 @@ enum RootState {
     NoHeader,
 }
 
-fn root_state(h: &RootHeader, at: PPtr) -> StorageResult<RootState> {
+/// The incompatible-feature flags this build knows (each names a key kind's leaf format).
+const KNOWN_INCOMPAT: u64 = INCOMPAT_BYTE_KEYS;
+
+/// `Incompatible` for a tree of the other key kind (never read with the wrong leaf layout).
+fn wrong_kind<K: KeyKind>(h: &RootHeader, at: PPtr) -> StorageError {
+    let other = if h.incompat & INCOMPAT_BYTE_KEYS != 0 { "byte keys" } else { "u64 keys" };
+    StorageError::Incompatible {
+        what: format!("an fptree of {other} opened as a tree of {}", K::NAME),
+        at: format!("fptree {at:?}"),
+    }
+}
+
+fn root_state<K: KeyKind>(h: &RootHeader, at: PPtr) -> StorageResult<RootState> {
     if h.magic == ROOT_MAGIC {
-        if h.version != ROOT_VERSION || h.incompat != 0 {
+        if h.version != ROOT_VERSION || h.incompat & !KNOWN_INCOMPAT != 0 {
             return Err(StorageError::Incompatible {
                 what: format!("fptree root version {} incompat {:#x}", h.version, h.incompat),
                 at: format!("fptree {at:?}"),
@@ -150,7 +174,10 @@ fn root_state(h: &RootHeader, at: PPtr) -> StorageResult<RootState> {
         if h.checksum != h.crc() {
             return Err(corrupt("root checksum mismatch", at));
         }
-        if h.slots as usize != M || u64::from(h.leaf_size) != LEAF_SIZE || h.value_size != 8 {
+        if h.incompat != K::INCOMPAT {
+            return Err(wrong_kind::<K>(h, at));
+        }
+        if h.slots as usize != M || u64::from(h.leaf_size) != K::LEAF_SIZE || h.value_size != 8 {
             return Err(StorageError::Incompatible {
                 what: format!("fptree with {} slots of {} bytes", h.slots, h.leaf_size),
                 at: format!("fptree {at:?}"),
@@ -158,8 +185,12 @@ fn root_state(h: &RootHeader, at: PPtr) -> StorageResult<RootState> {
         }
         return Ok(RootState::Valid);
     }
-    if *h == RootHeader::in_progress() {
+    if *h == RootHeader::in_progress_of(K::LEAF_SIZE as u32, K::INCOMPAT) {
         return Ok(RootState::Resumable);
+    }
+    if h.magic == 0 && h.checksum == h.crc() && h.incompat != K::INCOMPAT {
+        // An unfinished creation of the other kind: finishing it as this kind would misread it.
+        return Err(wrong_kind::<K>(h, at));
     }
     if h.checksum == h.crc() {
         // A header whose checksum holds but whose magic is neither 0 nor ours: damage.
@@ -177,9 +208,13 @@ pub fn read_all_pairs(set: &PoolSet, root_slot: PPtr) -> StorageResult<Vec<(u64,
     let slot = set.resolve_range(root_slot, 16)?;
     let root = set.load_pptr(slot)?;
     let rg = resolve_block(set, root, ROOT_SIZE, "root")?;
+    let h: RootHeader = set.read_struct(rg)?;
+    if h.incompat != 0 {
+        return Err(wrong_kind::<U64Key>(&h, root));
+    }
     let mut out = Vec::new();
     let mut at = set.load_pptr(rg + R_HEAD)?;
-    let limit = walk_limit(set);
+    let limit = walk_limit(set, LEAF_SIZE);
     let mut seen = 0;
     while !at.is_null() {
         seen += 1;
@@ -194,7 +229,7 @@ pub fn read_all_pairs(set: &PoolSet, root_slot: PPtr) -> StorageResult<Vec<(u64,
     Ok(out)
 }
 
-/// What [`FPTree::check`] found.
+/// What [`Tree::check`] found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CheckReport {
     /// Leaves in the list.
@@ -203,9 +238,11 @@ pub struct CheckReport {
     pub keys: u64,
 }
 
-/// A single-threaded FPTree with fixed-size keys (see the module docs).
+/// A single-threaded FPTree over keys of kind `K` (see the module docs): [`FPTree`] for `u64`
+/// keys, [`FPTreeVar`] for byte keys. Each kind has thin methods with its natural argument
+/// types (`insert(u64, u64)`, `insert(&[u8], u64)`, ...) over one generic body.
 #[derive(Debug)]
-pub struct FPTree {
+pub struct Tree<K: KeyKind> {
     alloc: Arc<PAllocator>,
     /// The allocator's pool set, held directly (one pointer less on every access).
     set: Arc<PoolSet>,
@@ -214,26 +251,44 @@ pub struct FPTree {
     /// The root block, and its global offset.
     root: PPtr,
     rg: u64,
-    /// Lower bound → the leaf's global offset (T5). Only offsets, so that the DRAM index stays
-    /// as small as a DRAM B-tree of `u64`s; the leaf's `PPtr` is derived when a split or a
-    /// leaf deletion needs it.
-    index: BTreeMap<u64, u64>,
+    /// Lower bound → the leaf's global offset (T5). Bounds are owned DRAM copies (never
+    /// pointers into PM key blocks); the leaf's `PPtr` is derived when a split or a leaf
+    /// deletion needs it.
+    index: BTreeMap<K::Owned, u64>,
     len: u64,
     /// Set when a modification failed half-way: every later call returns `Poisoned`.
     poisoned: bool,
 }
 
-impl FPTree {
+/// The FPTree with fixed 8-byte keys (v1 leaves).
+pub type FPTree = Tree<U64Key>;
+/// The FPTree with byte-string keys of up to [`MAX_KEY_LEN`] bytes (v2 leaves).
+pub type FPTreeVar = Tree<ByteKey>;
+
+/// What the rebuild learns from one leaf (after the kind's repairs).
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct LeafSummary<O> {
+    /// The next leaf.
+    pub next: PPtr,
+    /// Valid keys.
+    pub count: u64,
+    /// The smallest and the largest valid key (`None`: the leaf is empty).
+    pub min_max: Option<(O, O)>,
+}
+
+impl<K: KeyKind> Tree<K> {
     /// Creates a tree whose root block is allocated from `alloc` into `root_slot` (a 16-aligned
     /// persistent-pointer location the caller owns, e.g. [`PAllocator::root_location`] or a
     /// slot of the caller's own table), so that several trees can share one allocator.
     ///
     /// `root_slot` must hold null, or a root whose creation did not finish: a `create` that
     /// crashed is finished by calling `create` (or `open`) again with the same slot. Errors:
-    /// `InvalidArgument` if a tree already lives there; `PoolFull` if the allocator cannot give
-    /// the root or the first leaf (from a null slot, nothing stays allocated and the slot stays
+    /// `InvalidArgument` if a tree already lives there; `Incompatible` if an unfinished
+    /// creation of the other key kind lives there; `PoolFull` if the allocator cannot give the
+    /// root or the first leaf (from a null slot, nothing stays allocated and the slot stays
     /// null; a resumed creation keeps its root for the next try).
-    pub fn create(alloc: Arc<PAllocator>, root_slot: PPtr) -> StorageResult<FPTree> {
+    pub fn create(alloc: Arc<PAllocator>, root_slot: PPtr) -> StorageResult<Tree<K>> {
         let set = alloc.pool().clone();
         let slot = set
             .resolve_range(root_slot, 16)
@@ -241,7 +296,7 @@ impl FPTree {
         let root = set.load_pptr(slot)?;
         if root.is_null() {
             let root = alloc.allocate(ROOT_SIZE, root_slot)?;
-            let mut t = FPTree::new(alloc, root_slot, root)?;
+            let mut t = Tree::new(alloc, root_slot, root)?;
             return match t.init(true).and_then(|()| t.rebuild()) {
                 Ok(()) => Ok(t),
                 Err(e @ StorageError::PoolFull { .. }) => {
@@ -252,9 +307,9 @@ impl FPTree {
                 Err(e) => Err(e),
             };
         }
-        let mut t = FPTree::new(alloc, root_slot, root)?;
+        let mut t = Tree::new(alloc, root_slot, root)?;
         let h: RootHeader = set.read_struct(t.rg)?;
-        match root_state(&h, root)? {
+        match root_state::<K>(&h, root)? {
             RootState::Valid => Err(StorageError::InvalidArgument(format!(
                 "a tree already exists at {root:?} (root slot {root_slot:?})"
             ))),
@@ -273,16 +328,17 @@ impl FPTree {
         }
     }
 
-    /// Opens the tree whose root pointer is stored at `root_slot`: replays the micro-logs and
-    /// rebuilds the DRAM index from the leaf list. Run the allocator's recovery first
-    /// ([`PAllocator::open`] does). A root whose creation did not finish but wrote its header
-    /// is finished here.
+    /// Opens the tree whose root pointer is stored at `root_slot`: replays the micro-logs,
+    /// finishes interrupted key-block work (byte keys) and rebuilds the DRAM index from the
+    /// leaf list. Run the allocator's recovery first ([`PAllocator::open`] does). A root whose
+    /// creation did not finish but wrote its header is finished here.
     ///
     /// Errors: `InvalidArgument` if the slot holds null (no tree was created there);
     /// `Corrupted` (what starts with `"no root header"`) if the root block holds no header —
-    /// a creation that crashed before its first persist (finish it with [`FPTree::create`]) or
-    /// damage; `Corrupted` or `Incompatible` for a damaged or foreign tree.
-    pub fn open(alloc: Arc<PAllocator>, root_slot: PPtr) -> StorageResult<FPTree> {
+    /// a creation that crashed before its first persist (finish it with [`Tree::create`]) or
+    /// damage; `Incompatible` for a tree of the other key kind (never misread) or a foreign
+    /// format; `Corrupted` for a damaged tree.
+    pub fn open(alloc: Arc<PAllocator>, root_slot: PPtr) -> StorageResult<Tree<K>> {
         let set = alloc.pool().clone();
         let slot = set
             .resolve_range(root_slot, 16)
@@ -293,9 +349,9 @@ impl FPTree {
                 "no tree: root slot {root_slot:?} holds null"
             )));
         }
-        let mut t = FPTree::new(alloc, root_slot, root)?;
+        let mut t = Tree::new(alloc, root_slot, root)?;
         let h: RootHeader = set.read_struct(t.rg)?;
-        match root_state(&h, root)? {
+        match root_state::<K>(&h, root)? {
             RootState::Valid => {
                 t.recover_split()?;
                 t.recover_delete()?;
@@ -312,9 +368,9 @@ impl FPTree {
         Ok(t)
     }
 
-    fn new(alloc: Arc<PAllocator>, root_slot: PPtr, root: PPtr) -> StorageResult<FPTree> {
+    fn new(alloc: Arc<PAllocator>, root_slot: PPtr, root: PPtr) -> StorageResult<Tree<K>> {
         let rg = resolve_block(alloc.pool(), root, ROOT_SIZE, "root")?;
-        Ok(FPTree {
+        Ok(Tree {
             set: alloc.pool().clone(),
             alloc,
             root_slot,
@@ -357,16 +413,16 @@ impl FPTree {
         } else {
             set.load_pptr(r + R_HEAD)?
         };
-        set.write_struct(r, &RootImage::in_progress(head))?;
+        set.write_struct(r, &RootImage::in_progress_of(head, K::LEAF_SIZE as u32, K::INCOMPAT))?;
         set.persist_rule("P-FPT-13", r, ROOT_SIZE)?; // ORDER(P-FPT-13): header (magic 0), head and empty logs
         let head = if head.is_null() {
-            self.alloc.allocate(LEAF_SIZE, field(self.root, R_HEAD))?
+            self.alloc.allocate(K::LEAF_SIZE, field(self.root, R_HEAD))?
         } else {
             head
         };
-        let hg = resolve_block(&set, head, LEAF_SIZE, "first leaf")?;
-        set.write_struct(hg, &LeafImage::empty())?;
-        set.persist_rule("P-FPT-13", hg, LEAF_SIZE)?; // ORDER(P-FPT-13): an empty first leaf
+        let hg = resolve_block(&set, head, K::LEAF_SIZE, "first leaf")?;
+        K::write_empty_leaf(&set, hg)?;
+        set.persist_rule("P-FPT-13", hg, K::LEAF_SIZE)?; // ORDER(P-FPT-13): an empty first leaf
         set.store_u64(r, ROOT_MAGIC, Ordering::Release)?;
         Ok(set.persist_rule("P-FPT-13", r, 8)?) // ORDER(P-FPT-13): the magic commits creation
     }
@@ -376,11 +432,16 @@ impl FPTree {
     }
 
     fn resolve_leaf(&self, p: PPtr) -> StorageResult<Leaf> {
-        Ok(Leaf { g: resolve_block(self.set(), p, LEAF_SIZE, "leaf")?, p })
+        Ok(Leaf { g: resolve_block(self.set(), p, K::LEAF_SIZE, "leaf")?, p })
     }
 
-    fn read_leaf(&self, l: Leaf) -> StorageResult<LeafImage> {
-        self.set().read_struct(l.g).map_err(|e| corrupt(format!("unreadable leaf: {e}"), l.p))
+    /// A leaf's bitmap, with bits beyond the last slot refused (T2).
+    fn checked_bitmap(&self, leaf: Leaf) -> StorageResult<u64> {
+        let b = self.set().load_u64(leaf.g + L_BITMAP, Ordering::Acquire)?;
+        if b & !FULL != 0 {
+            return Err(corrupt(format!("bitmap {b:#x} has bits beyond slot {M}"), leaf.p));
+        }
+        Ok(b)
     }
 
     // ----- recovery -----
@@ -399,30 +460,20 @@ impl FPTree {
             return Err(corrupt("the split log names a new leaf but no other leaf", self.root));
         }
         let (cur, new) = (self.resolve_leaf(cur)?, self.resolve_leaf(new)?);
-        let leaf = self.read_leaf(cur)?;
-        if leaf.bitmap & !FULL != 0 {
-            return Err(corrupt(
-                format!("bitmap {:#x} has bits beyond slot {M}", leaf.bitmap),
-                cur.p,
-            ));
-        }
-        if leaf.bitmap == FULL {
-            self.split_from_copy(cur, new)?; // steps 5..10
+        if self.checked_bitmap(cur)? == FULL {
+            self.split_from_copy(cur, new)?; // from the copy on
         } else {
-            let nb = self.read_leaf(new)?.bitmap;
-            if nb & !FULL != 0 {
-                return Err(corrupt(format!("bitmap {nb:#x} has bits beyond slot {M}"), new.p));
-            }
-            self.split_from_bitmaps(cur, new, nb)?; // steps 8..10
+            let nb = self.checked_bitmap(new)?;
+            self.split_from_bitmaps(cur, new, nb)?; // from the logical split on
         }
         Ok(())
     }
 
     /// Algorithm 4.7, reshaped: an armed delete log (`cur` not null) is always finished. Its
     /// predecessor (null: the leaf was the head) was persisted before `cur` armed the log
-    /// (P-FPT-10), so the unlink can be redone (idempotent, and it repairs a torn link) and the
-    /// leaf freed; the allocator's free disarms the log (P-FPT-12). A disarmed log's `prev` is
-    /// stale and ignored.
+    /// (P-FPT-10), so the unlink can be redone (idempotent, and it repairs a torn link), the
+    /// leaf's key blocks and the leaf freed; the allocator's free of the leaf disarms the log
+    /// (P-FPT-12). A disarmed log's `prev` is stale and ignored.
     fn recover_delete(&mut self) -> StorageResult<()> {
         let set = self.set();
         let cur = set.load_pptr(self.rg + R_DEL_CUR)?;
@@ -431,7 +482,7 @@ impl FPTree {
         }
         let prev = set.load_pptr(self.rg + R_DEL_PREV)?;
         let cur = self.resolve_leaf(cur)?;
-        let next = self.read_leaf(cur)?.next;
+        let next = set.load_pptr(cur.g + L_NEXT)?;
         if !next.is_null() {
             // Validate before redoing anything: a damaged log must not overwrite a link.
             self.resolve_leaf(next)?;
@@ -442,6 +493,7 @@ impl FPTree {
             let prev = self.resolve_leaf(prev)?;
             self.store_next(prev, next)?;
         }
+        K::release_leaf_keys(self, cur)?;
         self.free_logged_leaf().map_err(|e| match e {
             StorageError::InvalidArgument(why) => {
                 corrupt(format!("the delete log names no allocated leaf: {why}"), cur.p)
@@ -450,8 +502,9 @@ impl FPTree {
         })
     }
 
-    /// Rebuilds the DRAM index from the leaf list (Algorithm 4.13, fixed keys), resetting
-    /// every lock word, checking pointers, bitmaps, order and cycles.
+    /// Rebuilds the DRAM index from the leaf list (Algorithm 4.13), resetting every lock word,
+    /// finishing interrupted key-block work (byte keys: the leak rule), checking pointers,
+    /// bitmaps, order and cycles.
     fn rebuild(&mut self) -> StorageResult<()> {
         self.index.clear();
         self.len = 0;
@@ -459,8 +512,8 @@ impl FPTree {
         if at.is_null() {
             return Err(corrupt("the tree has no leaf", self.root));
         }
-        let limit = walk_limit(self.set());
-        let mut prev_max: Option<u64> = None;
+        let limit = walk_limit(self.set(), K::LEAF_SIZE);
+        let mut prev_max: Option<K::Owned> = None;
         let mut first = true;
         let mut seen = 0u64;
         while !at.is_null() {
@@ -469,81 +522,60 @@ impl FPTree {
                 return Err(corrupt("the leaf list has a cycle", at));
             }
             let leaf = self.resolve_leaf(at)?;
-            let l = self.read_leaf(leaf)?;
-            if l.lock != 0 {
-                self.set().store_u64(leaf.g + L_LOCK, 0, Ordering::Relaxed)?;
-            }
-            if l.bitmap & !FULL != 0 {
-                return Err(corrupt(
-                    format!("bitmap {:#x} has bits beyond slot {M}", l.bitmap),
-                    at,
-                ));
-            }
-            let keys: Vec<u64> = l.valid().map(|s| l.kv[s][0]).collect();
-            let (min, max) = (keys.iter().min().copied(), keys.iter().max().copied());
-            if let (Some(pm), Some(mn)) = (prev_max, min)
-                && mn <= pm
-            {
-                return Err(corrupt(format!("leaf starts at key {mn}, not above {pm}"), at));
-            }
-            match min {
-                Some(mn) => {
-                    self.index.insert(if first { 0 } else { mn }, leaf.g);
+            let s = K::rebuild_leaf(self, leaf)?;
+            match s.min_max {
+                Some((mn, mx)) => {
+                    let bound = match &prev_max {
+                        _ if first => K::lowest(),
+                        Some(pm) => K::separator(pm.borrow(), mn.borrow()).ok_or_else(|| {
+                            corrupt(format!("leaf starts at key {mn:?}, not above {pm:?}"), at)
+                        })?,
+                        None => return Err(corrupt("a leaf after an empty leaf", at)),
+                    };
+                    self.index.insert(bound, leaf.g);
+                    prev_max = Some(mx);
                 }
-                None if first && l.next.is_null() => {
-                    self.index.insert(0, leaf.g); // the only leaf, empty (T3)
+                None if first && s.next.is_null() => {
+                    self.index.insert(K::lowest(), leaf.g); // the only leaf, empty (T3)
                 }
                 None => return Err(corrupt("an empty leaf that is not the only leaf", at)),
             }
-            self.len += keys.len() as u64;
-            prev_max = max.or(prev_max);
+            self.len += s.count;
             first = false;
-            at = l.next;
+            at = s.next;
         }
         Ok(())
     }
 
     // ----- lookups -----
 
-    /// The leaf (global offset) that holds (or would hold) `key`, with its bound.
-    fn route(&self, key: u64) -> StorageResult<(u64, u64)> {
+    /// The leaf (global offset) that holds (or would hold) `key`.
+    #[inline]
+    fn route(&self, key: &K::Key) -> StorageResult<u64> {
         self.index
-            .range(..=key)
+            .range::<K::Key, _>((Unbounded, Included(key)))
             .next_back()
-            .map(|(&b, &l)| (b, l))
-            .ok_or_else(|| corrupt("the index has no leaf with bound 0", self.root))
+            .map(|(_, &l)| l)
+            .ok_or_else(|| corrupt("the index has no leaf with the lowest bound", self.root))
     }
 
-    /// The slot of `key` in `leaf`, probing full keys only where fingerprints match.
-    fn find_in_leaf(&self, leaf: u64, key: u64) -> StorageResult<Option<usize>> {
-        let set = self.set();
-        let mut line0 = [0u8; 40];
-        set.read_into(leaf, &mut line0)?;
-        let mut bm = [0u8; 8];
-        bm.copy_from_slice(&line0[32..40]);
-        let bitmap = u64::from_le_bytes(bm);
-        let f = fingerprint(key);
-        for (slot, &fp) in line0[..M].iter().enumerate() {
-            if bitmap & (1 << slot) != 0
-                && fp == f
-                && set.load_u64(leaf + L_KV + slot as u64 * 16, Ordering::Acquire)? == key
-            {
-                return Ok(Some(slot));
-            }
-        }
-        Ok(None)
+    /// As [`Tree::route`], with a copy of the leaf's bound.
+    fn route_bound(&self, key: &K::Key) -> StorageResult<(K::Owned, u64)> {
+        self.index
+            .range::<K::Key, _>((Unbounded, Included(key)))
+            .next_back()
+            .map(|(b, &l)| (b.clone(), l))
+            .ok_or_else(|| corrupt("the index has no leaf with the lowest bound", self.root))
     }
 
-    /// The value stored under `key`.
-    pub fn get(&self, key: u64) -> StorageResult<Option<u64>> {
+    fn get_k(&self, key: &K::Key) -> StorageResult<Option<u64>> {
         if self.poisoned {
             return Err(StorageError::Poisoned);
         }
-        let (_, leaf) = self.route(key)?;
-        match self.find_in_leaf(leaf, key)? {
-            Some(slot) => Ok(Some(
-                self.set().load_u64(leaf + L_KV + slot as u64 * 16 + 8, Ordering::Acquire)?,
-            )),
+        K::validate(key)?;
+        let leaf = self.route(key)?;
+        match K::find(self, leaf, key)? {
+            Some(slot) => Ok(Some(K::value(self, leaf, slot)?)),
             None => Ok(None),
         }
     }
@@ -578,27 +610,37 @@ impl FPTree {
         self.root
     }
 
-    /// Every block the tree owns: its root, then its leaves in key order. A caller that knows
-    /// every user of the allocator checks T6 (no leak) by comparing the union of their blocks
-    /// with [`PAllocator::check`]'s allocated blocks.
+    /// Every block the tree owns: its root, then its leaves in key order, then (byte keys) the
+    /// key blocks of the valid slots. A caller that knows every user of the allocator checks
+    /// T6 (no leak) by comparing the union of their blocks with [`PAllocator::check`]'s
+    /// allocated blocks.
     pub fn blocks(&self) -> Vec<PPtr> {
-        std::iter::once(self.root)
+        let mut out: Vec<PPtr> = std::iter::once(self.root)
             .chain(self.index.values().filter_map(|&g| self.set.to_pptr(g).ok()))
-            .collect()
+            .collect();
+        for &g in self.index.values() {
+            if let Ok(leaf) = self.leaf_at(g) {
+                // A damaged leaf shows as missing blocks in the caller's comparison.
+                let _ = K::key_blocks(self, leaf, &mut out);
+            }
+        }
+        out
     }
 
-    /// Whether inserting `key` (absent) would split its leaf, i.e. needs a new leaf from the
-    /// allocator (for capacity planning and tests).
-    pub fn needs_split(&self, key: u64) -> StorageResult<bool> {
+    fn needs_split_k(&self, key: &K::Key) -> StorageResult<bool> {
         if self.poisoned {
             return Err(StorageError::Poisoned);
         }
-        let (_, leaf) = self.route(key)?;
+        let leaf = self.route(key)?;
         Ok(self.set().load_u64(leaf + L_BITMAP, Ordering::Acquire)? & FULL == FULL)
     }
 
-    /// Up to `limit` pairs with `lo <= key <= hi`, in ascending key order.
-    pub fn range(&self, lo: u64, hi: u64, limit: usize) -> StorageResult<Vec<(u64, u64)>> {
+    fn range_k(
+        &self,
+        lo: &K::Key,
+        hi: &K::Key,
+        limit: usize,
+    ) -> StorageResult<Vec<(K::Owned, u64)>> {
         if self.poisoned {
             return Err(StorageError::Poisoned);
         }
@@ -606,19 +648,19 @@ impl FPTree {
         if lo > hi || limit == 0 {
             return Ok(out);
         }
-        let (start, _) = self.route(lo)?;
-        for (&bound, &leaf) in self.index.range(start..) {
-            if bound > hi {
+        let (start, _) = self
+            .index
+            .range::<K::Key, _>((Unbounded, Included(lo)))
+            .next_back()
+            .ok_or_else(|| corrupt("the index has no leaf with the lowest bound", self.root))?;
+        let mut buf = Vec::new();
+        for (bound, &g) in self.index.range::<K::Key, _>((Included(start.borrow()), Unbounded)) {
+            if bound.borrow() > hi {
                 break;
             }
-            let l: LeafImage = self.set().read_struct(leaf)?;
-            let mut kv: Vec<(u64, u64)> = l
-                .valid()
-                .map(|s| (l.kv[s][0], l.kv[s][1]))
-                .filter(|(k, _)| *k >= lo && *k <= hi)
-                .collect();
-            kv.sort_unstable();
-            for p in kv {
+            buf.clear();
+            K::leaf_pairs(self, self.leaf_at(g)?, (Included(lo), Included(hi)), &mut buf)?;
+            for p in buf.drain(..) {
                 out.push(p);
                 if out.len() == limit {
                     return Ok(out);
@@ -630,24 +672,8 @@ impl FPTree {
 
     // ----- modifications -----
 
-    /// Writes `(key, value)` into free slot `slot` of `leaf` and persists it with its
-    /// fingerprint, still invisible (P-FPT-1).
-    fn write_slot(&self, leaf: u64, slot: usize, key: u64, value: u64) -> StorageResult<()> {
-        let set = self.set();
-        let kv = leaf + L_KV + slot as u64 * 16;
-        set.store_u64(kv, key, Ordering::Relaxed)?;
-        set.store_u64(kv + 8, value, Ordering::Relaxed)?;
-        let word = leaf + L_FP + (slot as u64 / 8) * 8;
-        let mut bytes = set.load_u64(word, Ordering::Acquire)?.to_le_bytes();
-        bytes[slot % 8] = fingerprint(key);
-        set.store_u64(word, u64::from_le_bytes(bytes), Ordering::Relaxed)?;
-        set.flush_rule("P-FPT-1", kv, 16)?; // ORDER(P-FPT-1): the pair before the bitmap
-        set.flush_rule("P-FPT-1", word, 8)?; // ORDER(P-FPT-1): its fingerprint before the bitmap
-        set.fence_rule("P-FPT-1"); // ORDER(P-FPT-1): both durable before the commit store
-        Ok(())
-    }
-
     /// The commit point of an insert, update or delete (P-FPT-2 / P-FPT-9).
+    #[inline]
     fn publish_bitmap(&self, leaf: u64, bitmap: u64, rule: &'static str) -> StorageResult<()> {
         let set = self.set();
         set.store_u64(leaf + L_BITMAP, bitmap, Ordering::Release)?;
@@ -656,16 +682,15 @@ impl FPTree {
 
     /// The leaf a key goes to after a possible split of its full leaf: returns (target leaf,
     /// its bitmap).
-    fn make_room(&mut self, bound: u64, leaf: u64, key: u64) -> StorageResult<(u64, u64)> {
+    fn make_room(&mut self, leaf: u64, key: &K::Key) -> StorageResult<(u64, u64)> {
         let bitmap = self.set().load_u64(leaf + L_BITMAP, Ordering::Acquire)?;
         if bitmap & FULL != FULL {
             return Ok((leaf, bitmap));
         }
-        let (split_key, new) = self.split(self.leaf_at(leaf)?)?;
-        // split_key < u64::MAX: the upper half of a full leaf holds keys above it.
-        self.index.insert(split_key + 1, new.g);
-        debug_assert!(split_key + 1 > bound);
-        let target = if key > split_key { new.g } else { leaf };
+        let (bound, new) = self.split(self.leaf_at(leaf)?)?;
+        // Every key at or above the new bound belongs to the new (right) leaf.
+        let target = if key >= bound.borrow() { new.g } else { leaf };
+        self.index.insert(bound, new.g);
         Ok((target, self.set().load_u64(target + L_BITMAP, Ordering::Acquire)?))
     }
 
@@ -685,112 +710,114 @@ impl FPTree {
         r
     }
 
-    /// Inserts `key → value`; `Ok(false)` (and no change) if `key` is present. `PoolFull` when
-    /// a split needs a leaf the allocator cannot give (the tree is unchanged and usable).
-    pub fn insert(&mut self, key: u64, value: u64) -> StorageResult<bool> {
-        self.guarded(|t| t.insert_inner(key, value))
-    }
-
-    fn insert_inner(&mut self, key: u64, value: u64) -> StorageResult<bool> {
-        let (bound, leaf) = self.route(key)?;
-        if self.find_in_leaf(leaf, key)?.is_some() {
-            return Ok(false);
+    fn insert_k(&mut self, key: &K::Key, value: u64) -> StorageResult<bool> {
+        if self.poisoned {
+            return Err(StorageError::Poisoned);
         }
-        let (target, bitmap) = self.make_room(bound, leaf, key)?;
-        let slot = (!bitmap & FULL).trailing_zeros() as usize;
-        self.write_slot(target, slot, key, value)?;
-        self.publish_bitmap(target, bitmap | (1 << slot), "P-FPT-2")?;
-        self.len += 1;
-        Ok(true)
-    }
-
-    /// Replaces the value of `key` out of place (Algorithm 4.8); `Ok(false)` if absent.
-    /// `PoolFull` as for [`FPTree::insert`] (the old value stays).
-    pub fn update(&mut self, key: u64, value: u64) -> StorageResult<bool> {
-        self.guarded(|t| t.update_inner(key, value))
-    }
-
-    fn update_inner(&mut self, key: u64, value: u64) -> StorageResult<bool> {
-        let (bound, leaf) = self.route(key)?;
-        let Some(prev_slot) = self.find_in_leaf(leaf, key)? else { return Ok(false) };
-        // A full copy keeps slot positions, so prev_slot is right in either leaf.
-        let (target, bitmap) = self.make_room(bound, leaf, key)?;
-        let slot = (!bitmap & FULL).trailing_zeros() as usize;
-        self.write_slot(target, slot, key, value)?;
-        self.publish_bitmap(target, (bitmap & !(1 << prev_slot)) | (1 << slot), "P-FPT-2")?;
-        Ok(true)
-    }
-
-    /// Deletes `key`; `Ok(false)` if absent (checked first: DEFECT-10). Never needs space.
-    pub fn delete(&mut self, key: u64) -> StorageResult<bool> {
-        self.guarded(|t| t.delete_inner(key))
-    }
-
-    fn delete_inner(&mut self, key: u64) -> StorageResult<bool> {
-        let (bound, leaf) = self.route(key)?;
-        let Some(slot) = self.find_in_leaf(leaf, key)? else { return Ok(false) };
-        let bitmap = self.set().load_u64(leaf + L_BITMAP, Ordering::Acquire)?;
-        if bitmap.count_ones() == 1 && self.index.len() > 1 {
-            // The leaf empties: unlink and free it instead (its last key goes with it).
-            let prev = match self.index.range(..bound).next_back() {
-                Some((_, &g)) => Some(self.leaf_at(g)?),
-                None => None,
-            };
-            self.delete_leaf(self.leaf_at(leaf)?, prev)?;
-            self.index.remove(&bound);
-            if bound == 0 {
-                // The next leaf became the head: its bound becomes 0 (T5).
-                if let Some((&b, &l)) = self.index.iter().next() {
-                    self.index.remove(&b);
-                    self.index.insert(0, l);
-                }
+        K::validate(key)?; // before anything is written (K4); not a reason to poison
+        self.guarded(|t| {
+            let leaf = t.route(key)?;
+            if K::find(t, leaf, key)?.is_some() {
+                return Ok(false);
             }
-        } else {
-            self.publish_bitmap(leaf, bitmap & !(1 << slot), "P-FPT-9")?;
+            let (target, bitmap) = t.make_room(leaf, key)?;
+            let slot = (!bitmap & FULL).trailing_zeros() as usize;
+            K::write_new(t, target, slot, key, value)?;
+            t.publish_bitmap(target, bitmap | (1 << slot), "P-FPT-2")?;
+            t.len += 1;
+            Ok(true)
+        })
+    }
+
+    fn update_k(&mut self, key: &K::Key, value: u64) -> StorageResult<bool> {
+        if self.poisoned {
+            return Err(StorageError::Poisoned);
         }
-        self.len -= 1;
-        Ok(true)
+        K::validate(key)?;
+        self.guarded(|t| {
+            let leaf = t.route(key)?;
+            let Some(prev_slot) = K::find(t, leaf, key)? else { return Ok(false) };
+            // A split keeps slot positions (the key's slot is in the half it goes to), so
+            // prev_slot is right in the target leaf.
+            let (target, bitmap) = t.make_room(leaf, key)?;
+            let slot = (!bitmap & FULL).trailing_zeros() as usize;
+            K::write_moved(t, target, slot, prev_slot, key, value)?;
+            t.publish_bitmap(target, (bitmap & !(1 << prev_slot)) | (1 << slot), "P-FPT-2")?;
+            K::release_moved(t, target, prev_slot)?;
+            Ok(true)
+        })
+    }
+
+    fn delete_k(&mut self, key: &K::Key) -> StorageResult<bool> {
+        if self.poisoned {
+            return Err(StorageError::Poisoned);
+        }
+        K::validate(key)?;
+        self.guarded(|t| {
+            let leaf = t.route(key)?;
+            let Some(slot) = K::find(t, leaf, key)? else { return Ok(false) };
+            let bitmap = t.set().load_u64(leaf + L_BITMAP, Ordering::Acquire)?;
+            if bitmap.count_ones() == 1 && t.index.len() > 1 {
+                // The leaf empties: unlink and free it instead (its last key goes with it).
+                let (bound, _) = t.route_bound(key)?;
+                let prev = match t
+                    .index
+                    .range::<K::Key, _>((Unbounded, Excluded(bound.borrow())))
+                    .next_back()
+                {
+                    Some((_, &g)) => Some(t.leaf_at(g)?),
+                    None => None,
+                };
+                t.delete_leaf(t.leaf_at(leaf)?, prev)?;
+                t.index.remove(bound.borrow());
+                if bound == K::lowest() {
+                    // The next leaf became the head: its bound becomes the lowest (T5).
+                    if let Some((b, l)) = t.index.pop_first() {
+                        debug_assert!(b > bound);
+                        t.index.insert(K::lowest(), l);
+                    }
+                }
+            } else {
+                t.publish_bitmap(leaf, bitmap & !(1 << slot), "P-FPT-9")?;
+                K::release_deleted(t, leaf, slot)?;
+            }
+            t.len -= 1;
+            Ok(true)
+        })
     }
 
     // ----- split (Algorithm 4.3) -----
 
-    fn split(&mut self, leaf: Leaf) -> StorageResult<(u64, Leaf)> {
+    /// Splits the full `leaf`: returns the new right leaf's bound and the new leaf.
+    fn split(&mut self, leaf: Leaf) -> StorageResult<(K::Owned, Leaf)> {
         let set = self.alloc.pool().clone();
         store_pptr(&set, self.rg + R_SPLIT_CUR, leaf.p)?;
         set.persist_rule("P-FPT-3", self.rg + R_SPLIT_CUR, 16)?; // ORDER(P-FPT-3): log the leaf being split
         // The allocator durably stores the new leaf's pointer into the log, which arms it. A
         // `PoolFull` leaves the log's new leaf null (disarmed): nothing was split.
-        let new = self.alloc.allocate(LEAF_SIZE, field(self.root, R_SPLIT_NEW))?;
+        let new = self.alloc.allocate(K::LEAF_SIZE, field(self.root, R_SPLIT_NEW))?;
         let new = self.resolve_leaf(new)?;
-        let (split_key, _) = self.split_from_copy(leaf, new)?;
-        Ok((split_key, new))
+        let bound = self.split_from_copy(leaf, new)?;
+        Ok((bound, new))
     }
 
-    /// Steps 5..10: copy `leaf` (full) into `new`, then the bitmaps, link, reset.
-    fn split_from_copy(&mut self, leaf: Leaf, new: Leaf) -> StorageResult<(u64, u64)> {
-        let set = self.alloc.pool().clone();
-        let l = self.read_leaf(leaf)?;
-        set.write_struct(new.g, &l)?;
-        set.persist_rule("P-FPT-4", new.g, LEAF_SIZE)?; // ORDER(P-FPT-4): a full copy of the leaf
-        let mut keys: Vec<u64> = l.valid().map(|slot| l.kv[slot][0]).collect();
-        keys.sort_unstable();
-        let split_key = *keys
-            .get(M / 2 - 1)
-            .ok_or_else(|| corrupt("splitting a leaf that is not full", leaf.p))?;
-        let right: u64 =
-            l.valid().filter(|&slot| l.kv[slot][0] > split_key).fold(0, |b, slot| b | (1 << slot));
-        set.store_u64(new.g + L_BITMAP, right, Ordering::Release)?;
-        set.persist_rule("P-FPT-5", new.g + L_BITMAP, 8)?; // ORDER(P-FPT-5): the new leaf keeps the upper half
+    /// From the copy on: write the new leaf from `leaf` (full), then the bitmaps, link, reset.
+    /// Returns the new leaf's bound.
+    fn split_from_copy(&mut self, leaf: Leaf, new: Leaf) -> StorageResult<K::Owned> {
+        let (left_max, right_min, right) = K::split_copy(self, leaf, new)?;
+        let bound = K::separator(left_max.borrow(), right_min.borrow())
+            .ok_or_else(|| corrupt("the halves of a split overlap", leaf.p))?;
         self.split_from_bitmaps(leaf, new, right)?;
-        Ok((split_key, right))
+        Ok(bound)
     }
 
-    /// Steps 8..10: the old leaf keeps the complement, is linked to the new leaf, the log is
-    /// retired.
+    /// From the logical split on: the old leaf keeps the complement, gives up its references
+    /// to the moved key blocks (byte keys), is linked to the new leaf; the log is retired.
     fn split_from_bitmaps(&mut self, leaf: Leaf, new: Leaf, right: u64) -> StorageResult<()> {
         let set = self.set();
         set.store_u64(leaf.g + L_BITMAP, !right & FULL, Ordering::Release)?;
         set.persist_rule("P-FPT-6", leaf.g + L_BITMAP, 8)?; // ORDER(P-FPT-6): the logical split point
+        K::after_logical_split(self, leaf, right)?;
         // valid → valid: two 8-byte stores that may tear; the armed log redoes them.
         store_pptr(set, leaf.g + L_NEXT, new.p)?;
         set.persist_rule("P-FPT-7", leaf.g + L_NEXT, 16)?; // ORDER(P-FPT-7): link the new leaf before disarming
@@ -810,11 +837,12 @@ impl FPTree {
 
     fn delete_leaf(&mut self, leaf: Leaf, prev: Option<Leaf>) -> StorageResult<()> {
         self.arm_delete_log(leaf, prev.map_or(PPtr::NULL, |p| p.p))?;
-        let next = self.read_leaf(leaf)?.next;
+        let next = self.set().load_pptr(leaf.g + L_NEXT)?;
         match prev {
             None => self.store_head(next)?,
             Some(p) => self.store_next(p, next)?,
         }
+        K::release_leaf_keys(self, leaf)?;
         self.free_logged_leaf() // the free disarms the log (P-FPT-12)
     }
 
@@ -837,7 +865,7 @@ impl FPTree {
         Ok(set.persist_rule("P-FPT-11", self.rg + R_HEAD, 16)?) // ORDER(P-FPT-11): unlink the head before the free
     }
 
-    /// `prev.next = next` (as [`FPTree::store_head`]).
+    /// `prev.next = next` (as [`Tree::store_head`]).
     fn store_next(&self, prev: Leaf, next: PPtr) -> StorageResult<()> {
         let set = self.set();
         store_pptr(set, prev.g + L_NEXT, next)?;
@@ -852,8 +880,9 @@ impl FPTree {
 
     // ----- integrity -----
 
-    /// Checks T1–T5 against persistent memory (T6 needs every user of the allocator: see
-    /// [`FPTree::blocks`]); `Err(Corrupted)` says which one failed and where.
+    /// Checks T1–T5 (and for byte keys V1–V3) against persistent memory (T6 needs every user
+    /// of the allocator: see [`Tree::blocks`]); `Err(Corrupted)` says which one failed and
+    /// where.
     pub fn check(&self) -> StorageResult<CheckReport> {
         let set = self.set();
         for (off, what) in [(R_SPLIT_NEW, "split"), (R_DEL_CUR, "delete")] {
@@ -864,51 +893,50 @@ impl FPTree {
         }
         let mut at = self.head()?;
         let mut listed: Vec<Leaf> = Vec::new();
-        let mut prev_max: Option<u64> = None;
+        let mut prev_max: Option<K::Owned> = None;
         let mut keys = 0u64;
-        let limit = walk_limit(set);
+        let mut key_blocks = Vec::new();
+        let limit = walk_limit(set, K::LEAF_SIZE);
+        let mut pairs = Vec::new();
         while !at.is_null() {
             if listed.len() as u64 > limit {
                 return Err(corrupt("the leaf list has a cycle", at));
             }
             let leaf = self.resolve_leaf(at)?;
-            let l = self.read_leaf(leaf)?;
-            if l.bitmap & !FULL != 0 {
-                return Err(corrupt("bitmap bits beyond the last slot", at));
-            }
-            let mut leaf_keys = Vec::new();
-            for slot in l.valid() {
-                let k = l.kv[slot][0];
-                if l.fp[slot] != fingerprint(k) {
-                    return Err(corrupt(
-                        format!("slot {slot}: fingerprint of key {k} is wrong"),
-                        at,
-                    ));
-                }
-                leaf_keys.push(k);
-            }
-            leaf_keys.sort_unstable();
-            if leaf_keys.windows(2).any(|w| w[0] == w[1]) {
+            self.checked_bitmap(leaf)?;
+            K::check_leaf(self, leaf)?;
+            K::key_blocks(self, leaf, &mut key_blocks)?;
+            pairs.clear();
+            K::leaf_pairs(self, leaf, (Unbounded, Unbounded), &mut pairs)?;
+            if pairs.windows(2).any(|w| w[0].0 == w[1].0) {
                 return Err(corrupt("a key appears twice in one leaf", at));
             }
-            if let (Some(pm), Some(&mn)) = (prev_max, leaf_keys.first())
+            if let (Some(pm), Some((mn, _))) = (&prev_max, pairs.first())
                 && mn <= pm
             {
-                return Err(corrupt(format!("key {mn} follows key {pm}"), at));
+                return Err(corrupt(format!("key {mn:?} follows key {pm:?}"), at));
             }
-            if leaf_keys.is_empty() && (!listed.is_empty() || !l.next.is_null()) {
+            let next = set.load_pptr(leaf.g + L_NEXT)?;
+            if pairs.is_empty() && (!listed.is_empty() || !next.is_null()) {
                 return Err(corrupt("an empty leaf that is not the only leaf", at));
             }
-            prev_max = leaf_keys.last().copied().or(prev_max);
-            keys += leaf_keys.len() as u64;
+            keys += pairs.len() as u64;
             // T5: the index routes every key of this leaf here.
-            for &k in &leaf_keys {
-                if self.route(k)?.1 != leaf.g {
-                    return Err(corrupt(format!("the index routes key {k} elsewhere"), at));
+            for (k, _) in &pairs {
+                if self.route(k.borrow())? != leaf.g {
+                    return Err(corrupt(format!("the index routes key {k:?} elsewhere"), at));
                 }
             }
+            if let Some((mx, _)) = pairs.pop() {
+                prev_max = Some(mx);
+            }
             listed.push(leaf);
-            at = l.next;
+            at = next;
+        }
+        // V2: no key block is named by two valid slots, in one leaf or in two.
+        key_blocks.sort_by_key(|p| (p.segment, p.offset));
+        if let Some(w) = key_blocks.windows(2).find(|w| w[0] == w[1]) {
+            return Err(corrupt("a key block is named by two valid slots", w[0]));
         }
         let indexed: Vec<u64> = self.index.values().copied().collect();
         if indexed != listed.iter().map(|l| l.g).collect::<Vec<u64>>() {
@@ -924,6 +952,210 @@ impl FPTree {
             ));
         }
         Ok(CheckReport { leaves: listed.len() as u64, keys })
+    }
+}
+
+// ----- the fixed-key tree: its public methods and its leaf operations (v1 leaf) -----
+
+impl Tree<U64Key> {
+    /// Inserts `key → value`; `Ok(false)` (and no change) if `key` is present. `PoolFull` when
+    /// a split needs a leaf the allocator cannot give (the tree is unchanged and usable).
+    pub fn insert(&mut self, key: u64, value: u64) -> StorageResult<bool> {
+        self.insert_k(&key, value)
+    }
+
+    /// Replaces the value of `key` out of place (Algorithm 4.8); `Ok(false)` if absent.
+    /// `PoolFull` as for [`FPTree::insert`] (the old value stays).
+    pub fn update(&mut self, key: u64, value: u64) -> StorageResult<bool> {
+        self.update_k(&key, value)
+    }
+
+    /// Deletes `key`; `Ok(false)` if absent (checked first: DEFECT-10). Never needs space.
+    pub fn delete(&mut self, key: u64) -> StorageResult<bool> {
+        self.delete_k(&key)
+    }
+
+    /// The value stored under `key`.
+    pub fn get(&self, key: u64) -> StorageResult<Option<u64>> {
+        self.get_k(&key)
+    }
+
+    /// Up to `limit` pairs with `lo <= key <= hi`, in ascending key order.
+    pub fn range(&self, lo: u64, hi: u64, limit: usize) -> StorageResult<Vec<(u64, u64)>> {
+        self.range_k(&lo, &hi, limit)
+    }
+
+    /// Whether inserting `key` (absent) would split its leaf, i.e. needs a new leaf from the
+    /// allocator (for capacity planning and tests).
+    pub fn needs_split(&self, key: u64) -> StorageResult<bool> {
+        self.needs_split_k(&key)
+    }
+
+    fn read_leaf(&self, l: Leaf) -> StorageResult<LeafImage> {
+        self.set().read_struct(l.g).map_err(|e| corrupt(format!("unreadable leaf: {e}"), l.p))
+    }
+
+    /// The slot of `key` in `leaf`, probing full keys only where fingerprints match.
+    #[inline]
+    fn fixed_find(&self, leaf: u64, key: u64) -> StorageResult<Option<usize>> {
+        let set = self.set();
+        let mut line0 = [0u8; 40];
+        set.read_into(leaf, &mut line0)?;
+        let mut bm = [0u8; 8];
+        bm.copy_from_slice(&line0[32..40]);
+        let bitmap = u64::from_le_bytes(bm);
+        let f = fingerprint(key);
+        for (slot, &fp) in line0[..M].iter().enumerate() {
+            if bitmap & (1 << slot) != 0
+                && fp == f
+                && set.load_u64(leaf + L_KV + slot as u64 * 16, Ordering::Acquire)? == key
+            {
+                return Ok(Some(slot));
+            }
+        }
+        Ok(None)
+    }
+
+    fn fixed_value(&self, leaf: u64, slot: usize) -> StorageResult<u64> {
+        Ok(self.set().load_u64(leaf + L_KV + slot as u64 * 16 + 8, Ordering::Acquire)?)
+    }
+
+    /// Writes `(key, value)` into free slot `slot` of `leaf` and persists it with its
+    /// fingerprint, still invisible (P-FPT-1).
+    #[inline]
+    fn fixed_write_slot(&self, leaf: u64, slot: usize, key: u64, value: u64) -> StorageResult<()> {
+        let set = self.set();
+        let kv = leaf + L_KV + slot as u64 * 16;
+        set.store_u64(kv, key, Ordering::Relaxed)?;
+        set.store_u64(kv + 8, value, Ordering::Relaxed)?;
+        let word = leaf + L_FP + (slot as u64 / 8) * 8;
+        let mut bytes = set.load_u64(word, Ordering::Acquire)?.to_le_bytes();
+        bytes[slot % 8] = fingerprint(key);
+        set.store_u64(word, u64::from_le_bytes(bytes), Ordering::Relaxed)?;
+        set.flush_rule("P-FPT-1", kv, 16)?; // ORDER(P-FPT-1): the pair before the bitmap
+        set.flush_rule("P-FPT-1", word, 8)?; // ORDER(P-FPT-1): its fingerprint before the bitmap
+        set.fence_rule("P-FPT-1"); // ORDER(P-FPT-1): both durable before the commit store
+        Ok(())
+    }
+
+    /// Copies the full `leaf` into `new` and gives `new` the upper half: returns the left
+    /// half's largest key, the right half's smallest and the right half's bitmap.
+    fn fixed_split_copy(&self, leaf: Leaf, new: Leaf) -> StorageResult<(u64, u64, u64)> {
+        let set = self.set();
+        let l = self.read_leaf(leaf)?;
+        set.write_struct(new.g, &l)?;
+        set.persist_rule("P-FPT-4", new.g, LEAF_SIZE)?; // ORDER(P-FPT-4): a full copy of the leaf
+        let mut keys = [0u64; M];
+        let mut n = 0;
+        for slot in l.valid() {
+            keys[n] = l.kv[slot][0];
+            n += 1;
+        }
+        if n != M {
+            return Err(corrupt("splitting a leaf that is not full", leaf.p));
+        }
+        keys.sort_unstable();
+        let (split_key, right_min) = (keys[M / 2 - 1], keys[M / 2]);
+        let right: u64 =
+            l.valid().filter(|&slot| l.kv[slot][0] > split_key).fold(0, |b, slot| b | (1 << slot));
+        set.store_u64(new.g + L_BITMAP, right, Ordering::Release)?;
+        set.persist_rule("P-FPT-5", new.g + L_BITMAP, 8)?; // ORDER(P-FPT-5): the new leaf keeps the upper half
+        Ok((split_key, right_min, right))
+    }
+
+    /// One leaf of the rebuild: reset its lock word, check its bitmap, find its key range.
+    fn fixed_rebuild_leaf(&self, leaf: Leaf) -> StorageResult<LeafSummary<u64>> {
+        let l = self.read_leaf(leaf)?;
+        if l.lock != 0 {
+            self.set().store_u64(leaf.g + L_LOCK, 0, Ordering::Relaxed)?;
+        }
+        if l.bitmap & !FULL != 0 {
+            return Err(corrupt(
+                format!("bitmap {:#x} has bits beyond slot {M}", l.bitmap),
+                leaf.p,
+            ));
+        }
+        let mut min_max: Option<(u64, u64)> = None;
+        for s in l.valid() {
+            let k = l.kv[s][0];
+            min_max = Some(match min_max {
+                None => (k, k),
+                Some((mn, mx)) => (mn.min(k), mx.max(k)),
+            });
+        }
+        Ok(LeafSummary { next: l.next, count: u64::from(l.bitmap.count_ones()), min_max })
+    }
+
+    /// The valid pairs of `leaf` within `bounds`, sorted, appended to `out`.
+    fn fixed_pairs(
+        &self,
+        leaf: Leaf,
+        bounds: (Bound<&u64>, Bound<&u64>),
+        out: &mut Vec<(u64, u64)>,
+    ) -> StorageResult<()> {
+        let l = self.read_leaf(leaf)?;
+        let start = out.len();
+        out.extend(l.valid().map(|s| (l.kv[s][0], l.kv[s][1])).filter(|(k, _)| bounds.contains(k)));
+        out[start..].sort_unstable();
+        Ok(())
+    }
+
+    /// T2 for one leaf: every valid slot's fingerprint.
+    fn fixed_check_leaf(&self, leaf: Leaf) -> StorageResult<()> {
+        let l = self.read_leaf(leaf)?;
+        for slot in l.valid() {
+            let k = l.kv[slot][0];
+            if l.fp[slot] != fingerprint(k) {
+                return Err(corrupt(
+                    format!("slot {slot}: fingerprint of key {k} is wrong"),
+                    leaf.p,
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+// ----- the byte-key tree: its public methods (leaf operations in `var.rs`) -----
+
+impl Tree<ByteKey> {
+    /// Inserts `key → value`; `Ok(false)` (and no change) if `key` is present.
+    /// `InvalidArgument` for a key longer than [`MAX_KEY_LEN`] (nothing written). `PoolFull`
+    /// when a split or the key's block needs space the allocator cannot give (the tree is
+    /// unchanged and usable).
+    pub fn insert(&mut self, key: &[u8], value: u64) -> StorageResult<bool> {
+        self.insert_k(key, value)
+    }
+
+    /// Replaces the value of `key` out of place; `Ok(false)` if absent. The key (inline or its
+    /// block) is reused, never copied. `PoolFull` only when a split needs a leaf.
+    pub fn update(&mut self, key: &[u8], value: u64) -> StorageResult<bool> {
+        self.update_k(key, value)
+    }
+
+    /// Deletes `key` and frees its key block; `Ok(false)` if absent (checked first).
+    pub fn delete(&mut self, key: &[u8]) -> StorageResult<bool> {
+        self.delete_k(key)
+    }
+
+    /// The value stored under `key`.
+    pub fn get(&self, key: &[u8]) -> StorageResult<Option<u64>> {
+        self.get_k(key)
+    }
+
+    /// Up to `limit` pairs with `lo <= key <= hi` (bytewise), in ascending key order.
+    pub fn range(
+        &self,
+        lo: &[u8],
+        hi: &[u8],
+        limit: usize,
+    ) -> StorageResult<Vec<(Box<[u8]>, u64)>> {
+        self.range_k(lo, hi, limit)
+    }
+
+    /// Whether inserting `key` (absent) would split its leaf.
+    pub fn needs_split(&self, key: &[u8]) -> StorageResult<bool> {
+        self.needs_split_k(key)
     }
 }
 
@@ -946,15 +1178,18 @@ mod tests {
     #[test]
     fn the_in_progress_header_is_recognised_and_a_zeroed_one_is_not() {
         let h = RootHeader::in_progress();
-        assert!(matches!(root_state(&h, PPtr::NULL), Ok(RootState::Resumable)));
+        assert!(matches!(root_state::<U64Key>(&h, PPtr::NULL), Ok(RootState::Resumable)));
         let mut done = h;
         done.magic = ROOT_MAGIC;
-        assert!(matches!(root_state(&done, PPtr::NULL), Ok(RootState::Valid)));
+        assert!(matches!(root_state::<U64Key>(&done, PPtr::NULL), Ok(RootState::Valid)));
         let zero = RootHeader::read_from_bytes(&[0u8; 48]).unwrap();
-        assert!(matches!(root_state(&zero, PPtr::NULL), Ok(RootState::NoHeader)));
+        assert!(matches!(root_state::<U64Key>(&zero, PPtr::NULL), Ok(RootState::NoHeader)));
         let mut flipped = done;
         flipped.magic ^= 1 << 40;
-        assert!(matches!(root_state(&flipped, PPtr::NULL), Err(StorageError::Corrupted { .. })));
+        assert!(matches!(
+            root_state::<U64Key>(&flipped, PPtr::NULL),
+            Err(StorageError::Corrupted { .. })
+        ));
         assert_eq!(RootImage::in_progress(PPtr::NULL).as_bytes().len() as u64, ROOT_SIZE);
     }
 }

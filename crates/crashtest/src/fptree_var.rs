@@ -1,0 +1,428 @@
+//! Crash target `fptree-var`: the single-threaded FPTree with byte-string keys
+//! (`FPTreeVar`, v2 leaves: keys of up to 23 bytes inline, longer ones in key blocks allocated
+//! through PAllocator's leak-free interface) on a simulated pool set ([D2]).
+//!
+//! The pool set cannot grow past two segments: segment 0 (the header page and the allocator's
+//! anchor) and one segment with one page per size class the workload uses — the table of
+//! pointers, the tree's root, the leaves and three key-block classes (64, 128 and 320 bytes).
+//! The workload:
+//! 1. `setup`: creates the allocator and a table of persistent pointers in the anchor's root
+//!    (slot 1 will hold the tree's root), nulls it and marks it ready; then allocates a
+//!    root-sized, a leaf-sized and a key-block-sized block, fills them with durable garbage and
+//!    frees them, so the tree's root, its first leaf and its first key block hold their
+//!    previous owner's bytes (whose first words read as a damaged slot form, 0xA5…);
+//! 2. `create`: creates the tree into slot 1;
+//! 3. inserts every key once in a seeded order — key ids map to keys of every form: empty,
+//!    short inline, 23 bytes (the longest inline), 24 bytes (the shortest key block), 40, 100
+//!    and 300 bytes, all sharing a long stem so that lookups compare key blocks — so that
+//!    splits move long keys; every key updated once; seeded churn (inserts, updates, deletes);
+//!    contiguous ranges deleted so that the head, a middle and the last leaves empty out and
+//!    are deleted with their key blocks; more churn; then all but a few keys deleted.
+//!
+//! Recovery opens the image, recovers the allocator, then the tree (micro-logs, the rebuild's
+//! leak rule for key blocks left by an interrupted insert, update or delete); a tree whose
+//! creation had not finished is finished. The check requires: the tree's integrity check passes
+//! (T1–T5, V1–V3); the allocator's allocated blocks are exactly the table and the tree's blocks
+//! including every key block named by a valid slot (T6: no key block leaked, none reachable and
+//! free); the contents equal the committed operations, with the in-flight one fully applied or
+//! not at all.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use ferrite::alloc::PAllocator;
+use ferrite::fptree::{FPTreeVar, MAX_KEY_LEN, ROOT_SIZE, VAR_LEAF_SIZE};
+use ferrite::storage::StorageError as Error;
+use ferrite_pmem::{CrashImage, Options, PPtr, PoolSet};
+
+use crate::fptree::leak_check;
+use crate::target::{Ctx, ModelOp, ModelView, Target};
+
+/// Header page + seven 64 KiB pages: one per class (table, root, leaves, key blocks of 64, 128
+/// and 320 bytes) and one more for the allocator's own use of the segment.
+const SEG: u64 = 7 * 64 * 1024 + 4096;
+/// Table of persistent pointers: slot 1 = the tree's root; the last word = [`READY`].
+const TABLE: u64 = 2048;
+const READY_AT: u64 = TABLE - 8;
+const SLOTS: u64 = TABLE / 16 - 1;
+const TREE_SLOT: u64 = 1;
+const OPS: u64 = 300;
+const KEYS: u64 = 140;
+const READY: u64 = 0x5245_4144_595f_5642;
+const SEG0: u64 = 4096 + 8192;
+
+fn opts() -> Options {
+    Options::default().layout("crashtest-fptree-var").segment_size(SEG0).max_pool_size(SEG0 + SEG)
+}
+
+fn slot(table: PPtr, i: u64) -> PPtr {
+    PPtr::new(table.segment, table.offset + i * 16)
+}
+
+/// The key of id `i`: id 0 is the empty key; otherwise (for long keys) a stem, the id in four
+/// digits (so keys are distinct), padded to a length chosen by `i % 7` that covers every slot
+/// form and three key-block classes.
+pub fn key(i: u64) -> Vec<u8> {
+    if i == 0 {
+        return Vec::new();
+    }
+    let len = [2usize, 9, 23, 24, 40, 100, 300][(i % 7) as usize];
+    // The stem is shared by all keys of 24 bytes or more: their 6-byte prefixes are equal, so
+    // a lookup must read and compare the key block.
+    let mut k = if len >= 24 { b"stem-of-a-long-key/".to_vec() } else { Vec::new() };
+    k.extend_from_slice(format!("{i:04}").as_bytes());
+    k.resize(len.max(k.len()), b'.');
+    debug_assert!(k.len() <= MAX_KEY_LEN);
+    k
+}
+
+/// One operation of the model (keys by id, see [`key`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VarOp {
+    /// Creating the allocator and the table, and recycling garbage blocks.
+    Setup,
+    /// Creating the tree (over recycled garbage).
+    Create,
+    /// Insert (no overwrite).
+    Insert(u64, u64),
+    /// Update an existing key.
+    Update(u64, u64),
+    /// Delete.
+    Delete(u64),
+}
+
+impl VarOp {
+    fn apply(&self, m: &mut BTreeMap<Vec<u8>, u64>) {
+        match *self {
+            VarOp::Insert(k, v) => {
+                m.entry(key(k)).or_insert(v);
+            }
+            VarOp::Update(k, v) => {
+                if let Some(x) = m.get_mut(&key(k)) {
+                    *x = v;
+                }
+            }
+            VarOp::Delete(k) => {
+                m.remove(&key(k));
+            }
+            VarOp::Setup | VarOp::Create => {}
+        }
+    }
+}
+
+impl ModelOp for VarOp {
+    fn encode(&self) -> String {
+        match self {
+            VarOp::Setup => "setup".to_owned(),
+            VarOp::Create => "create".to_owned(),
+            VarOp::Insert(k, v) => format!("insert {k} {v}"),
+            VarOp::Update(k, v) => format!("update {k} {v}"),
+            VarOp::Delete(k) => format!("delete {k}"),
+        }
+    }
+    fn decode(s: &str) -> Option<Self> {
+        let f: Vec<&str> = s.split(' ').collect();
+        match f.as_slice() {
+            ["insert", k, v] => Some(VarOp::Insert(k.parse().ok()?, v.parse().ok()?)),
+            ["update", k, v] => Some(VarOp::Update(k.parse().ok()?, v.parse().ok()?)),
+            ["delete", k] => Some(VarOp::Delete(k.parse().ok()?)),
+            ["setup"] => Some(VarOp::Setup),
+            ["create"] => Some(VarOp::Create),
+            _ => None,
+        }
+    }
+}
+
+/// What recovery found.
+#[derive(Debug)]
+pub enum Recovered {
+    /// No tree yet (an unfinished pool set, allocator, table or tree creation).
+    NoTree(String),
+    /// The recovered pairs, in key order.
+    Tree(Vec<(Vec<u8>, u64)>),
+}
+
+/// The target.
+#[derive(Debug, Default)]
+pub struct FptreeVar;
+
+fn modify(ctx: &Ctx<VarOp>, t: &mut FPTreeVar, op: VarOp) -> Result<(), String> {
+    let tok = ctx.begin(op);
+    let r = match op {
+        VarOp::Insert(k, v) => t.insert(&key(k), v).map(drop),
+        VarOp::Update(k, v) => t.update(&key(k), v).map(drop),
+        VarOp::Delete(k) => t.delete(&key(k)).map(drop),
+        _ => Err(Error::InvalidArgument(format!("not a tree modification: {op:?}"))),
+    };
+    r.map_err(|e| format!("{op:?}: {e}"))?;
+    ctx.done(tok);
+    Ok(())
+}
+
+impl Target for FptreeVar {
+    type Op = VarOp;
+    type Recovered = Recovered;
+
+    fn name(&self) -> &'static str {
+        "fptree-var"
+    }
+    fn summary(&self) -> &'static str {
+        "FPTree with byte keys (inline and key blocks) on PAllocator: inserts, updates, deletes, splits and leaf deletions moving and freeing key blocks"
+    }
+    fn rules(&self) -> &'static [&'static str] {
+        &[
+            "P-FPT-1",
+            "P-FPT-2",
+            "P-FPT-3",
+            "P-FPT-6",
+            "P-FPT-7",
+            "P-FPT-8",
+            "P-FPT-9",
+            "P-FPT-10",
+            "P-FPT-11",
+            "P-FPT-13",
+            "P-FPT-21",
+            "P-FPT-23",
+            "P-FPT-24",
+            "P-FPT-25",
+            "P-FPT-26",
+            "P-ALLOC-1",
+            "P-ALLOC-2",
+            "P-ALLOC-3",
+            "P-ALLOC-4",
+        ]
+    }
+    fn min_images(&self) -> u64 {
+        200
+    }
+    fn benign_sites(&self) -> &'static [(&'static str, &'static str)] {
+        &[
+            (
+                "crates/crashtest/src/fptree_var.rs:",
+                "the workload's own durable garbage in recycled blocks: without its persist the blocks are zeroed, which only makes the test weaker",
+            ),
+            (
+                "#P-FPT-23 [recovery only]",
+                "the rebuild's drop of a second reference to a key block (an update interrupted before P-FPT-23): if lost, the next recovery finds the same second reference beside the valid one and drops it again; only operations after recovery (which this target does not run) could expose it, as for the allocator's replay disarm",
+            ),
+            crate::alloc::REPLAY_DISARM,
+            crate::alloc::SINGLE_THREAD_SYNC_DISARM,
+            crate::alloc::SINGLE_THREAD_COMMITTED,
+        ]
+    }
+
+    fn workload(&self, ctx: &mut Ctx<VarOp>) -> Result<(), String> {
+        let e = |e: Error| e.to_string();
+        let pe = |e: ferrite_pmem::Error| e.to_string();
+        let tok = ctx.begin(VarOp::Setup);
+        let set = ctx.create_pool_set(&opts())?;
+        set.set_segment_size(SEG);
+        let a = Arc::new(PAllocator::create(Arc::new(set), 1).map_err(e)?);
+        let table = a.allocate(TABLE, a.root_location()).map_err(e)?;
+        let set = a.pool().clone();
+        let g = set.resolve_range(table, TABLE).map_err(pe)?;
+        for i in 1..SLOTS {
+            set.store_u64(g + i * 16, PPtr::NULL.segment, Ordering::Relaxed).map_err(pe)?;
+        }
+        set.persist(g, TABLE).map_err(pe)?; // ORDER(P-APP-1): workload data durable before it counts as done or is published
+        set.store_u64(g + READY_AT, READY, Ordering::Release).map_err(pe)?;
+        set.persist(g + READY_AT, 8).map_err(pe)?; // ORDER(P-APP-1): workload data durable before it counts as done or is published
+        // Durable garbage in the blocks the tree gets first (the allocator reuses the most
+        // recently freed block of a class).
+        for (i, size) in [(2, ROOT_SIZE), (3, VAR_LEAF_SIZE), (4, 100)] {
+            let b = a.allocate(size, slot(table, i)).map_err(e)?;
+            let bg = set.resolve_range(b, size).map_err(pe)?;
+            set.fill(bg, size, 0xA5).map_err(pe)?;
+            set.persist(bg, size).map_err(pe)?; // ORDER(P-APP-1): workload data durable before it counts as done or is published
+            a.deallocate(slot(table, i)).map_err(e)?;
+        }
+        ctx.done(tok);
+
+        let tok = ctx.begin(VarOp::Create);
+        let mut t = FPTreeVar::create(a.clone(), slot(table, TREE_SLOT)).map_err(e)?;
+        ctx.done(tok);
+
+        let mut keys: Vec<u64> = (0..KEYS).collect();
+        for i in (1..keys.len()).rev() {
+            keys.swap(i, (ctx.rng().next_u64() % (i as u64 + 1)) as usize);
+        }
+        let mut ops: Vec<VarOp> = keys.iter().map(|&k| VarOp::Insert(k, k + 1)).collect();
+        let churn = |ctx: &mut Ctx<VarOp>, n: u64, ops: &mut Vec<VarOp>| {
+            for i in 0..n {
+                let k = ctx.rng().next_u64() % KEYS;
+                ops.push(match ctx.rng().next_u64() % 3 {
+                    0 => VarOp::Insert(k, 1000 + i),
+                    1 => VarOp::Update(k, 2000 + i),
+                    _ => VarOp::Delete(k),
+                });
+            }
+        };
+        // Every key updated once (many updates right after the splits: inline and key-block
+        // keys, copies into slots that held other keys).
+        ops.extend(keys.iter().map(|&k| VarOp::Update(k, 500 + k)));
+        churn(ctx, OPS / 2, &mut ops);
+        for range in [0..35, 60..95, KEYS - 35..KEYS] {
+            ops.extend(range.map(VarOp::Delete));
+        }
+        churn(ctx, OPS / 2, &mut ops);
+        ops.extend((0..KEYS).filter(|k| k % 40 != 7).map(VarOp::Delete));
+        for op in ops {
+            modify(ctx, &mut t, op)?;
+        }
+        t.check().map_err(e)?;
+        let mut owned: Vec<PPtr> = t.blocks();
+        owned.push(table);
+        leak_check(&a, owned)
+    }
+
+    fn recover(&self, image: &CrashImage) -> Result<Recovered, String> {
+        let set = match PoolSet::open_sim(image, &opts()) {
+            Ok(s) => s,
+            Err(ferrite_pmem::Error::Incomplete { .. }) => {
+                return Ok(Recovered::NoTree("no pool set".into()));
+            }
+            Err(x) => return Err(format!("the pool set does not open: {x}")),
+        };
+        let a = match PAllocator::open(Arc::new(set)) {
+            Ok(a) => Arc::new(a),
+            Err(Error::Corrupted { what, .. }) if what.contains("creation did not finish") => {
+                return Ok(Recovered::NoTree(what));
+            }
+            Err(x) => return Err(format!("the allocator does not open: {x}")),
+        };
+        a.check().map_err(|x| format!("allocator check after recovery: {x}"))?;
+        let s = a.pool().clone();
+        let pe = |x: ferrite_pmem::Error| x.to_string();
+        let table = s.load_pptr(s.resolve(a.root_location()).map_err(pe)?).map_err(pe)?;
+        let mut owned = Vec::new();
+        if table.is_null() {
+            leak_check(&a, owned)?;
+            return Ok(Recovered::NoTree("no table".into()));
+        }
+        owned.push(table);
+        let g = s
+            .resolve_range(table, TABLE)
+            .map_err(|x| format!("the root points outside the pool: {x}"))?;
+        if s.load_u64(g + READY_AT, Ordering::Acquire).map_err(pe)? != READY {
+            leak_check(&a, owned)?;
+            return Ok(Recovered::NoTree("table not ready".into()));
+        }
+        // The garbage blocks' slots (2..5) hold a block only while setup runs.
+        for i in 2..SLOTS {
+            let p = s.load_pptr(g + i * 16).map_err(pe)?;
+            if !p.is_null() {
+                owned.push(p);
+            }
+        }
+        let tree_slot = slot(table, TREE_SLOT);
+        let root = s.load_pptr(g + TREE_SLOT * 16).map_err(pe)?;
+        let (t, unfinished) = if root.is_null() {
+            (FPTreeVar::create(a.clone(), tree_slot).map_err(|x| format!("create: {x}"))?, true)
+        } else {
+            match FPTreeVar::open(a.clone(), tree_slot) {
+                Ok(t) => (t, false),
+                Err(Error::Corrupted { what, .. }) if what.starts_with("no root header") => (
+                    FPTreeVar::create(a.clone(), tree_slot)
+                        .map_err(|x| format!("finishing the creation: {x}"))?,
+                    true,
+                ),
+                Err(x) => return Err(x.to_string()),
+            }
+        };
+        t.check().map_err(|x| format!("integrity check after recovery: {x}"))?;
+        owned.extend(t.blocks());
+        leak_check(&a, owned)?;
+        let top = vec![0xFF; MAX_KEY_LEN];
+        let pairs: Vec<(Vec<u8>, u64)> = t
+            .range(&[], &top, usize::MAX)
+            .map_err(|x| x.to_string())?
+            .into_iter()
+            .map(|(k, v)| (k.into_vec(), v))
+            .collect();
+        // Every key is found by a point lookup too (fingerprints and key-block compares).
+        for (k, v) in &pairs {
+            if t.get(k).map_err(|x| x.to_string())? != Some(*v) {
+                return Err(format!("key {k:?} is listed with {v} but its lookup disagrees"));
+            }
+        }
+        if unfinished {
+            if !pairs.is_empty() {
+                return Err(format!("a tree whose creation was finished holds {pairs:?}"));
+            }
+            return Ok(Recovered::NoTree("the tree's creation had not finished".into()));
+        }
+        Ok(Recovered::Tree(pairs))
+    }
+
+    fn check(&self, r: &Recovered, m: &ModelView<VarOp>) -> Result<(), String> {
+        let created = m.committed.contains(&VarOp::Create);
+        let pairs = match r {
+            Recovered::NoTree(_) if !created => return Ok(()),
+            Recovered::NoTree(why) => {
+                return Err(format!(
+                    "expected {} committed operations (the tree's creation committed), found no tree: {why}",
+                    m.committed.len()
+                ));
+            }
+            Recovered::Tree(pairs) => pairs,
+        };
+        let mut without = BTreeMap::new();
+        for op in &m.committed {
+            op.apply(&mut without);
+        }
+        let got: BTreeMap<Vec<u8>, u64> = pairs.iter().cloned().collect();
+        if got == without {
+            return Ok(());
+        }
+        let mut with = without.clone();
+        for op in &m.in_flight {
+            op.apply(&mut with);
+        }
+        if got == with {
+            return Ok(());
+        }
+        let show = |k: &Vec<u8>| String::from_utf8_lossy(k).into_owned();
+        let diff = |a: &BTreeMap<Vec<u8>, u64>| -> String {
+            let missing: Vec<_> = a
+                .iter()
+                .filter(|(k, v)| got.get(*k) != Some(v))
+                .take(4)
+                .map(|(k, v)| (show(k), *v))
+                .collect();
+            let extra: Vec<_> = got
+                .iter()
+                .filter(|(k, v)| a.get(*k) != Some(v))
+                .take(4)
+                .map(|(k, v)| (show(k), *v))
+                .collect();
+            format!("missing or different {missing:?}, unexpected {extra:?}")
+        };
+        Err(format!(
+            "the tree holds {} pairs; expected the {} committed operations ({} pairs: {}) or with the in-flight {:?} ({} pairs: {})",
+            got.len(),
+            m.committed.len(),
+            without.len(),
+            diff(&without),
+            m.in_flight,
+            with.len(),
+            diff(&with)
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_distinct_and_cover_every_form() {
+        let ks: Vec<Vec<u8>> = (0..KEYS).map(key).collect();
+        let distinct: std::collections::BTreeSet<&Vec<u8>> = ks.iter().collect();
+        assert_eq!(distinct.len(), ks.len());
+        let lens: std::collections::BTreeSet<usize> = ks.iter().map(Vec::len).collect();
+        for l in [0, 4, 9, 23, 24, 40, 100, 300] {
+            assert!(lens.contains(&l), "no key of {l} bytes");
+        }
+    }
+}
