@@ -100,6 +100,11 @@ pub trait KeyKind: sealed::Sealed + Debug + Send + Sync + 'static {
     fn separator(left_max: &Self::Key, right_min: &Self::Key) -> Option<Self::Owned>;
     /// An owned copy of `key`.
     fn to_owned_key(key: &Self::Key) -> Self::Owned;
+    /// `key` as a bound of the persistent inner index (`persistent.rs`), which holds `u64`
+    /// bounds only: `Some` for `u64` keys, `None` for byte keys (no persistent placement yet).
+    fn index_bound(key: &Self::Key) -> Option<u64>;
+    /// A bound read back from the persistent inner index (`None` for byte keys).
+    fn from_index_bound(bound: u64) -> Option<Self::Owned>;
 
     // ----- the tree's per-kind leaf steps (used by `Tree` only; hidden, not an API) -----
 
@@ -236,6 +241,14 @@ impl KeyKind for U64Key {
         *key
     }
 
+    fn index_bound(key: &u64) -> Option<u64> {
+        Some(*key)
+    }
+
+    fn from_index_bound(bound: u64) -> Option<u64> {
+        Some(bound)
+    }
+
     #[inline(always)]
     fn find(t: &Tree<Self>, leaf: u64, key: &u64) -> StorageResult<Option<usize>> {
         t.fixed_find(leaf, *key)
@@ -349,6 +362,14 @@ impl KeyKind for ByteKey {
 
     fn to_owned_key(key: &[u8]) -> Box<[u8]> {
         key.into()
+    }
+
+    fn index_bound(_: &[u8]) -> Option<u64> {
+        None
+    }
+
+    fn from_index_bound(_: u64) -> Option<Box<[u8]>> {
+        None
     }
 
     fn find(t: &Tree<Self>, leaf: u64, key: &[u8]) -> StorageResult<Option<usize>> {

@@ -56,6 +56,7 @@
 //! Single-threaded: every mutating method takes `&mut self`. The allocator may be shared with
 //! other structures (other trees) used by other threads.
 
+mod index;
 mod key;
 mod layout;
 mod layout_var;
@@ -66,16 +67,20 @@ pub mod vlock;
 
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
-use std::ops::Bound::{self, Excluded, Included, Unbounded};
+use std::ops::Bound::{self, Included, Unbounded};
 use std::ops::RangeBounds;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 
 use ferrite_pmem::{PPtr, PoolSet};
 
+use self::index::Index;
+use self::persistent::PersistentIndex;
 use crate::alloc::PAllocator;
 use crate::storage::{StorageError, StorageResult};
 
+pub use index::{INCOMPAT_PERSISTENT_INDEX, IndexPlacement, R_INDEX, TreeOptions};
 pub use key::{
     ByteKey, INLINE_MAX, KeyKind, MAX_KEY_LEN, U64Key, fingerprint_bytes, shortest_separator,
 };
@@ -151,12 +156,48 @@ enum RootState {
     NoHeader,
 }
 
-/// The incompatible-feature flags this build knows (each names a key kind's leaf format).
-const KNOWN_INCOMPAT: u64 = INCOMPAT_BYTE_KEYS;
+/// The incompatible-feature flags this build knows: a key kind's leaf format (bit 0), the
+/// persistent inner index (bit 1). Of their combinations, byte keys with a persistent index
+/// is not built and is `Incompatible`.
+const KNOWN_INCOMPAT: u64 = INCOMPAT_BYTE_KEYS | INCOMPAT_PERSISTENT_INDEX;
+
+/// The placement a root's flags record.
+fn placement_of(incompat: u64) -> IndexPlacement {
+    if incompat & INCOMPAT_PERSISTENT_INDEX != 0 {
+        IndexPlacement::Persistent
+    } else {
+        IndexPlacement::Dram
+    }
+}
+
+/// The root flags of a tree of kind `K` with `placement`; `Incompatible` for a combination
+/// this build does not make (a persistent index of byte keys).
+fn flags_of<K: KeyKind>(placement: IndexPlacement) -> StorageResult<u64> {
+    match placement {
+        IndexPlacement::Dram => Ok(K::INCOMPAT),
+        IndexPlacement::Persistent if K::index_bound(K::lowest().borrow()).is_some() => {
+            Ok(K::INCOMPAT | INCOMPAT_PERSISTENT_INDEX)
+        }
+        IndexPlacement::Persistent => Err(StorageError::Incompatible {
+            what: format!(
+                "a persistent inner index for {} (byte separators are not built)",
+                K::NAME
+            ),
+            at: "fptree".into(),
+        }),
+    }
+}
 
 /// `Incompatible` for a tree of the other key kind (never read with the wrong leaf layout).
 fn wrong_kind<K: KeyKind>(h: &RootHeader, at: PPtr) -> StorageError {
     let other = if h.incompat & INCOMPAT_BYTE_KEYS != 0 { "byte keys" } else { "u64 keys" };
+    if h.incompat & INCOMPAT_BYTE_KEYS == K::INCOMPAT {
+        // The kind matches: the placement's combination with it is what is refused.
+        return StorageError::Incompatible {
+            what: format!("an fptree of {other} with root flags {:#x}", h.incompat),
+            at: format!("fptree {at:?}"),
+        };
+    }
     StorageError::Incompatible {
         what: format!("an fptree of {other} opened as a tree of {}", K::NAME),
         at: format!("fptree {at:?}"),
@@ -174,7 +215,7 @@ fn root_state<K: KeyKind>(h: &RootHeader, at: PPtr) -> StorageResult<RootState> 
         if h.checksum != h.crc() {
             return Err(corrupt("root checksum mismatch", at));
         }
-        if h.incompat != K::INCOMPAT {
+        if flags_of::<K>(placement_of(h.incompat)).ok() != Some(h.incompat) {
             return Err(wrong_kind::<K>(h, at));
         }
         if h.slots as usize != M || u64::from(h.leaf_size) != K::LEAF_SIZE || h.value_size != 8 {
@@ -185,10 +226,14 @@ fn root_state<K: KeyKind>(h: &RootHeader, at: PPtr) -> StorageResult<RootState> 
         }
         return Ok(RootState::Valid);
     }
-    if *h == RootHeader::in_progress_of(K::LEAF_SIZE as u32, K::INCOMPAT) {
-        return Ok(RootState::Resumable);
+    for p in [IndexPlacement::Dram, IndexPlacement::Persistent] {
+        if let Ok(flags) = flags_of::<K>(p)
+            && *h == RootHeader::in_progress_of(K::LEAF_SIZE as u32, flags)
+        {
+            return Ok(RootState::Resumable);
+        }
     }
-    if h.magic == 0 && h.checksum == h.crc() && h.incompat != K::INCOMPAT {
+    if h.magic == 0 && h.checksum == h.crc() {
         // An unfinished creation of the other kind: finishing it as this kind would misread it.
         return Err(wrong_kind::<K>(h, at));
     }
@@ -209,7 +254,7 @@ pub fn read_all_pairs(set: &PoolSet, root_slot: PPtr) -> StorageResult<Vec<(u64,
     let root = set.load_pptr(slot)?;
     let rg = resolve_block(set, root, ROOT_SIZE, "root")?;
     let h: RootHeader = set.read_struct(rg)?;
-    if h.incompat != 0 {
+    if h.incompat & INCOMPAT_BYTE_KEYS != 0 {
         return Err(wrong_kind::<U64Key>(&h, root));
     }
     let mut out = Vec::new();
@@ -251,14 +296,19 @@ pub struct Tree<K: KeyKind> {
     /// The root block, and its global offset.
     root: PPtr,
     rg: u64,
-    /// Lower bound → the leaf's global offset (T5). Bounds are owned DRAM copies (never
-    /// pointers into PM key blocks); the leaf's `PPtr` is derived when a split or a leaf
-    /// deletion needs it.
-    index: BTreeMap<K::Owned, u64>,
-    len: u64,
+    /// Lower bound → leaf (T5), in DRAM (bounds are owned copies, never pointers into PM key
+    /// blocks; values are leaf global offsets, the `PPtr` derived when a split or a leaf
+    /// deletion needs it) or in PM (`index.rs`).
+    index: Index<K>,
+    /// Number of keys; [`LEN_UNKNOWN`] until counted (a persistent-index tree opens without
+    /// walking its leaves and counts them at the first `len()`).
+    len: AtomicU64,
     /// Set when a modification failed half-way: every later call returns `Poisoned`.
     poisoned: bool,
 }
+
+/// `Tree::len` not counted yet.
+const LEN_UNKNOWN: u64 = u64::MAX;
 
 /// The FPTree with fixed 8-byte keys (v1 leaves).
 pub type FPTree = Tree<U64Key>;
@@ -289,6 +339,29 @@ impl<K: KeyKind> Tree<K> {
     /// root or the first leaf (from a null slot, nothing stays allocated and the slot stays
     /// null; a resumed creation keeps its root for the next try).
     pub fn create(alloc: Arc<PAllocator>, root_slot: PPtr) -> StorageResult<Tree<K>> {
+        Self::create_with(alloc, root_slot, TreeOptions::default())
+    }
+
+    /// As [`Tree::create`], with the inner index placed as `opts` says (recorded in the root:
+    /// [`Tree::open`] reads it back). [`IndexPlacement::Persistent`] is the fully persistent
+    /// variant (`u64` keys only; byte keys are `Incompatible`). A resumed creation keeps the
+    /// placement its root header records.
+    pub fn create_with(
+        alloc: Arc<PAllocator>,
+        root_slot: PPtr,
+        opts: TreeOptions,
+    ) -> StorageResult<Tree<K>> {
+        flags_of::<K>(opts.index)?;
+        if opts.index == IndexPlacement::Persistent
+            && (!(persistent::PN_MIN_FANOUT..=persistent::PN_MAX_SLOTS)
+                .contains(&opts.index_fanout)
+                || !opts.index_fanout.is_multiple_of(2))
+        {
+            return Err(StorageError::InvalidArgument(format!(
+                "index fan-out {}: an even number in 4..=32",
+                opts.index_fanout
+            )));
+        }
         let set = alloc.pool().clone();
         let slot = set
             .resolve_range(root_slot, 16)
@@ -297,10 +370,15 @@ impl<K: KeyKind> Tree<K> {
         if root.is_null() {
             let root = alloc.allocate(ROOT_SIZE, root_slot)?;
             let mut t = Tree::new(alloc, root_slot, root)?;
-            return match t.init(true).and_then(|()| t.rebuild()) {
+            return match t.init(true, opts).and_then(|()| t.rebuild()) {
                 Ok(()) => Ok(t),
                 Err(e @ StorageError::PoolFull { .. }) => {
-                    // The first leaf did not fit: give the root back, leaving the slot null.
+                    // The first leaf or the index did not fit: give the first leaf (if it
+                    // was allocated) and the root back, leaving the slot null. (The index's
+                    // own creation leaves its slot null on `PoolFull`.)
+                    if !set.load_pptr(t.rg + R_HEAD)?.is_null() {
+                        t.alloc.deallocate(field(root, R_HEAD))?;
+                    }
                     t.alloc.deallocate(root_slot)?;
                     Err(e)
                 }
@@ -314,14 +392,16 @@ impl<K: KeyKind> Tree<K> {
                 "a tree already exists at {root:?} (root slot {root_slot:?})"
             ))),
             RootState::Resumable => {
-                t.init(false)?;
+                // The header records the placement this creation started with.
+                let opts = TreeOptions { index: placement_of(h.incompat), ..opts };
+                t.init(false, opts)?;
                 t.rebuild()?;
                 Ok(t)
             }
             RootState::NoHeader => {
                 // The creation crashed before its first persist: nothing of the tree exists
                 // but the root block, whose content is its previous owner's.
-                t.init(true)?;
+                t.init(true, opts)?;
                 t.rebuild()?;
                 Ok(t)
             }
@@ -353,10 +433,19 @@ impl<K: KeyKind> Tree<K> {
         let h: RootHeader = set.read_struct(t.rg)?;
         match root_state::<K>(&h, root)? {
             RootState::Valid => {
+                if placement_of(h.incompat) == IndexPlacement::Persistent {
+                    // Open order: allocator (done) → the index's logs → the tree's logs,
+                    // which may insert or remove index entries (idempotently).
+                    let ix = PersistentIndex::open(t.alloc.clone(), field(root, R_INDEX))?;
+                    t.index = Index::Persistent(ix);
+                }
                 t.recover_split()?;
                 t.recover_delete()?;
             }
-            RootState::Resumable => t.init(false)?,
+            RootState::Resumable => {
+                let opts = TreeOptions { index: placement_of(h.incompat), ..Default::default() };
+                t.init(false, opts)?;
+            }
             RootState::NoHeader => {
                 return Err(corrupt(
                     "no root header (a creation that crashed before its first persist, or damage)",
@@ -368,6 +457,11 @@ impl<K: KeyKind> Tree<K> {
         Ok(t)
     }
 
+    /// Where the inner index lives (recorded in the root at creation).
+    pub fn placement(&self) -> IndexPlacement {
+        self.index.placement()
+    }
+
     fn new(alloc: Arc<PAllocator>, root_slot: PPtr, root: PPtr) -> StorageResult<Tree<K>> {
         let rg = resolve_block(alloc.pool(), root, ROOT_SIZE, "root")?;
         Ok(Tree {
@@ -376,8 +470,8 @@ impl<K: KeyKind> Tree<K> {
             root_slot,
             root,
             rg,
-            index: BTreeMap::new(),
-            len: 0,
+            index: Index::Dram(BTreeMap::new()),
+            len: AtomicU64::new(0),
             poisoned: false,
         })
     }
@@ -398,22 +492,44 @@ impl<K: KeyKind> Tree<K> {
     /// resumed creation (`fresh == false`: the root holds this build's header with magic 0)
     /// keeps its `head` (null, or the first leaf it allocated); otherwise the root held
     /// another owner's bytes and `head` is nulled durably before any header can be valid.
-    fn init(&mut self, fresh: bool) -> StorageResult<()> {
+    ///
+    /// The persistent variant (P-FPT-13 extended): the index root's slot is nulled with
+    /// `head` in the first persist; after the first leaf, the index is created into the slot
+    /// (its own resumable creation, P-FPT-19) and the head registered under bound 0
+    /// (idempotent), all before the magic.
+    fn init(&mut self, fresh: bool, opts: TreeOptions) -> StorageResult<()> {
         let r = self.rg;
         let set = self.alloc.pool().clone();
-        let head = if fresh {
-            // A torn header persist below must never pair a valid header with a `head` left by
-            // the block's previous owner, nor a valid checksum with the previous owner's magic
-            // (which would read as a damaged tree): null `head` (its segment word) and the
-            // magic first. Both are in line 0; either order of their persistence is harmless.
+        let flags = flags_of::<K>(opts.index)?;
+        let persistent = opts.index == IndexPlacement::Persistent;
+        let (head, ix_root) = if fresh {
+            // A torn header persist below must never pair a valid header with a `head` (or an
+            // index root) left by the block's previous owner, nor a valid checksum with the
+            // previous owner's magic (which would read as a damaged tree): null `head` (its
+            // segment word), the index root's and the magic first. Magic and `head` are in
+            // line 0, the index root in line 2; any order of their persistence is harmless.
             set.store_u64(r, 0, Ordering::Relaxed)?;
             set.store_u64(r + R_HEAD, PPtr::NULL.segment, Ordering::Release)?;
-            set.persist_rule("P-FPT-13", r, 64)?; // ORDER(P-FPT-13): magic and head nulled before the header
-            PPtr::NULL
+            let len = if persistent {
+                set.store_u64(r + R_INDEX, PPtr::NULL.segment, Ordering::Release)?;
+                ROOT_SIZE
+            } else {
+                64
+            };
+            set.persist_rule("P-FPT-13", r, len)?; // ORDER(P-FPT-13): magic, head (and index root) nulled before the header
+            (PPtr::NULL, PPtr::NULL)
         } else {
-            set.load_pptr(r + R_HEAD)?
+            let ix = if persistent { set.load_pptr(r + R_INDEX)? } else { PPtr::NULL };
+            (set.load_pptr(r + R_HEAD)?, ix)
         };
-        set.write_struct(r, &RootImage::in_progress_of(head, K::LEAF_SIZE as u32, K::INCOMPAT))?;
+        let mut img = RootImage::in_progress_of(head, K::LEAF_SIZE as u32, flags);
+        if persistent {
+            // The index root's pointer is written with its current value (never a transient
+            // zero, which would read as a pointer to segment 0).
+            img.delete.reserved[0] = ix_root.segment;
+            img.delete.reserved[1] = ix_root.offset;
+        }
+        set.write_struct(r, &img)?;
         set.persist_rule("P-FPT-13", r, ROOT_SIZE)?; // ORDER(P-FPT-13): header (magic 0), head and empty logs
         let head = if head.is_null() {
             self.alloc.allocate(K::LEAF_SIZE, field(self.root, R_HEAD))?
@@ -423,6 +539,29 @@ impl<K: KeyKind> Tree<K> {
         let hg = resolve_block(&set, head, K::LEAF_SIZE, "first leaf")?;
         K::write_empty_leaf(&set, hg)?;
         set.persist_rule("P-FPT-13", hg, K::LEAF_SIZE)?; // ORDER(P-FPT-13): an empty first leaf
+        if persistent {
+            let slot = field(self.root, R_INDEX);
+            let mut ix = if ix_root.is_null() {
+                PersistentIndex::create_with_fanout(self.alloc.clone(), slot, opts.index_fanout)?
+            } else {
+                match PersistentIndex::open(self.alloc.clone(), slot) {
+                    Ok(ix) => ix,
+                    Err(StorageError::Corrupted { what, .. })
+                        if what.starts_with("no index root header") =>
+                    {
+                        // The index's creation crashed before its first persist: finish it.
+                        PersistentIndex::create_with_fanout(
+                            self.alloc.clone(),
+                            slot,
+                            opts.index_fanout,
+                        )?
+                    }
+                    Err(e) => return Err(e),
+                }
+            };
+            ix.insert(0, head)?; // idempotent: a resumed creation may have done it (P-FPT-27)
+            self.index = Index::Persistent(ix);
+        }
         set.store_u64(r, ROOT_MAGIC, Ordering::Release)?;
         Ok(set.persist_rule("P-FPT-13", r, 8)?) // ORDER(P-FPT-13): the magic commits creation
     }
@@ -464,7 +603,7 @@ impl<K: KeyKind> Tree<K> {
             self.split_from_copy(cur, new)?; // from the copy on
         } else {
             let nb = self.checked_bitmap(new)?;
-            self.split_from_bitmaps(cur, new, nb)?; // from the logical split on
+            self.split_from_bitmaps(cur, new, nb, None)?; // from the logical split on
         }
         Ok(())
     }
@@ -494,6 +633,9 @@ impl<K: KeyKind> Tree<K> {
             self.store_next(prev, next)?;
         }
         K::release_leaf_keys(self, cur)?;
+        if let Index::Persistent(_) = self.index {
+            self.remove_entry_of(cur)?; // P-FPT-28, redone: idempotent
+        }
         self.free_logged_leaf().map_err(|e| match e {
             StorageError::InvalidArgument(why) => {
                 corrupt(format!("the delete log names no allocated leaf: {why}"), cur.p)
@@ -502,12 +644,39 @@ impl<K: KeyKind> Tree<K> {
         })
     }
 
+    /// Delete recovery with a persistent index: removes the entry naming the logged `leaf`,
+    /// if it is still there. The leaf keeps its last key while the log is armed (DEFECT-5,
+    /// option (b)), so the key routes to the leaf's entry; a leaf with no valid key (not made
+    /// by this build) is looked up among all entries.
+    fn remove_entry_of(&mut self, leaf: Leaf) -> StorageResult<()> {
+        let mut pairs = Vec::new();
+        K::leaf_pairs(self, leaf, (Unbounded, Unbounded), &mut pairs)?;
+        let found = match pairs.first() {
+            Some((k, _)) => {
+                let (b, g) = self.route_bound(k.borrow())?;
+                (g == leaf.g).then_some(b)
+            }
+            None => self.index.entries(&self.set)?.into_iter().find(|e| e.1 == leaf.g).map(|e| e.0),
+        };
+        match found {
+            Some(b) => self.index.remove(b.borrow()),
+            None => Ok(()),
+        }
+    }
+
     /// Rebuilds the DRAM index from the leaf list (Algorithm 4.13), resetting every lock word,
     /// finishing interrupted key-block work (byte keys: the leak rule), checking pointers,
     /// bitmaps, order and cycles.
+    ///
+    /// A tree with a persistent index rebuilds nothing (its index is in PM) and walks no leaf:
+    /// its key count is left to be counted at the first [`Tree::len`].
     fn rebuild(&mut self) -> StorageResult<()> {
-        self.index.clear();
-        self.len = 0;
+        if let Index::Persistent(_) = self.index {
+            self.len.store(LEN_UNKNOWN, Ordering::Relaxed);
+            return Ok(());
+        }
+        let mut index = BTreeMap::new();
+        let mut len = 0u64;
         let mut at = self.head()?;
         if at.is_null() {
             return Err(corrupt("the tree has no leaf", self.root));
@@ -532,19 +701,55 @@ impl<K: KeyKind> Tree<K> {
                         })?,
                         None => return Err(corrupt("a leaf after an empty leaf", at)),
                     };
-                    self.index.insert(bound, leaf.g);
+                    index.insert(bound, leaf.g);
                     prev_max = Some(mx);
                 }
                 None if first && s.next.is_null() => {
-                    self.index.insert(K::lowest(), leaf.g); // the only leaf, empty (T3)
+                    index.insert(K::lowest(), leaf.g); // the only leaf, empty (T3)
                 }
                 None => return Err(corrupt("an empty leaf that is not the only leaf", at)),
             }
-            self.len += s.count;
+            len += s.count;
             first = false;
             at = s.next;
         }
+        self.index = Index::Dram(index);
+        self.len.store(len, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Calls `f` on every leaf of the list, in order (bounded: a cycle is `Corrupted`).
+    fn walk_leaves(&self, mut f: impl FnMut(Leaf) -> StorageResult<()>) -> StorageResult<()> {
+        let mut at = self.head()?;
+        let limit = walk_limit(self.set(), K::LEAF_SIZE);
+        let mut seen = 0u64;
+        while !at.is_null() {
+            seen += 1;
+            if seen > limit {
+                return Err(corrupt("the leaf list has a cycle", at));
+            }
+            let leaf = self.resolve_leaf(at)?;
+            f(leaf)?;
+            at = self.set().load_pptr(leaf.g + L_NEXT)?;
+        }
+        Ok(())
+    }
+
+    /// The keys of the tree, counted by a walk of the leaf list's bitmaps.
+    fn count_keys(&self) -> StorageResult<u64> {
+        let mut n = 0u64;
+        self.walk_leaves(|leaf| {
+            n += u64::from(self.checked_bitmap(leaf)?.count_ones());
+            Ok(())
+        })?;
+        Ok(n)
+    }
+
+    /// Adjusts a known key count (an unknown one stays unknown).
+    fn add_len(&self, d: i64) {
+        let _ = self.len.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+            (n != LEN_UNKNOWN).then(|| n.wrapping_add_signed(d))
+        });
     }
 
     // ----- lookups -----
@@ -552,20 +757,12 @@ impl<K: KeyKind> Tree<K> {
     /// The leaf (global offset) that holds (or would hold) `key`.
     #[inline]
     fn route(&self, key: &K::Key) -> StorageResult<u64> {
-        self.index
-            .range::<K::Key, _>((Unbounded, Included(key)))
-            .next_back()
-            .map(|(_, &l)| l)
-            .ok_or_else(|| corrupt("the index has no leaf with the lowest bound", self.root))
+        self.index.route(&self.set, key)
     }
 
     /// As [`Tree::route`], with a copy of the leaf's bound.
     fn route_bound(&self, key: &K::Key) -> StorageResult<(K::Owned, u64)> {
-        self.index
-            .range::<K::Key, _>((Unbounded, Included(key)))
-            .next_back()
-            .map(|(b, &l)| (b.clone(), l))
-            .ok_or_else(|| corrupt("the index has no leaf with the lowest bound", self.root))
+        self.index.route_bound(&self.set, key)
     }
 
     fn get_k(&self, key: &K::Key) -> StorageResult<Option<u64>> {
@@ -580,19 +777,31 @@ impl<K: KeyKind> Tree<K> {
         }
     }
 
-    /// Number of keys.
+    /// Number of keys. A tree with a persistent index counts them at the first call after
+    /// open (a walk of the leaf list's bitmaps: open itself walks nothing); a damaged list
+    /// counts as 0 (and [`Tree::check`] reports it).
     pub fn len(&self) -> u64 {
-        self.len
+        let n = self.len.load(Ordering::Relaxed);
+        if n != LEN_UNKNOWN {
+            return n;
+        }
+        match self.count_keys() {
+            Ok(n) => {
+                self.len.store(n, Ordering::Relaxed);
+                n
+            }
+            Err(_) => 0,
+        }
     }
 
     /// Whether the tree holds no key.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
-    /// Number of leaves.
+    /// Number of leaves (for a persistent index: counted at the first call after open).
     pub fn leaves(&self) -> u64 {
-        self.index.len() as u64
+        self.index.leaves()
     }
 
     /// The allocator the tree lives on (shared).
@@ -614,16 +823,32 @@ impl<K: KeyKind> Tree<K> {
     /// key blocks of the valid slots. A caller that knows every user of the allocator checks
     /// T6 (no leak) by comparing the union of their blocks with [`PAllocator::check`]'s
     /// allocated blocks.
+    ///
+    /// With a persistent index: the root, the leaves of the list, the key blocks, then the
+    /// index's own blocks (its root and nodes). Damage shows as missing blocks in the
+    /// caller's comparison.
     pub fn blocks(&self) -> Vec<PPtr> {
+        let leaves: Vec<u64> = match &self.index {
+            Index::Dram(m) => m.values().copied().collect(),
+            Index::Persistent(_) => {
+                let mut v = Vec::new();
+                let _ = self.walk_leaves(|l| {
+                    v.push(l.g);
+                    Ok(())
+                });
+                v
+            }
+        };
         let mut out: Vec<PPtr> = std::iter::once(self.root)
-            .chain(self.index.values().filter_map(|&g| self.set.to_pptr(g).ok()))
+            .chain(leaves.iter().filter_map(|&g| self.set.to_pptr(g).ok()))
             .collect();
-        for &g in self.index.values() {
+        for &g in &leaves {
             if let Ok(leaf) = self.leaf_at(g) {
                 // A damaged leaf shows as missing blocks in the caller's comparison.
                 let _ = K::key_blocks(self, leaf, &mut out);
             }
         }
+        out.extend(self.index.blocks().unwrap_or_default());
         out
     }
 
@@ -648,13 +873,16 @@ impl<K: KeyKind> Tree<K> {
         if lo > hi || limit == 0 {
             return Ok(out);
         }
-        let (start, _) = self
-            .index
+        let index = match &self.index {
+            Index::Dram(m) => m,
+            Index::Persistent(_) => return self.range_by_list(lo, hi, limit),
+        };
+        let (start, _) = index
             .range::<K::Key, _>((Unbounded, Included(lo)))
             .next_back()
             .ok_or_else(|| corrupt("the index has no leaf with the lowest bound", self.root))?;
         let mut buf = Vec::new();
-        for (bound, &g) in self.index.range::<K::Key, _>((Included(start.borrow()), Unbounded)) {
+        for (bound, &g) in index.range::<K::Key, _>((Included(start.borrow()), Unbounded)) {
             if bound.borrow() > hi {
                 break;
             }
@@ -668,6 +896,40 @@ impl<K: KeyKind> Tree<K> {
             }
         }
         Ok(out)
+    }
+
+    /// The range scan of a tree with a persistent index: route `lo` once, then follow the
+    /// leaf list (one index descent per scan, not per leaf), stopping after the first leaf
+    /// that holds a key above `hi`.
+    fn range_by_list(
+        &self,
+        lo: &K::Key,
+        hi: &K::Key,
+        limit: usize,
+    ) -> StorageResult<Vec<(K::Owned, u64)>> {
+        let mut out = Vec::new();
+        let mut leaf = self.leaf_at(self.route(lo)?)?;
+        let mut buf = Vec::new();
+        let limit_leaves = walk_limit(self.set(), K::LEAF_SIZE);
+        for _ in 0..limit_leaves {
+            buf.clear();
+            K::leaf_pairs(self, leaf, (Unbounded, Unbounded), &mut buf)?;
+            let past = buf.last().is_some_and(|(k, _)| k.borrow() > hi);
+            for (k, v) in buf.drain(..) {
+                if k.borrow() >= lo && k.borrow() <= hi {
+                    out.push((k, v));
+                    if out.len() == limit {
+                        return Ok(out);
+                    }
+                }
+            }
+            let next = self.set().load_pptr(leaf.g + L_NEXT)?;
+            if past || next.is_null() {
+                return Ok(out);
+            }
+            leaf = self.resolve_leaf(next)?;
+        }
+        Err(corrupt("the leaf list has a cycle", self.root))
     }
 
     // ----- modifications -----
@@ -688,9 +950,9 @@ impl<K: KeyKind> Tree<K> {
             return Ok((leaf, bitmap));
         }
         let (bound, new) = self.split(self.leaf_at(leaf)?)?;
-        // Every key at or above the new bound belongs to the new (right) leaf.
+        // Every key at or above the new bound belongs to the new (right) leaf (the split
+        // entered the bound into the index before disarming its log).
         let target = if key >= bound.borrow() { new.g } else { leaf };
-        self.index.insert(bound, new.g);
         Ok((target, self.set().load_u64(target + L_BITMAP, Ordering::Acquire)?))
     }
 
@@ -724,7 +986,7 @@ impl<K: KeyKind> Tree<K> {
             let slot = (!bitmap & FULL).trailing_zeros() as usize;
             K::write_new(t, target, slot, key, value)?;
             t.publish_bitmap(target, bitmap | (1 << slot), "P-FPT-2")?;
-            t.len += 1;
+            t.add_len(1);
             Ok(true)
         })
     }
@@ -757,33 +1019,30 @@ impl<K: KeyKind> Tree<K> {
             let leaf = t.route(key)?;
             let Some(slot) = K::find(t, leaf, key)? else { return Ok(false) };
             let bitmap = t.set().load_u64(leaf + L_BITMAP, Ordering::Acquire)?;
-            if bitmap.count_ones() == 1 && t.index.len() > 1 {
+            if bitmap.count_ones() == 1 && !t.only_leaf(leaf)? {
                 // The leaf empties: unlink and free it instead (its last key goes with it).
                 let (bound, _) = t.route_bound(key)?;
-                let prev = match t
-                    .index
-                    .range::<K::Key, _>((Unbounded, Excluded(bound.borrow())))
-                    .next_back()
-                {
-                    Some((_, &g)) => Some(t.leaf_at(g)?),
+                let prev = match t.index.prev(&t.set, bound.borrow())? {
+                    Some(g) => Some(t.leaf_at(g)?),
                     None => None,
                 };
-                t.delete_leaf(t.leaf_at(leaf)?, prev)?;
-                t.index.remove(bound.borrow());
-                if bound == K::lowest() {
-                    // The next leaf became the head: its bound becomes the lowest (T5).
-                    if let Some((b, l)) = t.index.pop_first() {
-                        debug_assert!(b > bound);
-                        t.index.insert(K::lowest(), l);
-                    }
-                }
+                t.delete_leaf(t.leaf_at(leaf)?, prev, bound.borrow())?;
             } else {
                 t.publish_bitmap(leaf, bitmap & !(1 << slot), "P-FPT-9")?;
                 K::release_deleted(t, leaf, slot)?;
             }
-            t.len -= 1;
+            t.add_len(-1);
             Ok(true)
         })
+    }
+
+    /// Whether the leaf at `leaf` is the tree's only leaf (the head, with no next leaf).
+    fn only_leaf(&self, leaf: u64) -> StorageResult<bool> {
+        match &self.index {
+            Index::Dram(m) => Ok(m.len() == 1),
+            Index::Persistent(_) => Ok(self.set().load_pptr(leaf + L_NEXT)?.is_null()
+                && self.head()? == self.leaf_at(leaf)?.p),
+        }
     }
 
     // ----- split (Algorithm 4.3) -----
@@ -791,6 +1050,20 @@ impl<K: KeyKind> Tree<K> {
     /// Splits the full `leaf`: returns the new right leaf's bound and the new leaf.
     fn split(&mut self, leaf: Leaf) -> StorageResult<(K::Owned, Leaf)> {
         let set = self.alloc.pool().clone();
+        if let Index::Persistent(_) = self.index {
+            // The bound the split will produce (the separator of the 16th and 17th smallest
+            // keys, as `split_copy` computes it), so that the index makes room for it now:
+            // once the split is durable its index insert must not fail for want of space. A
+            // `PoolFull` here changes nothing visible.
+            let mut pairs = Vec::new();
+            K::leaf_pairs(self, leaf, (Unbounded, Unbounded), &mut pairs)?;
+            if pairs.len() != M {
+                return Err(corrupt("splitting a leaf that is not full", leaf.p));
+            }
+            let bound = K::separator(pairs[M / 2 - 1].0.borrow(), pairs[M / 2].0.borrow())
+                .ok_or_else(|| corrupt("the halves of a split overlap", leaf.p))?;
+            self.index.prepare(bound.borrow())?;
+        }
         store_pptr(&set, self.rg + R_SPLIT_CUR, leaf.p)?;
         set.persist_rule("P-FPT-3", self.rg + R_SPLIT_CUR, 16)?; // ORDER(P-FPT-3): log the leaf being split
         // The allocator durably stores the new leaf's pointer into the log, which arms it. A
@@ -807,13 +1080,24 @@ impl<K: KeyKind> Tree<K> {
         let (left_max, right_min, right) = K::split_copy(self, leaf, new)?;
         let bound = K::separator(left_max.borrow(), right_min.borrow())
             .ok_or_else(|| corrupt("the halves of a split overlap", leaf.p))?;
-        self.split_from_bitmaps(leaf, new, right)?;
+        self.split_from_bitmaps(leaf, new, right, Some(bound.clone()))?;
         Ok(bound)
     }
 
     /// From the logical split on: the old leaf keeps the complement, gives up its references
     /// to the moved key blocks (byte keys), is linked to the new leaf; the log is retired.
-    fn split_from_bitmaps(&mut self, leaf: Leaf, new: Leaf, right: u64) -> StorageResult<()> {
+    ///
+    /// The new leaf's entry goes into the index after the link is durable and before the
+    /// disarm (P-FPT-27), so that split recovery, which redoes these steps while the log is
+    /// armed, also redoes the (idempotent) index insert. `bound` is `None` in recovery: it is
+    /// recomputed from the two halves (the left's largest key, the right's smallest).
+    fn split_from_bitmaps(
+        &mut self,
+        leaf: Leaf,
+        new: Leaf,
+        right: u64,
+        bound: Option<K::Owned>,
+    ) -> StorageResult<()> {
         let set = self.set();
         set.store_u64(leaf.g + L_BITMAP, !right & FULL, Ordering::Release)?;
         set.persist_rule("P-FPT-6", leaf.g + L_BITMAP, 8)?; // ORDER(P-FPT-6): the logical split point
@@ -821,6 +1105,25 @@ impl<K: KeyKind> Tree<K> {
         // valid → valid: two 8-byte stores that may tear; the armed log redoes them.
         store_pptr(set, leaf.g + L_NEXT, new.p)?;
         set.persist_rule("P-FPT-7", leaf.g + L_NEXT, 16)?; // ORDER(P-FPT-7): link the new leaf before disarming
+        let bound = match bound {
+            Some(b) => Some(b),
+            None if matches!(self.index, Index::Persistent(_)) => {
+                let (mut l, mut r) = (Vec::new(), Vec::new());
+                K::leaf_pairs(self, leaf, (Unbounded, Unbounded), &mut l)?;
+                K::leaf_pairs(self, new, (Unbounded, Unbounded), &mut r)?;
+                match (l.last(), r.first()) {
+                    (Some((lm, _)), Some((rm, _))) => Some(
+                        K::separator(lm.borrow(), rm.borrow())
+                            .ok_or_else(|| corrupt("the halves of a split overlap", leaf.p))?,
+                    ),
+                    _ => return Err(corrupt("a split half is empty", leaf.p)),
+                }
+            }
+            None => None, // DRAM: the rebuild after recovery enters it
+        };
+        if let Some(b) = bound {
+            self.index.insert(b, new.g, new.p)?; // P-FPT-27: after the link, before the disarm
+        }
         self.reset_split_log()
     }
 
@@ -835,7 +1138,9 @@ impl<K: KeyKind> Tree<K> {
 
     // ----- leaf deletion (Algorithm 4.6) -----
 
-    fn delete_leaf(&mut self, leaf: Leaf, prev: Option<Leaf>) -> StorageResult<()> {
+    /// Deletes `leaf` (whose index bound is `bound`): arm, unlink, release its key blocks,
+    /// remove its index entry (P-FPT-28: after the unlink, before the free), free it.
+    fn delete_leaf(&mut self, leaf: Leaf, prev: Option<Leaf>, bound: &K::Key) -> StorageResult<()> {
         self.arm_delete_log(leaf, prev.map_or(PPtr::NULL, |p| p.p))?;
         let next = self.set().load_pptr(leaf.g + L_NEXT)?;
         match prev {
@@ -843,6 +1148,7 @@ impl<K: KeyKind> Tree<K> {
             Some(p) => self.store_next(p, next)?,
         }
         K::release_leaf_keys(self, leaf)?;
+        self.index.remove(bound)?; // P-FPT-28: the entry goes before the leaf is freed
         self.free_logged_leaf() // the free disarms the log (P-FPT-12)
     }
 
@@ -938,16 +1244,15 @@ impl<K: KeyKind> Tree<K> {
         if let Some(w) = key_blocks.windows(2).find(|w| w[0] == w[1]) {
             return Err(corrupt("a key block is named by two valid slots", w[0]));
         }
-        let indexed: Vec<u64> = self.index.values().copied().collect();
+        self.index.check()?;
+        let indexed: Vec<u64> = self.index.entries(&self.set)?.into_iter().map(|e| e.1).collect();
         if indexed != listed.iter().map(|l| l.g).collect::<Vec<u64>>() {
-            return Err(corrupt(
-                "the DRAM index and the leaf list name different leaves",
-                self.root,
-            ));
+            return Err(corrupt("the index and the leaf list name different leaves", self.root));
         }
-        if keys != self.len {
+        let counted = self.len.load(Ordering::Relaxed);
+        if counted != LEN_UNKNOWN && keys != counted {
             return Err(corrupt(
-                format!("{keys} keys in the leaves, {} counted", self.len),
+                format!("{keys} keys in the leaves, {counted} counted"),
                 self.root,
             ));
         }

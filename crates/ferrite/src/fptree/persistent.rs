@@ -969,6 +969,31 @@ impl PersistentIndex {
                 "bound {bound} already maps to {l:?}, not {leaf:?}"
             )));
         }
+        let bottom = self.room_for(bound)?;
+        self.insert_slot(&bottom, bound, leaf)?;
+        self.count(1);
+        Ok(true)
+    }
+
+    /// Makes room for `bound` without inserting it: every grow and split that
+    /// `insert(bound, _)` would make, so that the insert that follows (with no other
+    /// modification in between) allocates nothing and cannot fail with `PoolFull`. The tree
+    /// calls it before a leaf split, whose index insert must not fail once the split is
+    /// durable. `PoolFull`: the index is unchanged in content (splits that completed stay,
+    /// invisible) and usable. A present bound needs nothing.
+    pub fn prepare_insert(&mut self, bound: u64) -> StorageResult<()> {
+        self.guarded(|ix| {
+            if ix.floor(bound)?.is_none_or(|(b, _)| b != bound) {
+                ix.room_for(bound)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// The descent of an insert: grows a full root, lowers leftmost separators above `bound`
+    /// (P-FPT-14), splits every full node on the path; returns the bottom node `bound` goes
+    /// to, which has a free slot.
+    fn room_for(&mut self, bound: u64) -> StorageResult<Node> {
         let root = self.root_node()?;
         if root.img.bitmap == self.full() {
             self.grow(&root)?;
@@ -977,8 +1002,7 @@ impl PersistentIndex {
         loop {
             let es = self.entries(&cur, cur.p == self.root_ptr()?)?;
             if cur.img.level == 0 {
-                self.insert_slot(&cur, bound, leaf)?;
-                break;
+                return Ok(cur);
             }
             if bound < es[0].0 {
                 // N2: the leftmost separator stays ≤ every key below it, so a split's
@@ -994,8 +1018,6 @@ impl PersistentIndex {
                 cur = child;
             }
         }
-        self.count(1);
-        Ok(true)
     }
 
     /// How many nodes `insert(bound, _)` would allocate now: 0 if `bound` is present; else two

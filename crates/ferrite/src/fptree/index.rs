@@ -1,0 +1,266 @@
+//! The tree's inner index, in one of two placements chosen at creation and recorded in the
+//! tree root (`docs/design/fptree.md`, "The fully persistent variant"):
+//!
+//! - [`IndexPlacement::Dram`] (the hybrid tree, the default): a DRAM `BTreeMap` of lower
+//!   bounds → leaf global offsets, rebuilt from the leaf list at every open.
+//! - [`IndexPlacement::Persistent`]: the [`PersistentIndex`] in PM (bounds → leaf `PPtr`s),
+//!   opened by replaying its own logs: open reads no leaf and rebuilds nothing. `u64` keys only
+//!   (byte separators are not built: `KeyKind::index_bound` is `None` for byte keys, and such a
+//!   tree is refused at creation and at open).
+//!
+//! # Invariants
+//! - I1 (both): every leaf of the list has exactly one entry, in list order; a key routes to the
+//!   entry with the greatest bound ≤ key.
+//! - I2 (DRAM): the head's bound is the lowest key (re-keyed when the head leaf is deleted).
+//! - I2 (persistent): the head's bound may be above keys stored in the head (the head's entry
+//!   is removed with the head leaf and the next leaf keeps its own bound: moving a bound would
+//!   be two index operations, not one atomic step); a key below every bound routes to the
+//!   first entry. Every other leaf's bound is ≤ its smallest key and above the previous leaf's
+//!   largest key.
+//!
+//! # Ordering
+//! The index's own persist order is P-FPT-14..19 (`persistent.rs`). The tree calls
+//! [`Index::insert`] after a split is durable and before its split log is disarmed (also from
+//! split recovery: the insert is idempotent), and [`Index::remove`] after a deleted leaf is
+//! unlinked and before it is freed (also from delete recovery). Both are rules P-FPT-27/28 of
+//! `docs/design/persistence.md`.
+//!
+//! # Concurrency
+//! Single writer, as the tree: modifications take `&mut self`.
+
+use std::borrow::Borrow;
+use std::collections::BTreeMap;
+use std::ops::Bound::{Excluded, Included, Unbounded};
+
+use ferrite_pmem::{PPtr, PoolSet};
+
+use super::key::KeyKind;
+use super::persistent::{PN_DEFAULT_FANOUT, PersistentIndex};
+use crate::storage::{StorageError, StorageResult};
+
+/// The root's incompatible-feature flag of the fully persistent variant (bit 1): the index
+/// root's `PPtr` is at [`R_INDEX`]; builds that do not know it refuse the tree rather than
+/// rebuild a DRAM index beside an index they would not maintain.
+pub const INCOMPAT_PERSISTENT_INDEX: u64 = 1 << 1;
+
+/// Byte offset in the tree root of the persistent index root's `PPtr` (line 2, after the
+/// delete log's two pointers; null in every other tree). Outside the header checksum, like
+/// `head`: it is written once, by the allocator, during creation.
+pub const R_INDEX: u64 = 160;
+
+/// Where a tree's inner nodes live (chosen at creation, recorded in the root).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IndexPlacement {
+    /// DRAM, rebuilt from the leaf list at every open (the hybrid FPTree).
+    #[default]
+    Dram,
+    /// Persistent memory ([`PersistentIndex`]): nothing is rebuilt at open. `u64` keys only.
+    Persistent,
+}
+
+/// Options of [`super::Tree::create_with`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TreeOptions {
+    /// Where the inner nodes live.
+    pub index: IndexPlacement,
+    /// Entries per persistent index node (an even number in 4..=32; ignored for DRAM). Small
+    /// fan-outs make deep indexes from few leaves (tests, crash targets).
+    pub index_fanout: u32,
+}
+
+impl Default for TreeOptions {
+    fn default() -> TreeOptions {
+        TreeOptions { index: IndexPlacement::Dram, index_fanout: PN_DEFAULT_FANOUT }
+    }
+}
+
+impl TreeOptions {
+    /// The fully persistent variant with the default fan-out.
+    pub fn persistent() -> TreeOptions {
+        TreeOptions { index: IndexPlacement::Persistent, ..TreeOptions::default() }
+    }
+}
+
+/// The inner index of a tree (see the module docs).
+#[derive(Debug)]
+pub(super) enum Index<K: KeyKind> {
+    Dram(BTreeMap<K::Owned, u64>),
+    Persistent(PersistentIndex),
+}
+
+fn no_bound<K: KeyKind>() -> StorageError {
+    StorageError::Incompatible {
+        what: format!("a persistent inner index for {}", K::NAME),
+        at: "fptree index".into(),
+    }
+}
+
+fn lost(what: &str) -> StorageError {
+    StorageError::Corrupted { what: what.into(), at: "fptree index".into() }
+}
+
+/// A leaf pointer from the persistent index, resolved to its global offset (64-byte aligned,
+/// a whole leaf).
+fn resolve<K: KeyKind>(set: &PoolSet, p: PPtr) -> StorageResult<u64> {
+    if !p.offset.is_multiple_of(64) {
+        return Err(lost("a leaf pointer in the index is not 64-byte aligned"));
+    }
+    set.resolve_range(p, K::LEAF_SIZE).map_err(|e| StorageError::Corrupted {
+        what: format!("a leaf pointer in the index: {e}"),
+        at: format!("fptree index {p:?}"),
+    })
+}
+
+impl<K: KeyKind> Index<K> {
+    pub(super) fn placement(&self) -> IndexPlacement {
+        match self {
+            Index::Dram(_) => IndexPlacement::Dram,
+            Index::Persistent(_) => IndexPlacement::Persistent,
+        }
+    }
+
+    /// The entry routing `key`: (bound, leaf global offset).
+    #[inline]
+    pub(super) fn route_bound(
+        &self,
+        set: &PoolSet,
+        key: &K::Key,
+    ) -> StorageResult<(K::Owned, u64)> {
+        match self {
+            Index::Dram(m) => m
+                .range::<K::Key, _>((Unbounded, Included(key)))
+                .next_back()
+                .map(|(b, &l)| (b.clone(), l))
+                .ok_or_else(|| lost("the index has no leaf with the lowest bound")),
+            Index::Persistent(ix) => {
+                let k = K::index_bound(key).ok_or_else(no_bound::<K>)?;
+                let (b, p) = match ix.lookup_with_bound(k)? {
+                    Some(hit) => hit,
+                    None => ix.first()?.ok_or_else(|| lost("the persistent index is empty"))?,
+                };
+                let b = K::from_index_bound(b).ok_or_else(no_bound::<K>)?;
+                Ok((b, resolve::<K>(set, p)?))
+            }
+        }
+    }
+
+    /// The leaf (global offset) routing `key`.
+    #[inline]
+    pub(super) fn route(&self, set: &PoolSet, key: &K::Key) -> StorageResult<u64> {
+        match self {
+            Index::Dram(m) => m
+                .range::<K::Key, _>((Unbounded, Included(key)))
+                .next_back()
+                .map(|(_, &l)| l)
+                .ok_or_else(|| lost("the index has no leaf with the lowest bound")),
+            Index::Persistent(_) => Ok(self.route_bound(set, key)?.1),
+        }
+    }
+
+    /// The leaf before the one whose bound is `bound` (`None`: that leaf is the head).
+    pub(super) fn prev(&self, set: &PoolSet, bound: &K::Key) -> StorageResult<Option<u64>> {
+        match self {
+            Index::Dram(m) => {
+                Ok(m.range::<K::Key, _>((Unbounded, Excluded(bound))).next_back().map(|(_, &g)| g))
+            }
+            Index::Persistent(ix) => {
+                let k = K::index_bound(bound).ok_or_else(no_bound::<K>)?;
+                ix.predecessor(k)?.map(|(_, p)| resolve::<K>(set, p)).transpose()
+            }
+        }
+    }
+
+    /// Number of leaves (entries). The persistent index counts them on the first call after
+    /// open (a walk of its bottom nodes; a damaged index counts as 0, and `check` reports it).
+    pub(super) fn leaves(&self) -> u64 {
+        match self {
+            Index::Dram(m) => m.len() as u64,
+            Index::Persistent(ix) => ix.len().unwrap_or(0),
+        }
+    }
+
+    /// Makes room for `bound` before a leaf split (persistent: [`PersistentIndex::prepare_insert`],
+    /// so that the insert after the durable split cannot fail for want of space).
+    pub(super) fn prepare(&mut self, bound: &K::Key) -> StorageResult<()> {
+        match self {
+            Index::Dram(_) => Ok(()),
+            Index::Persistent(ix) => {
+                ix.prepare_insert(K::index_bound(bound).ok_or_else(no_bound::<K>)?)
+            }
+        }
+    }
+
+    /// Adds the entry of a new leaf (idempotent for the persistent index: split recovery calls
+    /// it again). A `PoolFull` here means `prepare` was skipped: reported as corruption, so
+    /// the tree poisons its handle (the split is durable; reopening finishes the insert).
+    pub(super) fn insert(&mut self, bound: K::Owned, leaf_g: u64, leaf: PPtr) -> StorageResult<()> {
+        match self {
+            Index::Dram(m) => {
+                m.insert(bound, leaf_g);
+                Ok(())
+            }
+            Index::Persistent(ix) => {
+                let k = K::index_bound(bound.borrow()).ok_or_else(no_bound::<K>)?;
+                match ix.insert(k, leaf) {
+                    Ok(_) => Ok(()),
+                    Err(StorageError::PoolFull { .. }) => {
+                        Err(lost("the index insert of a durable split found no space"))
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+        }
+    }
+
+    /// Removes the entry `bound` of a deleted leaf (absent: nothing). DRAM: the head's bound
+    /// moves to the next leaf (I2); persistent: it does not.
+    pub(super) fn remove(&mut self, bound: &K::Key) -> StorageResult<()> {
+        match self {
+            Index::Dram(m) => {
+                m.remove(bound);
+                let lowest = K::lowest();
+                if bound == lowest.borrow()
+                    && let Some((_, l)) = m.pop_first()
+                {
+                    // The next leaf became the head: its bound becomes the lowest (I2).
+                    m.insert(K::lowest(), l);
+                }
+                Ok(())
+            }
+            Index::Persistent(ix) => {
+                ix.remove(K::index_bound(bound).ok_or_else(no_bound::<K>)?)?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Every entry in bound order: (bound, leaf global offset).
+    pub(super) fn entries(&self, set: &PoolSet) -> StorageResult<Vec<(K::Owned, u64)>> {
+        match self {
+            Index::Dram(m) => Ok(m.iter().map(|(b, &g)| (b.clone(), g)).collect()),
+            Index::Persistent(ix) => ix
+                .entries_in_order()?
+                .into_iter()
+                .map(|(b, p)| {
+                    Ok((K::from_index_bound(b).ok_or_else(no_bound::<K>)?, resolve::<K>(set, p)?))
+                })
+                .collect(),
+        }
+    }
+
+    /// The persistent index's own blocks (its root and nodes); none for DRAM.
+    pub(super) fn blocks(&self) -> StorageResult<Vec<PPtr>> {
+        match self {
+            Index::Dram(_) => Ok(Vec::new()),
+            Index::Persistent(ix) => ix.blocks(),
+        }
+    }
+
+    /// The persistent index's own integrity check (N1–N4); nothing for DRAM.
+    pub(super) fn check(&self) -> StorageResult<()> {
+        match self {
+            Index::Dram(_) => Ok(()),
+            Index::Persistent(ix) => ix.check().map(drop),
+        }
+    }
+}
