@@ -144,14 +144,14 @@ pub enum Recovered {
 pub struct FptreeFixed;
 
 /// The workload's view of a table slot's block count, for the out-of-space prediction.
-struct Space {
+pub(crate) struct Space {
     /// Leaf-sized blocks one page holds (the leaves' class has exactly one page).
-    capacity: u64,
-    ballast: u64,
+    pub(crate) capacity: u64,
+    pub(crate) ballast: u64,
 }
 
 impl Space {
-    fn free_leaves(&self, t: &FPTree) -> u64 {
+    pub(crate) fn free_leaves(&self, t: &FPTree) -> u64 {
         self.capacity.saturating_sub(self.ballast + t.leaves())
     }
 }
@@ -159,7 +159,12 @@ impl Space {
 impl FptreeFixed {
     /// Runs `op` on the tree, predicting a `PoolFull` (a split with no free leaf) so that the
     /// model records a no-op for it.
-    fn modify(ctx: &Ctx<TreeOp>, t: &mut FPTree, sp: &Space, op: TreeOp) -> Result<(), String> {
+    pub(crate) fn modify(
+        ctx: &Ctx<TreeOp>,
+        t: &mut FPTree,
+        sp: &Space,
+        op: TreeOp,
+    ) -> Result<(), String> {
         let key = match op {
             TreeOp::Insert(k, _) | TreeOp::Update(k, _) | TreeOp::Delete(k) => k,
             _ => return Err(format!("not a tree modification: {op:?}")),

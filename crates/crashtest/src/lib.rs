@@ -34,6 +34,7 @@ pub mod alloc_threads;
 pub mod db;
 mod explore;
 pub mod fptree;
+pub mod fptree_persistent;
 pub mod fptree_pindex;
 pub mod fptree_var;
 pub mod poolset;
@@ -51,6 +52,7 @@ pub fn registry() -> Vec<Box<dyn DynTarget>> {
     let mut v = toys::toys();
     v.push(Box::new(std::sync::Arc::new(fptree::FptreeFixed)));
     v.push(Box::new(std::sync::Arc::new(fptree_pindex::FptreePindex)));
+    v.push(Box::new(std::sync::Arc::new(fptree_persistent::FptreePersistent)));
     v.push(Box::new(std::sync::Arc::new(fptree_var::FptreeVar)));
     v.push(Box::new(std::sync::Arc::new(alloc::AllocSmall)));
     v.push(Box::new(std::sync::Arc::new(alloc_big::AllocBig)));
