@@ -10,6 +10,11 @@
 //! P-FPT-20..26 in `var.rs`). A root records its kind (incompat flag); the other kind's root is
 //! refused as `Incompatible`.
 //!
+//! The inner index is placed at creation ([`Tree::create_with`], `index.rs`): in DRAM, rebuilt
+//! from the leaf list at every open (the hybrid FPTree, the default), or in PM (the fully
+//! persistent variant, `u64` keys only: `persistent.rs`, opened by replaying its logs, no leaf
+//! read). The root records the placement (incompat bit 1 and the index root's pointer).
+//!
 //! Values are `u64`. A leaf holds up to 32 entries in unsorted slots; a one-byte
 //! fingerprint per slot (packed into `u64` words at the start of the leaf) filters key probes;
 //! an 8-byte validity bitmap is the commit word of every insert, update and delete. The tree
@@ -26,7 +31,8 @@
 //! - T3: only the only leaf may be empty (the last key of any other leaf removes the leaf).
 //! - T4: when no operation is in flight both micro-logs are disarmed: the split log's new
 //!   leaf and the delete log's leaf are null (their other pointers are stale and ignored).
-//! - T5 (DRAM): the inner index maps each leaf's lower bound to the leaf: the head's bound is 0,
+//! - T5: the inner index maps each leaf's lower bound to the leaf: the head's bound is 0 (DRAM;
+//!   with a persistent index any bound, and keys below every bound go to the first entry),
 //!   another leaf's bound is a key no greater than its smallest key and greater than every key
 //!   of the leaf before it. A key belongs to the leaf with the greatest bound ≤ key.
 //! - T6: every block the allocator has handed out to the tree is its root or a leaf in the list
@@ -47,6 +53,10 @@
 //!   log's leaf disarms the log.
 //! - P-FPT-13: creation: `head` nulled (unless resuming), the root with magic 0 and empty logs,
 //!   the first leaf, then the root magic.
+//! - With a persistent index: P-FPT-27 (a split makes room in the index first, and inserts the
+//!   new leaf's entry after the link and before the disarm), P-FPT-28 (a leaf deletion removes
+//!   the entry after the unlink and before the free), P-FPT-29 (creation nulls the index
+//!   pointer first and creates the index and the head's entry before the magic).
 //!
 //! Every value read from PM (pointers, bitmaps) is validated before use: a pointer resolves
 //! through the pool set with checked arithmetic, a bitmap's bits ≥ 32 are refused, a walk is
