@@ -756,10 +756,12 @@ impl<K: KeyKind> Tree<K> {
     }
 
     /// Adjusts a known key count (an unknown one stays unknown).
-    fn add_len(&self, d: i64) {
-        let _ = self.len.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-            (n != LEN_UNKNOWN).then(|| n.wrapping_add_signed(d))
-        });
+    /// A plain store through `&mut self` (no atomic read-modify-write on the insert path).
+    fn add_len(&mut self, d: i64) {
+        let n = self.len.get_mut();
+        if *n != LEN_UNKNOWN {
+            *n = n.wrapping_add_signed(d);
+        }
     }
 
     // ----- lookups -----
