@@ -1216,6 +1216,8 @@ impl<K: KeyKind> Tree<K> {
         let mut key_blocks = Vec::new();
         let limit = walk_limit(set, K::LEAF_SIZE);
         let mut pairs = Vec::new();
+        // Each listed leaf's (smallest, largest) key.
+        let mut spans: Vec<Option<(K::Owned, K::Owned)>> = Vec::new();
         while !at.is_null() {
             if listed.len() as u64 > limit {
                 return Err(corrupt("the leaf list has a cycle", at));
@@ -1245,6 +1247,7 @@ impl<K: KeyKind> Tree<K> {
                     return Err(corrupt(format!("the index routes key {k:?} elsewhere"), at));
                 }
             }
+            spans.push(pairs.first().map(|p| p.0.clone()).zip(pairs.last().map(|p| p.0.clone())));
             if let Some((mx, _)) = pairs.pop() {
                 prev_max = Some(mx);
             }
@@ -1257,9 +1260,29 @@ impl<K: KeyKind> Tree<K> {
             return Err(corrupt("a key block is named by two valid slots", w[0]));
         }
         self.index.check()?;
-        let indexed: Vec<u64> = self.index.entries(&self.set)?.into_iter().map(|e| e.1).collect();
-        if indexed != listed.iter().map(|l| l.g).collect::<Vec<u64>>() {
+        let entries = self.index.entries(&self.set)?;
+        if !entries.iter().map(|e| e.1).eq(listed.iter().map(|l| l.g)) {
             return Err(corrupt("the index and the leaf list name different leaves", self.root));
+        }
+        // T5 on the bounds themselves: every leaf but the head starts at or above its bound,
+        // and every leaf ends below the next leaf's bound; the DRAM head's bound is the lowest.
+        for (i, (bound, _)) in entries.iter().enumerate() {
+            let low_ok = match &spans[i] {
+                _ if i == 0 => matches!(self.index, Index::Persistent(_)) || *bound == K::lowest(),
+                Some((mn, _)) => bound <= mn,
+                None => false,
+            };
+            let high_ok = match i.checked_sub(1).map(|j| &spans[j]) {
+                Some(Some((_, mx))) => mx < bound,
+                Some(None) => false,
+                None => true,
+            };
+            if !low_ok || !high_ok {
+                return Err(corrupt(
+                    format!("index bound {bound:?} does not fit leaf {i} of the list"),
+                    listed[i].p,
+                ));
+            }
         }
         let counted = self.len.load(Ordering::Relaxed);
         if counted != LEN_UNKNOWN && keys != counted {
