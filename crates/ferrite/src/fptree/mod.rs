@@ -569,7 +569,7 @@ impl<K: KeyKind> Tree<K> {
                     Err(e) => return Err(e),
                 }
             };
-            ix.insert(0, head)?; // idempotent: a resumed creation may have done it (P-FPT-27)
+            ix.insert(0, head)?; // idempotent: a resumed creation may have done it (P-FPT-29)
             self.index = Index::Persistent(ix);
         }
         set.store_u64(r, ROOT_MAGIC, Ordering::Release)?;
