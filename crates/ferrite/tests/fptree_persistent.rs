@@ -589,3 +589,48 @@ fn the_fixture_opens_with_its_content() {
     // separate entry point; older builds refuse the flag (`Incompatible`).
     let _ = FPTreeVar::open(a, slot).map(drop).unwrap_err();
 }
+
+/// Indicative figures (not a benchmark: ci profile, shared machine): open time, lookup and
+/// insert cost of the hybrid and the persistent placement at `FERRITE_MEASURE_KEYS` (default
+/// 200 000) random keys. Run by hand:
+/// `cargo test -p ferrite --profile ci --test fptree_persistent -- --ignored measure --nocapture`.
+#[test]
+#[ignore = "prints timings; run by hand"]
+fn measure() {
+    let n: u64 =
+        std::env::var("FERRITE_MEASURE_KEYS").ok().and_then(|v| v.parse().ok()).unwrap_or(200_000);
+    let o = Options::default().layout("fptree-pmeasure").segment_size(64 << 20);
+    for placement in [IndexPlacement::Dram, IndexPlacement::Persistent] {
+        let dir = TestDir::new("fptree-persistent-measure");
+        let set = PoolSet::create(dir.join("set"), &o).unwrap();
+        let a = Arc::new(PAllocator::create(Arc::new(set), 1).unwrap());
+        let slot = a.root_location();
+        let mut t =
+            FPTree::create_with(a, slot, TreeOptions { index: placement, index_fanout: 32 })
+                .unwrap();
+        let mut r = SplitMix64::new(7);
+        let keys: Vec<u64> = (0..n).map(|_| r.next_u64()).collect();
+        let t0 = std::time::Instant::now();
+        for &k in &keys {
+            t.insert(k, k).unwrap();
+        }
+        let ins = t0.elapsed().as_nanos() as f64 / n as f64;
+        let t0 = std::time::Instant::now();
+        for &k in &keys {
+            assert_eq!(t.get(k).unwrap(), Some(k));
+        }
+        let get = t0.elapsed().as_nanos() as f64 / n as f64;
+        let leaves = t.leaves();
+        drop(t);
+        let set = PoolSet::open(dir.join("set"), &o).unwrap();
+        let a = Arc::new(PAllocator::open(Arc::new(set)).unwrap());
+        let t0 = std::time::Instant::now();
+        let t = FPTree::open(a, slot).unwrap();
+        let open = t0.elapsed();
+        assert_eq!(t.placement(), placement);
+        println!(
+            "{placement:?}: {n} keys, {leaves} leaves: insert {ins:.0} ns, lookup {get:.0} ns, open {open:?} ({:.1} ns per leaf)",
+            open.as_nanos() as f64 / leaves as f64
+        );
+    }
+}
