@@ -46,7 +46,8 @@
 //!   logs, the first (empty, bottom) node allocated into `root` and persisted, the magic last.
 //! - Open replays at most the two logs: O(pending log), no walk of the nodes.
 //! - Lookups scan the valid slots of the nodes on the routed path in place (unsorted nodes, no
-//!   allocation) and fall back to a full floor search when separators left above the remaining
+//!   allocation; per level only the node's first five lines and the followed child pointer
+//!   are read) and fall back to a full floor search when separators left above the remaining
 //!   keys lead to a bottom node without a bound ≤ the key. Every search is bounded in node
 //!   visits, so a damaged index with shared children is `Corrupted`, not a runaway walk.
 //!
@@ -396,6 +397,20 @@ struct Node {
     img: PNodeImage,
 }
 
+/// A node's first five lines (tag, bitmap, level, reserved, keys): what a lookup's descent
+/// reads of each node.
+#[derive(Clone, Copy, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+struct NodeHead {
+    tag: u64,
+    bitmap: u64,
+    level: u64,
+    reserved: [u64; 5],
+    keys: [u64; PN_MAX_SLOTS as usize],
+}
+
+const _: () = assert!(size_of::<NodeHead>() as u64 == N_CHILDREN);
+
 /// What [`PersistentIndex::check`] found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IndexReport {
@@ -725,11 +740,29 @@ impl PersistentIndex {
 
     /// The greatest bound ≤ `key`: the routed path scanned in place, else the full search.
     fn floor(&self, key: u64) -> StorageResult<Option<(u64, PPtr)>> {
-        let root = self.root_node()?;
-        if let Some(hit) = self.floor_on_path(&root, key)? {
+        if let Some(hit) = self.floor_on_path(key)? {
             return Ok(Some(hit));
         }
-        self.floor_in(&root, true, key, false)
+        self.floor_in(&self.root_node()?, true, key, false)
+    }
+
+    /// Reads and validates a node's first five lines only (tag, bitmap, level, keys: N1 as
+    /// [`PersistentIndex::node`] checks it), for the lookup's fast path, which then reads the
+    /// one child pointer it follows.
+    fn node_head(&self, p: PPtr, level: Option<u64>) -> StorageResult<(u64, NodeHead)> {
+        let g = resolve_block(&self.set, p, PNODE_SIZE, "index node")?;
+        let h: NodeHead =
+            self.set.read_struct(g).map_err(|e| corrupt(format!("unreadable node: {e}"), p))?;
+        if h.tag != PNODE_TAG {
+            return Err(corrupt(format!("not an index node (tag {:#x})", h.tag), p));
+        }
+        if h.bitmap & !self.full() != 0 {
+            return Err(corrupt(format!("bitmap {:#x} beyond the fan-out", h.bitmap), p));
+        }
+        if h.level > PN_MAX_LEVEL || level.is_some_and(|l| h.level != l) {
+            return Err(corrupt(format!("level {} where {level:?} was expected", h.level), p));
+        }
+        Ok((g, h))
     }
 
     /// The lookup's fast path: descends the routed path only, scanning each node's valid slots
@@ -739,27 +772,33 @@ impl PersistentIndex {
     /// above the keys that remain, a key below every bound, a node without entries): the
     /// caller runs the full search, which also validates what this path does not (N1's
     /// distinct keys, N3).
-    fn floor_on_path(&self, root: &Node, key: u64) -> StorageResult<Option<(u64, PPtr)>> {
-        let mut n = *root;
+    fn floor_on_path(&self, key: u64) -> StorageResult<Option<(u64, PPtr)>> {
+        let (mut g, mut n) = self.node_head(self.root_ptr()?, None)?;
         for _ in 0..=PN_MAX_LEVEL {
             let (mut best, mut low) = (None::<usize>, None::<usize>);
-            let mut bits = n.img.bitmap;
+            let mut bits = n.bitmap;
             while bits != 0 {
                 let s = bits.trailing_zeros() as usize;
                 bits &= bits - 1;
-                let k = n.img.keys[s];
-                if k <= key && best.is_none_or(|b| k > n.img.keys[b]) {
+                let k = n.keys[s];
+                if k <= key && best.is_none_or(|b| k > n.keys[b]) {
                     best = Some(s);
                 }
-                if low.is_none_or(|l| k < n.img.keys[l]) {
+                if low.is_none_or(|l| k < n.keys[l]) {
                     low = Some(s);
                 }
             }
-            if n.img.level == 0 {
-                return Ok(best.map(|s| (n.img.keys[s], n.img.children[s])));
+            if n.level == 0 {
+                return match best {
+                    Some(s) => {
+                        Ok(Some((n.keys[s], self.set.load_pptr(g + N_CHILDREN + s as u64 * 16)?)))
+                    }
+                    None => Ok(None),
+                };
             }
             let Some(s) = best.or(low) else { return Ok(None) };
-            n = self.node(n.img.children[s], Some(n.img.level - 1))?;
+            let child = self.set.load_pptr(g + N_CHILDREN + s as u64 * 16)?;
+            (g, n) = self.node_head(child, Some(n.level - 1))?;
         }
         Ok(None)
     }
