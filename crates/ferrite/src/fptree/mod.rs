@@ -61,6 +61,7 @@ mod layout;
 mod layout_var;
 pub mod olc;
 pub mod persistent;
+mod scan;
 mod var;
 pub mod vlock;
 
@@ -88,6 +89,7 @@ pub use layout_var::{
     EMPTY_SLOT, INCOMPAT_BYTE_KEYS, INLINE_TAG, KeyForm, SlotKey, VAR_LEAF_SIZE, VAR_SLOT_BYTES,
     VL_SLOTS, VarLeafImage, decode_slot, encode_inline, encode_pointer, key_form, var_slot_offset,
 };
+pub use scan::Direction;
 
 /// The fingerprint of `key`: the high byte of a Fibonacci hash. Stable across builds and
 /// processes (it is persisted).
@@ -635,41 +637,6 @@ impl<K: KeyKind> Tree<K> {
         Ok(self.set().load_u64(leaf + L_BITMAP, Ordering::Acquire)? & FULL == FULL)
     }
 
-    fn range_k(
-        &self,
-        lo: &K::Key,
-        hi: &K::Key,
-        limit: usize,
-    ) -> StorageResult<Vec<(K::Owned, u64)>> {
-        if self.poisoned {
-            return Err(StorageError::Poisoned);
-        }
-        let mut out = Vec::new();
-        if lo > hi || limit == 0 {
-            return Ok(out);
-        }
-        let (start, _) = self
-            .index
-            .range::<K::Key, _>((Unbounded, Included(lo)))
-            .next_back()
-            .ok_or_else(|| corrupt("the index has no leaf with the lowest bound", self.root))?;
-        let mut buf = Vec::new();
-        for (bound, &g) in self.index.range::<K::Key, _>((Included(start.borrow()), Unbounded)) {
-            if bound.borrow() > hi {
-                break;
-            }
-            buf.clear();
-            K::leaf_pairs(self, self.leaf_at(g)?, (Included(lo), Included(hi)), &mut buf)?;
-            for p in buf.drain(..) {
-                out.push(p);
-                if out.len() == limit {
-                    return Ok(out);
-                }
-            }
-        }
-        Ok(out)
-    }
-
     // ----- modifications -----
 
     /// The commit point of an insert, update or delete (P-FPT-2 / P-FPT-9).
@@ -981,8 +948,14 @@ impl Tree<U64Key> {
     }
 
     /// Up to `limit` pairs with `lo <= key <= hi`, in ascending key order.
+    /// (A wrapper of [`FPTree::scan`], which also scans backwards.)
     pub fn range(&self, lo: u64, hi: u64, limit: usize) -> StorageResult<Vec<(u64, u64)>> {
-        self.range_k(&lo, &hi, limit)
+        let mut out = Vec::new();
+        self.scan(lo..=hi, Direction::Forward, limit, |k, v| {
+            out.push((k, v));
+            std::ops::ControlFlow::Continue(())
+        })?;
+        Ok(out)
     }
 
     /// Whether inserting `key` (absent) would split its leaf, i.e. needs a new leaf from the
@@ -1150,7 +1123,13 @@ impl Tree<ByteKey> {
         hi: &[u8],
         limit: usize,
     ) -> StorageResult<Vec<(Box<[u8]>, u64)>> {
-        self.range_k(lo, hi, limit)
+        // (A wrapper of [`FPTreeVar::scan`], which also scans backwards.)
+        let mut out = Vec::new();
+        self.scan((Included(lo), Included(hi)), Direction::Forward, limit, |k, v| {
+            out.push((k.into(), v));
+            std::ops::ControlFlow::Continue(())
+        })?;
+        Ok(out)
     }
 
     /// Whether inserting `key` (absent) would split its leaf.
