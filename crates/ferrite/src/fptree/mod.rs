@@ -62,6 +62,7 @@ mod layout_var;
 pub mod olc;
 pub mod persistent;
 mod scan;
+mod stats;
 mod var;
 pub mod vlock;
 

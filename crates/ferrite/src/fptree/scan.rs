@@ -36,6 +36,9 @@ use super::layout_var::{SlotKey, VarLeafImage, decode_slot};
 use super::{ByteKey, KeyKind, Tree, U64Key, corrupt, resolve_block};
 use crate::storage::{StorageError, StorageResult};
 
+/// How many leaves ahead of the one being read a scan prefetches.
+const PREFETCH_DEPTH: usize = 4;
+
 /// The order in which a scan visits keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Direction {
@@ -90,10 +93,11 @@ impl<K: KeyKind> Tree<K> {
     ) -> StorageResult<()> {
         let set = self.set();
         let no_leaf = || corrupt("the index has no leaf with the lowest bound", self.root);
+        // Leaves lie scattered in the pool (allocated in split order), so a scan is bound by
+        // memory latency: every line of the leaves `PREFETCH_DEPTH` steps ahead is requested
+        // while the current one is sorted (measured in `docs/benchmarks.md`, "FPTree II").
         let prefetch = |g: u64| {
-            // Line 0 (bitmap) and the first slot lines; the rest follow by the hardware's
-            // adjacent-line and stream prefetchers.
-            for line in 0..4 {
+            for line in 0..K::LEAF_SIZE.div_ceil(64) {
                 set.prefetch(g + 64 * line);
             }
         };
@@ -112,13 +116,17 @@ impl<K: KeyKind> Tree<K> {
                     }
                     Unbounded => Unbounded,
                 };
-                let mut it = self.index.range::<K::Key, _>((start, Unbounded)).peekable();
-                while let Some((bound, &g)) = it.next() {
+                let mut it = self.index.range::<K::Key, _>((start, Unbounded));
+                let mut ahead = it.clone();
+                ahead.by_ref().take(PREFETCH_DEPTH).for_each(|(_, &g)| prefetch(g));
+                for (bound, &g) in it.by_ref() {
                     // A leaf's keys are ≥ its bound: past the range once the bound is.
                     if !below(hi, bound.borrow()) {
                         break;
                     }
-                    if let Some(&(_, &n)) = it.peek() {
+                    if let Some((b, &n)) = ahead.next()
+                        && below(hi, b.borrow())
+                    {
                         prefetch(n);
                     }
                     if visit(g)?.is_break() {
@@ -133,16 +141,25 @@ impl<K: KeyKind> Tree<K> {
                     Included(h) | Excluded(h) => Included(h),
                     Unbounded => Unbounded,
                 };
-                let mut it = self.index.range::<K::Key, _>((Unbounded, end)).rev().peekable();
-                while let Some((bound, &g)) = it.next() {
-                    let last = match lo {
-                        Included(l) | Excluded(l) => bound.borrow() <= l,
-                        Unbounded => false,
-                    };
-                    if !last && let Some(&(_, &n)) = it.peek() {
+                let last = |bound: &K::Owned| match lo {
+                    Included(l) | Excluded(l) => bound.borrow() <= l,
+                    Unbounded => false,
+                };
+                let mut it = self.index.range::<K::Key, _>((Unbounded, end)).rev();
+                let mut ahead = it.clone();
+                let mut more = true; // whether `ahead` has not passed the walk's last leaf
+                for (b, &n) in ahead.by_ref().take(PREFETCH_DEPTH) {
+                    if more {
                         prefetch(n);
+                        more = !last(b);
                     }
-                    if visit(g)?.is_break() || last {
+                }
+                for (bound, &g) in it.by_ref() {
+                    if more && let Some((b, &n)) = ahead.next() {
+                        prefetch(n);
+                        more = !last(b);
+                    }
+                    if visit(g)?.is_break() || last(bound) {
                         break;
                     }
                 }
