@@ -515,16 +515,29 @@ impl<K: KeyKind> Tree<K> {
         if at.is_null() {
             return Err(corrupt("the tree has no leaf", self.root));
         }
-        let limit = walk_limit(self.set(), K::LEAF_SIZE);
+        let set = self.set.clone();
+        let limit = walk_limit(&set, K::LEAF_SIZE);
         let mut prev_max: Option<K::Owned> = None;
         let mut first = true;
         let mut seen = 0u64;
+        // (bound, leaf) in key order: the index is built from it in one go at the end.
+        let mut bounds: Vec<(K::Owned, u64)> = Vec::new();
         while !at.is_null() {
             seen += 1;
             if seen > limit {
                 return Err(corrupt("the leaf list has a cycle", at));
             }
             let leaf = self.resolve_leaf(at)?;
+            // The walk is a pointer chase over scattered leaves: request the next leaf's lines
+            // before this one is read whole, so its misses overlap this leaf's work (a hint
+            // only; the next pointer is validated when the walk gets there).
+            if let Ok(next) = set.load_pptr(leaf.g + L_NEXT)
+                && let Ok(ng) = set.resolve_range(next, K::LEAF_SIZE)
+            {
+                for line in 0..K::LEAF_SIZE.div_ceil(64) {
+                    set.prefetch(ng + 64 * line);
+                }
+            }
             let s = K::rebuild_leaf(self, leaf)?;
             match s.min_max {
                 Some((mn, mx)) => {
@@ -535,11 +548,11 @@ impl<K: KeyKind> Tree<K> {
                         })?,
                         None => return Err(corrupt("a leaf after an empty leaf", at)),
                     };
-                    self.index.insert(bound, leaf.g);
+                    bounds.push((bound, leaf.g));
                     prev_max = Some(mx);
                 }
                 None if first && s.next.is_null() => {
-                    self.index.insert(K::lowest(), leaf.g); // the only leaf, empty (T3)
+                    bounds.push((K::lowest(), leaf.g)); // the only leaf, empty (T3)
                 }
                 None => return Err(corrupt("an empty leaf that is not the only leaf", at)),
             }
@@ -547,6 +560,8 @@ impl<K: KeyKind> Tree<K> {
             first = false;
             at = s.next;
         }
+        // Sorted and distinct (each bound is above the previous leaf's keys): a bulk build.
+        self.index = bounds.into_iter().collect();
         Ok(())
     }
 
@@ -1049,14 +1064,16 @@ impl Tree<U64Key> {
                 leaf.p,
             ));
         }
-        let mut min_max: Option<(u64, u64)> = None;
-        for s in l.valid() {
-            let k = l.kv[s][0];
-            min_max = Some(match min_max {
-                None => (k, k),
-                Some((mn, mx)) => (mn.min(k), mx.max(k)),
-            });
+        // The key range by a min and a max over the valid slots (no sort).
+        let (mut mn, mut mx) = (u64::MAX, 0u64);
+        let mut bits = l.bitmap;
+        while bits != 0 {
+            let k = l.kv[bits.trailing_zeros() as usize][0];
+            bits &= bits - 1;
+            mn = mn.min(k);
+            mx = mx.max(k);
         }
+        let min_max = (l.bitmap != 0).then_some((mn, mx));
         Ok(LeafSummary { next: l.next, count: u64::from(l.bitmap.count_ones()), min_max })
     }
 
