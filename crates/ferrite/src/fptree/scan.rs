@@ -272,13 +272,25 @@ fn sort_pairs(e: &mut [(u64, u64)]) {
     }
 }
 
-/// A byte key of the visited leaf: where its bytes start in the scratch buffer, its length,
-/// its value.
+/// A byte key of the visited leaf: its first 8 bytes as a big-endian word (zero-padded), where
+/// its bytes start in the scratch buffer, its length, its value.
 #[derive(Clone, Copy, Default)]
 struct VarEntry {
+    head: u64,
     start: u32,
     len: u32,
     value: u64,
+}
+
+/// The first 8 bytes of `key`, zero-padded, as a big-endian word: when two keys' heads differ,
+/// their order is the keys' bytewise order (the first differing byte decides, and a key that
+/// ends early pads with zeros, as its being a prefix makes it smaller); equal heads need the
+/// full comparison.
+fn head_of(key: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = key.len().min(8);
+    b[..n].copy_from_slice(&key[..n]);
+    b.iter().fold(0u64, |h, &x| (h << 8) | u64::from(x))
 }
 
 impl Tree<ByteKey> {
@@ -335,7 +347,8 @@ impl Tree<ByteKey> {
                 }
                 let key = &scratch[start..];
                 if above(lo, key) && below(hi, key) {
-                    entries[n] = VarEntry { start: start as u32, len: key.len() as u32, value };
+                    let (start, len) = (start as u32, key.len() as u32);
+                    entries[n] = VarEntry { head: head_of(key), start, len, value };
                     n += 1;
                 } else {
                     scratch.truncate(start);
@@ -343,7 +356,7 @@ impl Tree<ByteKey> {
             }
             let key = |e: &VarEntry| &scratch[e.start as usize..(e.start + e.len) as usize];
             let e = &mut entries[..n];
-            e.sort_unstable_by(|a, b| key(a).cmp(key(b)));
+            e.sort_unstable_by(|a, b| a.head.cmp(&b.head).then_with(|| key(a).cmp(key(b))));
             Ok(emit(e, dir, &mut left, |x| f(key(x), x.value)))
         })?;
         Ok(limit - left)
