@@ -95,6 +95,10 @@ fn no_bound<K: KeyKind>() -> StorageError {
     }
 }
 
+fn empty() -> StorageError {
+    lost("the index is empty")
+}
+
 fn lost(what: &str) -> StorageError {
     StorageError::Corrupted { what: what.into(), at: "fptree index".into() }
 }
@@ -168,6 +172,76 @@ impl<K: KeyKind> Index<K> {
                 ix.predecessor(k)?.map(|(_, p)| resolve::<K>(set, p)).transpose()
             }
         }
+    }
+
+    /// The entry with the smallest bound: (bound, leaf global offset).
+    pub(super) fn first_entry(&self, set: &PoolSet) -> StorageResult<(K::Owned, u64)> {
+        let hit = match self {
+            Index::Dram(m) => {
+                return m.iter().next().map(|(b, &g)| (b.clone(), g)).ok_or_else(empty);
+            }
+            Index::Persistent(ix) => ix.first()?,
+        };
+        Self::persistent_hit(set, hit)?.ok_or_else(empty)
+    }
+
+    /// The entry with the greatest bound: (bound, leaf global offset).
+    pub(super) fn last_entry(&self, set: &PoolSet) -> StorageResult<(K::Owned, u64)> {
+        let hit = match self {
+            Index::Dram(m) => {
+                return m.iter().next_back().map(|(b, &g)| (b.clone(), g)).ok_or_else(empty);
+            }
+            Index::Persistent(ix) => ix.last()?,
+        };
+        Self::persistent_hit(set, hit)?.ok_or_else(empty)
+    }
+
+    /// The entry with the smallest bound above `bound`.
+    pub(super) fn next_entry(
+        &self,
+        set: &PoolSet,
+        bound: &K::Key,
+    ) -> StorageResult<Option<(K::Owned, u64)>> {
+        match self {
+            Index::Dram(m) => Ok(m
+                .range::<K::Key, _>((Excluded(bound), Unbounded))
+                .next()
+                .map(|(b, &g)| (b.clone(), g))),
+            Index::Persistent(ix) => {
+                let k = K::index_bound(bound).ok_or_else(no_bound::<K>)?;
+                Self::persistent_hit(set, ix.successor(k)?)
+            }
+        }
+    }
+
+    /// The entry with the greatest bound below `bound`.
+    pub(super) fn prev_entry(
+        &self,
+        set: &PoolSet,
+        bound: &K::Key,
+    ) -> StorageResult<Option<(K::Owned, u64)>> {
+        match self {
+            Index::Dram(m) => Ok(m
+                .range::<K::Key, _>((Unbounded, Excluded(bound)))
+                .next_back()
+                .map(|(b, &g)| (b.clone(), g))),
+            Index::Persistent(ix) => {
+                let k = K::index_bound(bound).ok_or_else(no_bound::<K>)?;
+                Self::persistent_hit(set, ix.predecessor(k)?)
+            }
+        }
+    }
+
+    /// A persistent index's answer as (bound of the key kind, resolved leaf offset).
+    fn persistent_hit(
+        set: &PoolSet,
+        hit: Option<(u64, PPtr)>,
+    ) -> StorageResult<Option<(K::Owned, u64)>> {
+        hit.map(|(b, p)| {
+            let b = K::from_index_bound(b).ok_or_else(no_bound::<K>)?;
+            Ok((b, resolve::<K>(set, p)?))
+        })
+        .transpose()
     }
 
     /// Number of leaves (entries). The persistent index counts them on the first call after

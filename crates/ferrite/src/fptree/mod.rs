@@ -72,6 +72,8 @@ mod layout;
 mod layout_var;
 pub mod olc;
 pub mod persistent;
+mod scan;
+mod stats;
 mod var;
 pub mod vlock;
 
@@ -103,6 +105,7 @@ pub use layout_var::{
     EMPTY_SLOT, INCOMPAT_BYTE_KEYS, INLINE_TAG, KeyForm, SlotKey, VAR_LEAF_SIZE, VAR_SLOT_BYTES,
     VL_SLOTS, VarLeafImage, decode_slot, encode_inline, encode_pointer, key_form, var_slot_offset,
 };
+pub use scan::Direction;
 
 /// The fingerprint of `key`: the high byte of a Fibonacci hash. Stable across builds and
 /// processes (it is persisted).
@@ -685,22 +688,34 @@ impl<K: KeyKind> Tree<K> {
             self.len.store(LEN_UNKNOWN, Ordering::Relaxed);
             return Ok(());
         }
-        let mut index = BTreeMap::new();
         let mut len = 0u64;
         let mut at = self.head()?;
         if at.is_null() {
             return Err(corrupt("the tree has no leaf", self.root));
         }
-        let limit = walk_limit(self.set(), K::LEAF_SIZE);
+        let set = self.set.clone();
+        let limit = walk_limit(&set, K::LEAF_SIZE);
         let mut prev_max: Option<K::Owned> = None;
         let mut first = true;
         let mut seen = 0u64;
+        // (bound, leaf) in key order: the index is built from it in one go at the end.
+        let mut bounds: Vec<(K::Owned, u64)> = Vec::new();
         while !at.is_null() {
             seen += 1;
             if seen > limit {
                 return Err(corrupt("the leaf list has a cycle", at));
             }
             let leaf = self.resolve_leaf(at)?;
+            // The walk is a pointer chase over scattered leaves: request the next leaf's lines
+            // before this one is read whole, so its misses overlap this leaf's work (a hint
+            // only; the next pointer is validated when the walk gets there).
+            if let Ok(next) = set.load_pptr(leaf.g + L_NEXT)
+                && let Ok(ng) = set.resolve_range(next, K::LEAF_SIZE)
+            {
+                for line in 0..K::LEAF_SIZE.div_ceil(64) {
+                    set.prefetch(ng + 64 * line);
+                }
+            }
             let s = K::rebuild_leaf(self, leaf)?;
             match s.min_max {
                 Some((mn, mx)) => {
@@ -711,11 +726,11 @@ impl<K: KeyKind> Tree<K> {
                         })?,
                         None => return Err(corrupt("a leaf after an empty leaf", at)),
                     };
-                    index.insert(bound, leaf.g);
+                    bounds.push((bound, leaf.g));
                     prev_max = Some(mx);
                 }
                 None if first && s.next.is_null() => {
-                    index.insert(K::lowest(), leaf.g); // the only leaf, empty (T3)
+                    bounds.push((K::lowest(), leaf.g)); // the only leaf, empty (T3)
                 }
                 None => return Err(corrupt("an empty leaf that is not the only leaf", at)),
             }
@@ -723,7 +738,8 @@ impl<K: KeyKind> Tree<K> {
             first = false;
             at = s.next;
         }
-        self.index = Index::Dram(index);
+        // Sorted and distinct (each bound is above the previous leaf's keys): a bulk build.
+        self.index = Index::Dram(bounds.into_iter().collect());
         self.len.store(len, Ordering::Relaxed);
         Ok(())
     }
@@ -870,78 +886,6 @@ impl<K: KeyKind> Tree<K> {
         }
         let leaf = self.route(key)?;
         Ok(self.set().load_u64(leaf + L_BITMAP, Ordering::Acquire)? & FULL == FULL)
-    }
-
-    fn range_k(
-        &self,
-        lo: &K::Key,
-        hi: &K::Key,
-        limit: usize,
-    ) -> StorageResult<Vec<(K::Owned, u64)>> {
-        if self.poisoned {
-            return Err(StorageError::Poisoned);
-        }
-        let mut out = Vec::new();
-        if lo > hi || limit == 0 {
-            return Ok(out);
-        }
-        let index = match &self.index {
-            Index::Dram(m) => m,
-            Index::Persistent(_) => return self.range_by_list(lo, hi, limit),
-        };
-        let (start, _) = index
-            .range::<K::Key, _>((Unbounded, Included(lo)))
-            .next_back()
-            .ok_or_else(|| corrupt("the index has no leaf with the lowest bound", self.root))?;
-        let mut buf = Vec::new();
-        for (bound, &g) in index.range::<K::Key, _>((Included(start.borrow()), Unbounded)) {
-            if bound.borrow() > hi {
-                break;
-            }
-            buf.clear();
-            K::leaf_pairs(self, self.leaf_at(g)?, (Included(lo), Included(hi)), &mut buf)?;
-            for p in buf.drain(..) {
-                out.push(p);
-                if out.len() == limit {
-                    return Ok(out);
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    /// The range scan of a tree with a persistent index: route `lo` once, then follow the
-    /// leaf list (one index descent per scan, not per leaf), stopping after the first leaf
-    /// that holds a key above `hi`.
-    fn range_by_list(
-        &self,
-        lo: &K::Key,
-        hi: &K::Key,
-        limit: usize,
-    ) -> StorageResult<Vec<(K::Owned, u64)>> {
-        let mut out = Vec::new();
-        let mut leaf = self.leaf_at(self.route(lo)?)?;
-        let mut buf = Vec::new();
-        let limit_leaves = walk_limit(self.set(), K::LEAF_SIZE);
-        for _ in 0..limit_leaves {
-            buf.clear();
-            K::leaf_pairs(self, leaf, (Unbounded, Unbounded), &mut buf)?;
-            let past = buf.last().is_some_and(|(k, _)| k.borrow() > hi);
-            for (k, v) in buf.drain(..) {
-                if k.borrow() >= lo && k.borrow() <= hi {
-                    out.push((k, v));
-                    if out.len() == limit {
-                        return Ok(out);
-                    }
-                }
-            }
-            let next = self.set().load_pptr(leaf.g + L_NEXT)?;
-            if past || next.is_null() {
-                return Ok(out);
-            }
-            leaf = self.resolve_leaf(next)?;
-        }
-        Err(corrupt("the leaf list has a cycle", self.root))
     }
 
     // ----- modifications -----
@@ -1321,8 +1265,14 @@ impl Tree<U64Key> {
     }
 
     /// Up to `limit` pairs with `lo <= key <= hi`, in ascending key order.
+    /// (A wrapper of [`FPTree::scan`], which also scans backwards.)
     pub fn range(&self, lo: u64, hi: u64, limit: usize) -> StorageResult<Vec<(u64, u64)>> {
-        self.range_k(&lo, &hi, limit)
+        let mut out = Vec::new();
+        self.scan(lo..=hi, Direction::Forward, limit, |k, v| {
+            out.push((k, v));
+            std::ops::ControlFlow::Continue(())
+        })?;
+        Ok(out)
     }
 
     /// Whether inserting `key` (absent) would split its leaf, i.e. needs a new leaf from the
@@ -1415,14 +1365,16 @@ impl Tree<U64Key> {
                 leaf.p,
             ));
         }
-        let mut min_max: Option<(u64, u64)> = None;
-        for s in l.valid() {
-            let k = l.kv[s][0];
-            min_max = Some(match min_max {
-                None => (k, k),
-                Some((mn, mx)) => (mn.min(k), mx.max(k)),
-            });
+        // The key range by a min and a max over the valid slots (no sort).
+        let (mut mn, mut mx) = (u64::MAX, 0u64);
+        let mut bits = l.bitmap;
+        while bits != 0 {
+            let k = l.kv[bits.trailing_zeros() as usize][0];
+            bits &= bits - 1;
+            mn = mn.min(k);
+            mx = mx.max(k);
         }
+        let min_max = (l.bitmap != 0).then_some((mn, mx));
         Ok(LeafSummary { next: l.next, count: u64::from(l.bitmap.count_ones()), min_max })
     }
 
@@ -1490,7 +1442,13 @@ impl Tree<ByteKey> {
         hi: &[u8],
         limit: usize,
     ) -> StorageResult<Vec<(Box<[u8]>, u64)>> {
-        self.range_k(lo, hi, limit)
+        // (A wrapper of [`FPTreeVar::scan`], which also scans backwards.)
+        let mut out = Vec::new();
+        self.scan((Included(lo), Included(hi)), Direction::Forward, limit, |k, v| {
+            out.push((k.into(), v));
+            std::ops::ControlFlow::Continue(())
+        })?;
+        Ok(out)
     }
 
     /// Whether inserting `key` (absent) would split its leaf.

@@ -406,17 +406,85 @@ pub(super) fn rebuild_leaf(t: &T, leaf: Leaf) -> StorageResult<LeafSummary<Box<[
             _ => {}
         }
     }
-    let mut min_max: Option<(Owned, Owned)> = None;
+    // The key range: every valid slot is decoded and its key block resolved (V3), but a block
+    // is read only where the inline bytes or the 6-byte prefixes cannot decide an order (a
+    // restart reads about two key blocks per leaf instead of every one), and only the
+    // smallest and the largest key are copied out.
+    let mut bufs = (Vec::new(), Vec::new());
+    let mut min_max: Option<((SlotKey, usize), (SlotKey, usize))> = None;
     for slot in l.valid() {
-        let k = owned_key(set, l.slots[slot], slot, leaf.p)?;
+        let (k, _) = decode(l.slots[slot], slot, leaf.p)?;
+        match k {
+            SlotKey::Empty => {
+                return Err(corrupt(format!("valid slot {slot} holds no key"), leaf.p));
+            }
+            SlotKey::Pointer { block, len, .. } => {
+                key_block(set, block, u64::from(len))?;
+            }
+            SlotKey::Inline { .. } => {}
+        }
         min_max = Some(match min_max {
-            None => (k.clone(), k),
-            Some((mn, mx)) if k < mn => (k, mx),
-            Some((mn, mx)) if k > mx => (mn, k),
-            Some(mm) => mm,
+            None => ((k, slot), (k, slot)),
+            Some((mn, mx)) => {
+                if slot_key_cmp(set, &k, &mn.0, &mut bufs)?.is_lt() {
+                    ((k, slot), mx)
+                } else if slot_key_cmp(set, &k, &mx.0, &mut bufs)?.is_gt() {
+                    (mn, (k, slot))
+                } else {
+                    (mn, mx)
+                }
+            }
         });
     }
+    let min_max = match min_max {
+        None => None,
+        Some(((_, a), (_, b))) => {
+            Some((owned_key(set, l.slots[a], a, leaf.p)?, owned_key(set, l.slots[b], b, leaf.p)?))
+        }
+    };
     Ok(LeafSummary { next: l.next, count: u64::from(l.bitmap.count_ones()), min_max })
+}
+
+/// The bytes of a slot key known without reading its block, and whether they are the whole
+/// key (inline) or only its first six bytes (a key block's prefix, S3).
+fn known_bytes(k: &SlotKey) -> (&[u8], bool) {
+    match k {
+        SlotKey::Inline { .. } => (k.inline().unwrap_or_default(), true),
+        SlotKey::Pointer { prefix, .. } => (&prefix[..], false),
+        SlotKey::Empty => (&[], true),
+    }
+}
+
+/// The bytewise order of two (non-empty) slot keys (K1), reading key blocks into `bufs` only
+/// when the known bytes tie and one of them is only a prefix.
+fn slot_key_cmp(
+    set: &PoolSet,
+    a: &SlotKey,
+    b: &SlotKey,
+    bufs: &mut (Vec<u8>, Vec<u8>),
+) -> StorageResult<std::cmp::Ordering> {
+    let ((ka, fa), (kb, fb)) = (known_bytes(a), known_bytes(b));
+    let c = ka.len().min(kb.len());
+    match ka[..c].cmp(&kb[..c]) {
+        std::cmp::Ordering::Equal => {}
+        o => return Ok(o),
+    }
+    // Equal over `c` bytes. A whole key that ends there is a prefix of the other (or equal).
+    if fa && ka.len() == c {
+        return Ok(if fb && kb.len() == c {
+            std::cmp::Ordering::Equal
+        } else {
+            std::cmp::Ordering::Less
+        });
+    }
+    if fb && kb.len() == c {
+        return Ok(std::cmp::Ordering::Greater);
+    }
+    bufs.0.clear();
+    bufs.1.clear();
+    key_bytes(set, a, &mut bufs.0)?;
+    key_bytes(set, b, &mut bufs.1)?;
+    Ok(bufs.0.cmp(&bufs.1))
 }
 
 pub(super) fn leaf_pairs(
