@@ -42,6 +42,8 @@ fn allocator(dir: &TestDir, name: &str, n: usize) -> Arc<PAllocator> {
         let b = a.allocate(LEAF_SIZE, *slots.last().unwrap()).expect("prefault");
         let g = set.resolve_range(b, LEAF_SIZE).unwrap();
         set.fill(g, LEAF_SIZE, 0).unwrap();
+        // ORDER(P-APP-1): the block's first word, the next allocation's location, is null and
+        // durable before the allocator is asked to allocate into it.
         set.persist_pptr_null(g).unwrap();
         slots.push(b);
     }

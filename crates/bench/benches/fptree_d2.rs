@@ -229,6 +229,8 @@ fn allocator(dir: &TestDir, name: &str, bytes: u64) -> Arc<PAllocator> {
         let b = a.allocate(LEAF_SIZE, *slots.last().unwrap()).expect("prefault");
         let g = set.resolve_range(b, LEAF_SIZE).unwrap();
         set.fill(g, LEAF_SIZE, 0).unwrap();
+        // ORDER(P-APP-1): the block's first word, the next allocation's location, is null and
+        // durable before the allocator is asked to allocate into it.
         set.persist_pptr_null(g).unwrap();
         slots.push(b);
     }
@@ -254,6 +256,8 @@ fn leaf_allocation(a: &Arc<PAllocator>, size: u64, count: usize) -> (f64, f64, f
         t += p.t;
         lines += p.lines;
         fences += p.fences;
+        // ORDER(P-APP-1): the slot is null and durable again before the next allocation into
+        // it (the tree's disarm does the same).
         set.persist_pptr_null(sg).unwrap();
     }
     for p in got {
