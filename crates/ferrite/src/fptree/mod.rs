@@ -78,7 +78,6 @@ mod var;
 pub mod vlock;
 
 use std::borrow::Borrow;
-use std::collections::BTreeMap;
 use std::ops::Bound::{self, Included, Unbounded};
 use std::ops::RangeBounds;
 use std::sync::Arc;
@@ -88,6 +87,7 @@ use std::sync::atomic::Ordering;
 use ferrite_pmem::{PPtr, PoolSet};
 
 use self::index::Index;
+use self::olc::{IndexKey, OlcIndex};
 use self::persistent::PersistentIndex;
 use crate::alloc::PAllocator;
 use crate::storage::{StorageError, StorageResult};
@@ -342,7 +342,7 @@ pub struct LeafSummary<O> {
     pub min_max: Option<(O, O)>,
 }
 
-impl<K: KeyKind> Tree<K> {
+impl<K: IndexKey> Tree<K> {
     /// Creates a tree whose root block is allocated from `alloc` into `root_slot` (a 16-aligned
     /// persistent-pointer location the caller owns, e.g. [`PAllocator::root_location`] or a
     /// slot of the caller's own table), so that several trees can share one allocator.
@@ -517,7 +517,7 @@ impl<K: KeyKind> Tree<K> {
             root_slot,
             root,
             rg,
-            index: Index::Dram(BTreeMap::new()),
+            index: Index::Dram(Box::default()),
             len: AtomicU64::new(0),
             poisoned: false,
             epoch: 0,
@@ -774,7 +774,7 @@ impl<K: KeyKind> Tree<K> {
             at = s.next;
         }
         // Sorted and distinct (each bound is above the previous leaf's keys): a bulk build.
-        self.index = Index::Dram(bounds.into_iter().collect());
+        self.index = Index::Dram(Box::new(OlcIndex::bulk_load(bounds)?));
         self.len.store(len, Ordering::Relaxed);
         Ok(())
     }
@@ -892,7 +892,10 @@ impl<K: KeyKind> Tree<K> {
     /// caller's comparison.
     pub fn blocks(&self) -> Vec<PPtr> {
         let leaves: Vec<u64> = match &self.index {
-            Index::Dram(m) => m.values().copied().collect(),
+            Index::Dram(_) => match self.index.entries(&self.set) {
+                Ok(e) => e.into_iter().map(|(_, g)| g).collect(),
+                Err(_) => Vec::new(),
+            },
             Index::Persistent(_) => {
                 let mut v = Vec::new();
                 let _ = self.walk_leaves(|l| {
