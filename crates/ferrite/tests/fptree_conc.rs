@@ -107,3 +107,43 @@ fn stale_lock_words_are_free_and_the_epoch_wrap_clears_them() {
     }
     assert_eq!(t.len(), 200);
 }
+
+/// Single-thread cost of the fixed-key fast path (insert, lookup, full scan), run by hand
+/// before and after a change of the concurrency machinery (figures in `docs/design/fptree.md`,
+/// "The concurrent tree"): `cargo test -p ferrite --profile ci --test fptree_conc -- --ignored
+/// --nocapture measure`. Asserts only that the tree holds what was inserted.
+#[test]
+#[ignore = "a measurement, run by hand"]
+fn measure_fixed_key_fast_path() {
+    const N: u64 = 200_000;
+    let dir = TestDir::new("fptree-conc-measure");
+    let set = PoolSet::create(dir.join("set"), &Options::default().segment_size(16 << 20)).unwrap();
+    let a = Arc::new(PAllocator::create(Arc::new(set), 1).unwrap());
+    let slot = a.root_location();
+    let mut t = FPTree::create(a, slot).unwrap();
+    let mut rng = ferrite::pmem::SplitMix64::new(ferrite::pmem::internals::testing::test_seed());
+    let keys: Vec<u64> = (0..N).map(|_| rng.next_u64()).collect();
+    let start = std::time::Instant::now();
+    for &k in &keys {
+        t.insert(k, k ^ 1).unwrap();
+    }
+    let insert = start.elapsed().as_nanos() as f64 / N as f64;
+    let start = std::time::Instant::now();
+    let mut found = 0u64;
+    for &k in &keys {
+        found += u64::from(t.get(k).unwrap() == Some(k ^ 1));
+    }
+    let lookup = start.elapsed().as_nanos() as f64 / N as f64;
+    let start = std::time::Instant::now();
+    let mut n = 0u64;
+    t.scan(.., ferrite::fptree::Direction::Forward, usize::MAX, |_, _| {
+        n += 1;
+        std::ops::ControlFlow::Continue(())
+    })
+    .unwrap();
+    let scan = start.elapsed().as_nanos() as f64 / N as f64;
+    println!(
+        "fixed keys, {N} random: insert {insert:.0} ns, lookup {lookup:.0} ns, scan {scan:.1} ns per key"
+    );
+    assert_eq!((found, n), (N, N));
+}
