@@ -21,43 +21,31 @@
 //! blocks, which include the index's), and hold the committed operations ± the one in flight
 //! (the same model and check as `fptree-fixed`).
 
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
-
-use ferrite::alloc::{PAllocator, class_of, page_geometry};
 use ferrite::fptree::persistent::PNODE_SIZE;
 use ferrite::fptree::{FPTree, IndexPlacement, LEAF_SIZE, ROOT_SIZE, TreeOptions};
 use ferrite::storage::StorageError as Error;
-use ferrite_pmem::{CrashImage, Options, PPtr, PoolSet};
+use ferrite_pmem::{CrashImage, Options};
 
-use crate::fptree::{FptreeFixed, Recovered, Space, TreeOp, leak_check};
+use crate::fptree::{FptreeFixed, Recovered, TreeOp, leak_check, tree_workload};
+use crate::fptree_common::{
+    ROOT_SLOT, create_table, finished, garbage, open_or_finish, open_table, slot,
+};
 use crate::target::{Ctx, ModelView, Target};
 
 /// Header page + four 64 KiB pages: the table's class, the roots' class (tree root and index
 /// root), the leaves' class, the index nodes' class.
 const SEG: u64 = 4 * 64 * 1024 + 64 * 1024 + 4096;
-const TABLE: u64 = 2048;
-const SLOTS: u64 = TABLE / 16 - 1;
-const READY_AT: u64 = TABLE - 8;
-const TREE_SLOT: u64 = 1;
-const OPS: u64 = 400;
-const KEYS: u64 = 240;
-const SPARE: u64 = 2;
+const TREE_SLOT: u64 = ROOT_SLOT;
 const READY: u64 = 0x5245_4144_595f_5450;
-const SEG0: u64 = 4096 + 8192;
 /// Index fan-out: the smallest, for a deep index from few leaves.
 const FANOUT: u32 = 4;
 
 fn opts() -> Options {
-    Options::default().layout("crashtest-fptree-p").segment_size(SEG0).max_pool_size(SEG0 + SEG)
+    crate::fptree_common::opts("crashtest-fptree-p", SEG)
 }
 
 fn tree_opts() -> TreeOptions {
     TreeOptions { index: IndexPlacement::Persistent, index_fanout: FANOUT }
-}
-
-fn slot(table: PPtr, i: u64) -> PPtr {
-    PPtr::new(table.segment, table.offset + i * 16)
 }
 
 /// The target.
@@ -106,10 +94,8 @@ impl Target for FptreePersistent {
     }
     fn benign_sites(&self) -> &'static [(&'static str, &'static str)] {
         &[
-            (
-                "crates/crashtest/src/fptree_persistent.rs:",
-                "the workload's own durable garbage in recycled blocks: without its persist the blocks are zeroed, which only makes the test weaker",
-            ),
+            crate::fptree_common::GARBAGE_FILL,
+            crate::fptree::EPOCH_UNUSED,
             crate::alloc::REPLAY_DISARM,
             crate::alloc::SINGLE_THREAD_SYNC_DISARM,
             crate::alloc::SINGLE_THREAD_COMMITTED,
@@ -118,31 +104,16 @@ impl Target for FptreePersistent {
 
     fn workload(&self, ctx: &mut Ctx<TreeOp>) -> Result<(), String> {
         let e = |e: Error| e.to_string();
-        let pe = |e: ferrite_pmem::Error| e.to_string();
         let tok = ctx.begin(TreeOp::Setup);
-        let set = ctx.create_pool_set(&opts())?;
-        set.set_segment_size(SEG);
-        let a = Arc::new(PAllocator::create(Arc::new(set), 1).map_err(e)?);
-        let table = a.allocate(TABLE, a.root_location()).map_err(e)?;
-        let set = a.pool().clone();
-        let g = set.resolve_range(table, TABLE).map_err(pe)?;
-        for i in 1..SLOTS {
-            set.store_u64(g + i * 16, PPtr::NULL.segment, Ordering::Relaxed).map_err(pe)?;
-        }
-        set.persist(g, TABLE).map_err(pe)?; // ORDER(P-APP-1): workload data durable before it counts as done or is published
-        set.store_u64(g + READY_AT, READY, Ordering::Release).map_err(pe)?;
-        set.persist(g + READY_AT, 8).map_err(pe)?; // ORDER(P-APP-1): workload data durable before it counts as done or is published
+        let (a, table) = create_table(ctx, &opts(), SEG, READY)?;
         // Durable garbage in the blocks creation gets first: the tree root and the index root
         // (one class), the first leaf, the first index node. All are allocated before any is
         // freed, so that they are distinct blocks.
-        let garbage = [(2, ROOT_SIZE), (3, ROOT_SIZE), (4, LEAF_SIZE), (5, PNODE_SIZE)];
-        for (i, size) in garbage {
-            let b = a.allocate(size, slot(table, i)).map_err(e)?;
-            let bg = set.resolve_range(b, size).map_err(pe)?;
-            set.fill(bg, size, 0xA5).map_err(pe)?;
-            set.persist(bg, size).map_err(pe)?; // ORDER(P-APP-1): workload data durable before it counts as done or is published
+        let garbage_blocks = [(2, ROOT_SIZE), (3, ROOT_SIZE), (4, LEAF_SIZE), (5, PNODE_SIZE)];
+        for (i, size) in garbage_blocks {
+            garbage(&a, table, i, size)?;
         }
-        for (i, _) in garbage {
+        for (i, _) in garbage_blocks {
             a.deallocate(slot(table, i)).map_err(e)?;
         }
         ctx.done(tok);
@@ -151,144 +122,36 @@ impl Target for FptreePersistent {
         let mut t =
             FPTree::create_with(a.clone(), slot(table, TREE_SLOT), tree_opts()).map_err(e)?;
         ctx.done(tok);
-        let class = class_of(LEAF_SIZE).ok_or("no class for a leaf")?;
-        let mut sp = Space { capacity: page_geometry(class).0, ballast: 0 };
-
-        let mut keys: Vec<u64> = (0..KEYS).collect();
-        for i in (1..keys.len()).rev() {
-            keys.swap(i, (ctx.rng().next_u64() % (i as u64 + 1)) as usize);
-        }
-        let mut ops: Vec<TreeOp> = keys.iter().map(|&k| TreeOp::Insert(k, k + 1)).collect();
-        let churn = |ctx: &mut Ctx<TreeOp>, n: u64, ops: &mut Vec<TreeOp>| {
-            for i in 0..n {
-                let k = ctx.rng().next_u64() % KEYS;
-                ops.push(match ctx.rng().next_u64() % 3 {
-                    0 => TreeOp::Insert(k, 1000 + i),
-                    1 => TreeOp::Update(k, 2000 + i),
-                    _ => TreeOp::Delete(k),
-                });
-            }
-        };
-        churn(ctx, OPS / 4, &mut ops);
-        for range in [0..40, 100..140, KEYS - 40..KEYS] {
-            ops.extend(range.map(TreeOp::Delete));
-        }
-        churn(ctx, OPS / 4, &mut ops);
-        ops.extend((0..KEYS).filter(|k| k % 50 != 7).map(TreeOp::Delete));
-        for op in ops {
-            FptreeFixed::modify(ctx, &mut t, &sp, op)?;
-        }
-
-        while sp.free_leaves(&t) > SPARE {
-            let i = 2 + sp.ballast;
-            if i >= SLOTS {
-                return Err("the table has no slot left for ballast".into());
-            }
-            let tok = ctx.begin(TreeOp::Ballast(i));
-            a.allocate(LEAF_SIZE, slot(table, i)).map_err(e)?;
-            ctx.done(tok);
-            sp.ballast += 1;
-        }
-        let mut k = KEYS;
-        let mut failed = 0;
-        while failed == 0 {
-            let full = t.needs_split(k).map_err(e)? && sp.free_leaves(&t) == 0;
-            FptreeFixed::modify(ctx, &mut t, &sp, TreeOp::Insert(k, k + 1))?;
-            if full {
-                failed = k;
-                FptreeFixed::modify(ctx, &mut t, &sp, TreeOp::Update(k - 1, 5))?;
-            }
-            k += 1;
-        }
-        for d in (failed - 40..failed).rev() {
-            FptreeFixed::modify(ctx, &mut t, &sp, TreeOp::Delete(d))?;
-        }
-        for n in failed..failed + 40 {
-            FptreeFixed::modify(ctx, &mut t, &sp, TreeOp::Insert(n, n + 1))?;
-        }
-        t.check().map_err(e)?;
-        let mut owned: Vec<PPtr> = t.blocks();
-        owned.push(table);
-        owned.extend(
-            (2..2 + sp.ballast)
-                .map(|i| slot(table, i))
-                .filter_map(|s| set.resolve(s).ok().and_then(|g| set.load_pptr(g).ok())),
-        );
-        leak_check(&a, owned)
+        tree_workload(ctx, &a, table, &mut t)
     }
 
     fn recover(&self, image: &CrashImage) -> Result<Recovered, String> {
-        let set = match PoolSet::open_sim(image, &opts()) {
-            Ok(s) => s,
-            Err(ferrite_pmem::Error::Incomplete { .. }) => {
-                return Ok(Recovered::NoTree("no pool set".into()));
-            }
-            Err(x) => return Err(format!("the pool set does not open: {x}")),
+        let o = match open_table(image, &opts(), READY)? {
+            Ok(o) => o,
+            Err(why) => return Ok(Recovered::NoTree(why)),
         };
-        let a = match PAllocator::open(Arc::new(set)) {
-            Ok(a) => Arc::new(a),
-            Err(Error::Corrupted { what, .. }) if what.contains("creation did not finish") => {
-                return Ok(Recovered::NoTree(what));
-            }
-            Err(x) => return Err(format!("the allocator does not open: {x}")),
-        };
-        a.check().map_err(|x| format!("allocator check after recovery: {x}"))?;
-        let s = a.pool().clone();
-        let pe = |x: ferrite_pmem::Error| x.to_string();
-        let table = s.load_pptr(s.resolve(a.root_location()).map_err(pe)?).map_err(pe)?;
-        let mut owned = Vec::new();
-        if table.is_null() {
-            leak_check(&a, owned)?;
-            return Ok(Recovered::NoTree("no table".into()));
-        }
-        owned.push(table);
-        let g = s
-            .resolve_range(table, TABLE)
-            .map_err(|x| format!("the root points outside the pool: {x}"))?;
-        if s.load_u64(g + READY_AT, Ordering::Acquire).map_err(pe)? != READY {
-            leak_check(&a, owned)?;
-            return Ok(Recovered::NoTree("table not ready".into()));
-        }
-        for i in 2..SLOTS {
-            let p = s.load_pptr(g + i * 16).map_err(pe)?;
-            if !p.is_null() {
-                owned.push(p);
-            }
-        }
-        let tree_slot = slot(table, TREE_SLOT);
-        let root = s.load_pptr(g + TREE_SLOT * 16).map_err(pe)?;
-        let create = || {
-            FPTree::create_with(a.clone(), tree_slot, tree_opts())
-                .map_err(|x| format!("finishing the creation: {x}"))
-        };
-        let (t, unfinished) = if root.is_null() {
-            (create()?, true)
-        } else {
-            match FPTree::open(a.clone(), tree_slot) {
-                Ok(t) => (t, false),
-                Err(Error::Corrupted { what, .. }) if what.starts_with("no root header") => {
-                    (create()?, true)
-                }
-                Err(x) => return Err(x.to_string()),
-            }
-        };
+        let (a, tree_slot) = (&o.a, slot(o.table, TREE_SLOT));
+        let (t, unfinished) = open_or_finish(
+            o.root,
+            "no root header",
+            || FPTree::open(a.clone(), tree_slot),
+            || FPTree::create_with(a.clone(), tree_slot, tree_opts()),
+        )?;
         if t.placement() != IndexPlacement::Persistent {
             return Err(format!("the recovered tree's index is {:?}", t.placement()));
         }
         t.check().map_err(|x| format!("integrity check after recovery: {x}"))?;
+        let mut owned = o.owned;
         owned.extend(t.blocks());
-        leak_check(&a, owned)?;
+        leak_check(a, owned)?;
         let pairs = t.range(0, u64::MAX, usize::MAX).map_err(|x| x.to_string())?;
         if pairs.len() as u64 != t.len() {
             return Err(format!("{} pairs, len() says {}", pairs.len(), t.len()));
         }
-        if unfinished {
-            if !pairs.is_empty() {
-                return Err(format!("a tree whose creation was finished holds {pairs:?}"));
-            }
-            return Ok(Recovered::NoTree("the tree's creation had not finished".into()));
-        }
-        Ok(Recovered::Tree(pairs))
+        Ok(match finished(unfinished, "a tree", pairs)? {
+            Some(pairs) => Recovered::Tree(pairs),
+            None => Recovered::NoTree("the tree's creation had not finished".into()),
+        })
     }
 
     fn check(&self, r: &Recovered, m: &ModelView<TreeOp>) -> Result<(), String> {

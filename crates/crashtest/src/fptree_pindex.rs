@@ -28,27 +28,23 @@
 //! not at all. The target declares no M2: lines are torn.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
-use ferrite::alloc::{PAllocator, class_of, page_geometry};
+use ferrite::alloc::{class_of, page_geometry};
 use ferrite::fptree::persistent::{PINDEX_ROOT_SIZE, PNODE_SIZE, PersistentIndex};
 use ferrite::storage::StorageError as Error;
-use ferrite_pmem::{CrashImage, Options, PPtr, PoolSet};
+use ferrite_pmem::{CrashImage, Options, PPtr};
 
+use crate::fptree_common::{
+    ROOT_SLOT, Space, check_absent, check_model, churn, create_table, final_leak_check, finished,
+    garbage, leak_check, open_or_finish, open_table, shuffle, slot,
+};
 use crate::target::{Ctx, ModelOp, ModelView, Target};
 
 /// Header page + three 64 KiB pages: the table's class, the index root's, the nodes'.
 const SEG: u64 = 3 * 64 * 1024 + 64 * 1024 + 4096;
-/// Segment 0 holds only the anchor (the allocator adds `SEG`-sized segments).
-const SEG0: u64 = 4096 + 8192;
-/// Table of persistent pointers: slot 1 = the index root slot, slots 2..[`SLOTS`] ballast, the
-/// last word = [`READY`] (in a line of its own).
-const TABLE: u64 = 2048;
-const SLOTS: u64 = TABLE / 16 - 1;
-const READY_AT: u64 = TABLE - 8;
 const READY: u64 = 0x5245_4144_595f_5049;
-const INDEX_SLOT: u64 = 1;
+/// The table's slot of the index root (slots 2.. ballast, see `fptree_common`).
+const INDEX_SLOT: u64 = ROOT_SLOT;
 const FANOUT: u32 = 4;
 const KEYS: u64 = 64;
 const CHURN: u64 = 40;
@@ -56,11 +52,7 @@ const CHURN: u64 = 40;
 const SPARE: u64 = 1;
 
 fn opts() -> Options {
-    Options::default().layout("crashtest-pindex").segment_size(SEG0).max_pool_size(SEG0 + SEG)
-}
-
-fn slot(table: PPtr, i: u64) -> PPtr {
-    PPtr::new(table.segment, table.offset + i * 16)
+    crate::fptree_common::opts("crashtest-pindex", SEG)
 }
 
 /// The synthetic leaf pointer of value `v` (never dereferenced).
@@ -138,17 +130,11 @@ pub enum Recovered {
 #[derive(Debug, Default)]
 pub struct FptreePindex;
 
-/// The workload's count of node-sized blocks, for the out-of-space prediction.
-struct Space {
-    /// Node-sized blocks one page holds (the nodes' class has exactly one page).
-    capacity: u64,
-    ballast: u64,
-}
-
 impl Space {
+    /// Free node-sized blocks (the nodes' class has exactly one page).
     fn free_nodes(&self, ix: &PersistentIndex) -> Result<u64, String> {
         let nodes = ix.blocks().map_err(|e| e.to_string())?.len() as u64 - 1;
-        Ok(self.capacity.saturating_sub(self.ballast + nodes))
+        Ok(self.free(nodes))
     }
 }
 
@@ -234,10 +220,7 @@ impl Target for FptreePindex {
     }
     fn benign_sites(&self) -> &'static [(&'static str, &'static str)] {
         &[
-            (
-                "crates/crashtest/src/fptree_pindex.rs:",
-                "the workload's own durable garbage in recycled blocks: without its persist the blocks are zeroed, which only makes the test weaker",
-            ),
+            crate::fptree_common::GARBAGE_FILL,
             crate::alloc::REPLAY_DISARM,
             crate::alloc::SINGLE_THREAD_SYNC_DISARM,
             crate::alloc::SINGLE_THREAD_COMMITTED,
@@ -246,27 +229,12 @@ impl Target for FptreePindex {
 
     fn workload(&self, ctx: &mut Ctx<IndexOp>) -> Result<(), String> {
         let e = |e: Error| e.to_string();
-        let pe = |e: ferrite_pmem::Error| e.to_string();
         let tok = ctx.begin(IndexOp::Setup);
-        let set = ctx.create_pool_set(&opts())?;
-        set.set_segment_size(SEG);
-        let a = Arc::new(PAllocator::create(Arc::new(set), 1).map_err(e)?);
-        let table = a.allocate(TABLE, a.root_location()).map_err(e)?;
-        let set = a.pool().clone();
-        let g = set.resolve_range(table, TABLE).map_err(pe)?;
-        for i in 1..SLOTS {
-            set.store_u64(g + i * 16, PPtr::NULL.segment, Ordering::Relaxed).map_err(pe)?;
-        }
-        set.persist(g, TABLE).map_err(pe)?; // ORDER(P-APP-1): workload data durable before it counts as done or is published
-        set.store_u64(g + READY_AT, READY, Ordering::Release).map_err(pe)?;
-        set.persist(g + READY_AT, 8).map_err(pe)?; // ORDER(P-APP-1): workload data durable before it counts as done or is published
+        let (a, table) = create_table(ctx, &opts(), SEG, READY)?;
         // Durable garbage in the blocks the index gets first (the allocator reuses the most
         // recently freed block of a class): the root block and the first two nodes.
         for (i, size) in [(2, PINDEX_ROOT_SIZE), (3, PNODE_SIZE), (4, PNODE_SIZE)] {
-            let b = a.allocate(size, slot(table, i)).map_err(e)?;
-            let bg = set.resolve_range(b, size).map_err(pe)?;
-            set.fill(bg, size, 0xA5).map_err(pe)?;
-            set.persist(bg, size).map_err(pe)?; // ORDER(P-APP-1): workload data durable before it counts as done or is published
+            garbage(&a, table, i, size)?;
         }
         for i in [4, 3, 2] {
             a.deallocate(slot(table, i)).map_err(e)?;
@@ -283,27 +251,18 @@ impl Target for FptreePindex {
         let mut model = BTreeMap::new();
 
         let mut keys: Vec<u64> = (0..KEYS).map(|k| k * 4).collect();
-        for i in (1..keys.len()).rev() {
-            keys.swap(i, (ctx.rng().next_u64() % (i as u64 + 1)) as usize);
-        }
+        shuffle(ctx.rng(), &mut keys);
         let mut ops: Vec<IndexOp> = keys.iter().map(|&k| IndexOp::Insert(k, k)).collect();
         // No-ops the tree's recovery relies on: a present identical pair, an absent bound.
         ops.push(IndexOp::Insert(keys[0], keys[0]));
         ops.push(IndexOp::Remove(1));
-        let churn = |ctx: &mut Ctx<IndexOp>, ops: &mut Vec<IndexOp>| {
-            for i in 0..CHURN {
-                let k = ctx.rng().next_u64() % (KEYS * 4);
-                ops.push(match ctx.rng().next_u64() % 2 {
-                    0 => IndexOp::Insert(k, 1000 + i),
-                    _ => IndexOp::Remove(k),
-                });
-            }
-        };
-        churn(ctx, &mut ops);
+        let kinds: [fn(u64, u64) -> IndexOp; 2] =
+            [|k, i| IndexOp::Insert(k, 1000 + i), |k, _| IndexOp::Remove(k)];
+        churn(ctx.rng(), CHURN, KEYS * 4, &kinds, &mut ops);
         for range in [0..KEYS, 100..164, KEYS * 4 - 64..KEYS * 4] {
             ops.extend(range.map(IndexOp::Remove));
         }
-        churn(ctx, &mut ops);
+        churn(ctx.rng(), CHURN, KEYS * 4, &kinds, &mut ops);
         ops.extend((0..KEYS * 4).filter(|k| k % 37 != 5).map(IndexOp::Remove));
         for op in ops {
             Self::modify(ctx, &mut ix, &mut model, &sp, op)?;
@@ -314,16 +273,14 @@ impl Target for FptreePindex {
         }
 
         // Ballast: leave SPARE nodes' worth of free blocks.
-        while sp.free_nodes(&ix)? > SPARE {
-            let i = 2 + sp.ballast;
-            if i >= SLOTS {
-                return Err("the table has no slot left for ballast".into());
-            }
-            let tok = ctx.begin(IndexOp::Ballast(i));
-            a.allocate(PNODE_SIZE, slot(table, i)).map_err(e)?;
-            ctx.done(tok);
-            sp.ballast += 1;
-        }
+        sp.fill(
+            ctx,
+            &a,
+            table,
+            PNODE_SIZE,
+            |sp| Ok(sp.free_nodes(&ix)? > SPARE),
+            IndexOp::Ballast,
+        )?;
         // Ascending inserts until one needs more nodes than are free (a no-op in the model),
         // then removes that free nodes, and inserts that fit again.
         let mut k = 2000;
@@ -350,77 +307,28 @@ impl Target for FptreePindex {
         if got != model.iter().map(|(k, v)| (*k, *v)).collect::<Vec<_>>() {
             return Err("the index differs from the workload's model".into());
         }
-        let mut owned = ix.blocks().map_err(e)?;
-        owned.push(table);
-        owned.extend(
-            (2..2 + sp.ballast)
-                .map(|i| slot(table, i))
-                .filter_map(|s| set.resolve(s).ok().and_then(|g| set.load_pptr(g).ok())),
-        );
-        crate::fptree::leak_check(&a, owned)
+        final_leak_check(&a, table, sp.ballast, ix.blocks().map_err(e)?)
     }
 
     fn recover(&self, image: &CrashImage) -> Result<Recovered, String> {
-        let set = match PoolSet::open_sim(image, &opts()) {
-            Ok(s) => s,
-            Err(ferrite_pmem::Error::Incomplete { .. }) => {
-                return Ok(Recovered::NoIndex("no pool set".into()));
-            }
-            Err(x) => return Err(format!("the pool set does not open: {x}")),
+        let o = match open_table(image, &opts(), READY)? {
+            Ok(o) => o,
+            Err(why) => return Ok(Recovered::NoIndex(why)),
         };
-        let a = match PAllocator::open(Arc::new(set)) {
-            Ok(a) => Arc::new(a),
-            Err(Error::Corrupted { what, .. }) if what.contains("creation did not finish") => {
-                return Ok(Recovered::NoIndex(what));
-            }
-            Err(x) => return Err(format!("the allocator does not open: {x}")),
-        };
-        a.check().map_err(|x| format!("allocator check after recovery: {x}"))?;
-        let s = a.pool().clone();
-        let pe = |x: ferrite_pmem::Error| x.to_string();
-        let table = s.load_pptr(s.resolve(a.root_location()).map_err(pe)?).map_err(pe)?;
-        let mut owned = Vec::new();
-        if table.is_null() {
-            crate::fptree::leak_check(&a, owned)?;
-            return Ok(Recovered::NoIndex("no table".into()));
-        }
-        owned.push(table);
-        let g = s
-            .resolve_range(table, TABLE)
-            .map_err(|x| format!("the root points outside the pool: {x}"))?;
-        if s.load_u64(g + READY_AT, Ordering::Acquire).map_err(pe)? != READY {
-            crate::fptree::leak_check(&a, owned)?;
-            return Ok(Recovered::NoIndex("table not ready".into()));
-        }
-        for i in 2..SLOTS {
-            let p = s.load_pptr(g + i * 16).map_err(pe)?;
-            if !p.is_null() {
-                owned.push(p);
-            }
-        }
-        let ix_slot = slot(table, INDEX_SLOT);
-        let root = s.load_pptr(g + INDEX_SLOT * 16).map_err(pe)?;
-        let create = || {
-            PersistentIndex::create_with_fanout(a.clone(), ix_slot, FANOUT)
-                .map_err(|x| format!("finishing the creation: {x}"))
-        };
-        let (ix, unfinished) = if root.is_null() {
-            (create()?, true)
-        } else {
-            match PersistentIndex::open(a.clone(), ix_slot) {
-                Ok(ix) => (ix, false),
-                Err(Error::Corrupted { what, .. }) if what.starts_with("no index root header") => {
-                    (create()?, true)
-                }
-                Err(x) => return Err(format!("open: {x}")),
-            }
-        };
+        let (a, ix_slot) = (&o.a, slot(o.table, INDEX_SLOT));
+        let (ix, unfinished) = open_or_finish(
+            o.root,
+            "no index root header",
+            || PersistentIndex::open(a.clone(), ix_slot),
+            || PersistentIndex::create_with_fanout(a.clone(), ix_slot, FANOUT),
+        )?;
         if ix.fanout() != FANOUT {
             return Err(format!("fan-out {} after recovery", ix.fanout()));
         }
         ix.check().map_err(|x| format!("integrity check after recovery: {x}"))?;
+        let mut owned = o.owned;
         owned.extend(ix.blocks().map_err(|x| x.to_string())?);
-        crate::fptree::leak_check(&a, owned)?;
+        leak_check(a, owned)?;
         let entries = ix.entries_in_order().map_err(|x| x.to_string())?;
         // The ordered neighbours agree with the walk (the scans' path).
         let mut at = ix.first().map_err(|x| x.to_string())?;
@@ -433,56 +341,19 @@ impl Target for FptreePindex {
         if at.is_some() {
             return Err(format!("successor walk found {at:?} after the last entry"));
         }
-        if unfinished {
-            if !entries.is_empty() {
-                return Err(format!("an index whose creation was finished holds {entries:?}"));
-            }
-            return Ok(Recovered::NoIndex("the index's creation had not finished".into()));
-        }
-        Ok(Recovered::Index(entries))
+        Ok(match finished(unfinished, "an index", entries)? {
+            Some(entries) => Recovered::Index(entries),
+            None => Recovered::NoIndex("the index's creation had not finished".into()),
+        })
     }
 
     fn check(&self, r: &Recovered, m: &ModelView<IndexOp>) -> Result<(), String> {
-        let created = m.committed.contains(&IndexOp::Create);
-        let entries = match r {
-            Recovered::NoIndex(_) if !created => return Ok(()),
-            Recovered::NoIndex(why) => {
-                return Err(format!(
-                    "expected {} committed operations (the index's creation committed), found no index: {why}",
-                    m.committed.len()
-                ));
+        match r {
+            Recovered::NoIndex(why) => check_absent(m, &IndexOp::Create, "index", why),
+            Recovered::Index(entries) => {
+                let got: BTreeMap<u64, PPtr> = entries.iter().copied().collect();
+                check_model(&got, m, IndexOp::apply, |k| *k, ("index", "entries"))
             }
-            Recovered::Index(entries) => entries,
-        };
-        let mut without = BTreeMap::new();
-        for op in &m.committed {
-            op.apply(&mut without);
         }
-        let got: BTreeMap<u64, PPtr> = entries.iter().copied().collect();
-        if got == without {
-            return Ok(());
-        }
-        let mut with = without.clone();
-        for op in &m.in_flight {
-            op.apply(&mut with);
-        }
-        if got == with {
-            return Ok(());
-        }
-        let diff = |a: &BTreeMap<u64, PPtr>| -> String {
-            let missing: Vec<_> = a.iter().filter(|(k, v)| got.get(k) != Some(v)).take(4).collect();
-            let extra: Vec<_> = got.iter().filter(|(k, v)| a.get(k) != Some(v)).take(4).collect();
-            format!("missing or different {missing:?}, unexpected {extra:?}")
-        };
-        Err(format!(
-            "the index holds {} entries; expected the {} committed operations ({} entries: {}) or with the in-flight {:?} ({} entries: {})",
-            got.len(),
-            m.committed.len(),
-            without.len(),
-            diff(&without),
-            m.in_flight,
-            with.len(),
-            diff(&with)
-        ))
     }
 }

@@ -28,36 +28,29 @@
 //! not at all.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
-use ferrite::alloc::PAllocator;
 use ferrite::fptree::{FPTreeVar, MAX_KEY_LEN, ROOT_SIZE, VAR_LEAF_SIZE};
 use ferrite::storage::StorageError as Error;
-use ferrite_pmem::{CrashImage, Options, PPtr, PoolSet};
+use ferrite_pmem::{CrashImage, Options};
 
 use crate::fptree::leak_check;
+use crate::fptree_common::{
+    ROOT_SLOT, check_absent, check_model, churn, create_table, final_leak_check, finished, garbage,
+    open_or_finish, open_table, shuffle, slot,
+};
 use crate::target::{Ctx, ModelOp, ModelView, Target};
 
 /// Header page + seven 64 KiB pages: one per class (table, root, leaves, key blocks of 64, 128
 /// and 320 bytes) and one more for the allocator's own use of the segment.
 const SEG: u64 = 7 * 64 * 1024 + 4096;
-/// Table of persistent pointers: slot 1 = the tree's root; the last word = [`READY`].
-const TABLE: u64 = 2048;
-const READY_AT: u64 = TABLE - 8;
-const SLOTS: u64 = TABLE / 16 - 1;
-const TREE_SLOT: u64 = 1;
+/// The table's slot of the tree's root (see `fptree_common`).
+const TREE_SLOT: u64 = ROOT_SLOT;
 const OPS: u64 = 300;
 const KEYS: u64 = 140;
 const READY: u64 = 0x5245_4144_595f_5642;
-const SEG0: u64 = 4096 + 8192;
 
 fn opts() -> Options {
-    Options::default().layout("crashtest-fptree-var").segment_size(SEG0).max_pool_size(SEG0 + SEG)
-}
-
-fn slot(table: PPtr, i: u64) -> PPtr {
-    PPtr::new(table.segment, table.offset + i * 16)
+    crate::fptree_common::opts("crashtest-fptree-var", SEG)
 }
 
 /// The key of id `i`: id 0 is the empty key; otherwise (for long keys) a stem, the id in four
@@ -198,14 +191,12 @@ impl Target for FptreeVar {
     }
     fn benign_sites(&self) -> &'static [(&'static str, &'static str)] {
         &[
-            (
-                "crates/crashtest/src/fptree_var.rs:",
-                "the workload's own durable garbage in recycled blocks: without its persist the blocks are zeroed, which only makes the test weaker",
-            ),
+            crate::fptree_common::GARBAGE_FILL,
             (
                 "#P-FPT-23 [recovery only]",
                 "the rebuild's drop of a second reference to a key block (an update interrupted before P-FPT-23): if lost, the next recovery finds the same second reference beside the valid one and drops it again; only operations after recovery (which this target does not run) could expose it, as for the allocator's replay disarm",
             ),
+            crate::fptree::EPOCH_UNUSED,
             crate::alloc::REPLAY_DISARM,
             crate::alloc::SINGLE_THREAD_SYNC_DISARM,
             crate::alloc::SINGLE_THREAD_COMMITTED,
@@ -214,27 +205,12 @@ impl Target for FptreeVar {
 
     fn workload(&self, ctx: &mut Ctx<VarOp>) -> Result<(), String> {
         let e = |e: Error| e.to_string();
-        let pe = |e: ferrite_pmem::Error| e.to_string();
         let tok = ctx.begin(VarOp::Setup);
-        let set = ctx.create_pool_set(&opts())?;
-        set.set_segment_size(SEG);
-        let a = Arc::new(PAllocator::create(Arc::new(set), 1).map_err(e)?);
-        let table = a.allocate(TABLE, a.root_location()).map_err(e)?;
-        let set = a.pool().clone();
-        let g = set.resolve_range(table, TABLE).map_err(pe)?;
-        for i in 1..SLOTS {
-            set.store_u64(g + i * 16, PPtr::NULL.segment, Ordering::Relaxed).map_err(pe)?;
-        }
-        set.persist(g, TABLE).map_err(pe)?; // ORDER(P-APP-1): workload data durable before it counts as done or is published
-        set.store_u64(g + READY_AT, READY, Ordering::Release).map_err(pe)?;
-        set.persist(g + READY_AT, 8).map_err(pe)?; // ORDER(P-APP-1): workload data durable before it counts as done or is published
+        let (a, table) = create_table(ctx, &opts(), SEG, READY)?;
         // Durable garbage in the blocks the tree gets first (the allocator reuses the most
         // recently freed block of a class).
         for (i, size) in [(2, ROOT_SIZE), (3, VAR_LEAF_SIZE), (4, 100)] {
-            let b = a.allocate(size, slot(table, i)).map_err(e)?;
-            let bg = set.resolve_range(b, size).map_err(pe)?;
-            set.fill(bg, size, 0xA5).map_err(pe)?;
-            set.persist(bg, size).map_err(pe)?; // ORDER(P-APP-1): workload data durable before it counts as done or is published
+            garbage(&a, table, i, size)?;
             a.deallocate(slot(table, i)).map_err(e)?;
         }
         ctx.done(tok);
@@ -244,95 +220,45 @@ impl Target for FptreeVar {
         ctx.done(tok);
 
         let mut keys: Vec<u64> = (0..KEYS).collect();
-        for i in (1..keys.len()).rev() {
-            keys.swap(i, (ctx.rng().next_u64() % (i as u64 + 1)) as usize);
-        }
+        shuffle(ctx.rng(), &mut keys);
         let mut ops: Vec<VarOp> = keys.iter().map(|&k| VarOp::Insert(k, k + 1)).collect();
-        let churn = |ctx: &mut Ctx<VarOp>, n: u64, ops: &mut Vec<VarOp>| {
-            for i in 0..n {
-                let k = ctx.rng().next_u64() % KEYS;
-                ops.push(match ctx.rng().next_u64() % 3 {
-                    0 => VarOp::Insert(k, 1000 + i),
-                    1 => VarOp::Update(k, 2000 + i),
-                    _ => VarOp::Delete(k),
-                });
-            }
-        };
+        let kinds: [fn(u64, u64) -> VarOp; 3] = [
+            |k, i| VarOp::Insert(k, 1000 + i),
+            |k, i| VarOp::Update(k, 2000 + i),
+            |k, _| VarOp::Delete(k),
+        ];
         // Every key updated once (many updates right after the splits: inline and key-block
         // keys, copies into slots that held other keys).
         ops.extend(keys.iter().map(|&k| VarOp::Update(k, 500 + k)));
-        churn(ctx, OPS / 2, &mut ops);
+        churn(ctx.rng(), OPS / 2, KEYS, &kinds, &mut ops);
         for range in [0..35, 60..95, KEYS - 35..KEYS] {
             ops.extend(range.map(VarOp::Delete));
         }
-        churn(ctx, OPS / 2, &mut ops);
+        churn(ctx.rng(), OPS / 2, KEYS, &kinds, &mut ops);
         ops.extend((0..KEYS).filter(|k| k % 40 != 7).map(VarOp::Delete));
         for op in ops {
             modify(ctx, &mut t, op)?;
         }
         t.check().map_err(e)?;
-        let mut owned: Vec<PPtr> = t.blocks();
-        owned.push(table);
-        leak_check(&a, owned)
+        final_leak_check(&a, table, 0, t.blocks())
     }
 
     fn recover(&self, image: &CrashImage) -> Result<Recovered, String> {
-        let set = match PoolSet::open_sim(image, &opts()) {
-            Ok(s) => s,
-            Err(ferrite_pmem::Error::Incomplete { .. }) => {
-                return Ok(Recovered::NoTree("no pool set".into()));
-            }
-            Err(x) => return Err(format!("the pool set does not open: {x}")),
+        let o = match open_table(image, &opts(), READY)? {
+            Ok(o) => o,
+            Err(why) => return Ok(Recovered::NoTree(why)),
         };
-        let a = match PAllocator::open(Arc::new(set)) {
-            Ok(a) => Arc::new(a),
-            Err(Error::Corrupted { what, .. }) if what.contains("creation did not finish") => {
-                return Ok(Recovered::NoTree(what));
-            }
-            Err(x) => return Err(format!("the allocator does not open: {x}")),
-        };
-        a.check().map_err(|x| format!("allocator check after recovery: {x}"))?;
-        let s = a.pool().clone();
-        let pe = |x: ferrite_pmem::Error| x.to_string();
-        let table = s.load_pptr(s.resolve(a.root_location()).map_err(pe)?).map_err(pe)?;
-        let mut owned = Vec::new();
-        if table.is_null() {
-            leak_check(&a, owned)?;
-            return Ok(Recovered::NoTree("no table".into()));
-        }
-        owned.push(table);
-        let g = s
-            .resolve_range(table, TABLE)
-            .map_err(|x| format!("the root points outside the pool: {x}"))?;
-        if s.load_u64(g + READY_AT, Ordering::Acquire).map_err(pe)? != READY {
-            leak_check(&a, owned)?;
-            return Ok(Recovered::NoTree("table not ready".into()));
-        }
-        // The garbage blocks' slots (2..5) hold a block only while setup runs.
-        for i in 2..SLOTS {
-            let p = s.load_pptr(g + i * 16).map_err(pe)?;
-            if !p.is_null() {
-                owned.push(p);
-            }
-        }
-        let tree_slot = slot(table, TREE_SLOT);
-        let root = s.load_pptr(g + TREE_SLOT * 16).map_err(pe)?;
-        let (t, unfinished) = if root.is_null() {
-            (FPTreeVar::create(a.clone(), tree_slot).map_err(|x| format!("create: {x}"))?, true)
-        } else {
-            match FPTreeVar::open(a.clone(), tree_slot) {
-                Ok(t) => (t, false),
-                Err(Error::Corrupted { what, .. }) if what.starts_with("no root header") => (
-                    FPTreeVar::create(a.clone(), tree_slot)
-                        .map_err(|x| format!("finishing the creation: {x}"))?,
-                    true,
-                ),
-                Err(x) => return Err(x.to_string()),
-            }
-        };
+        let (a, tree_slot) = (&o.a, slot(o.table, TREE_SLOT));
+        let (t, unfinished) = open_or_finish(
+            o.root,
+            "no root header",
+            || FPTreeVar::open(a.clone(), tree_slot),
+            || FPTreeVar::create(a.clone(), tree_slot),
+        )?;
         t.check().map_err(|x| format!("integrity check after recovery: {x}"))?;
+        let mut owned = o.owned;
         owned.extend(t.blocks());
-        leak_check(&a, owned)?;
+        leak_check(a, owned)?;
         let top = vec![0xFF; MAX_KEY_LEN];
         let pairs: Vec<(Vec<u8>, u64)> = t
             .range(&[], &top, usize::MAX)
@@ -346,68 +272,21 @@ impl Target for FptreeVar {
                 return Err(format!("key {k:?} is listed with {v} but its lookup disagrees"));
             }
         }
-        if unfinished {
-            if !pairs.is_empty() {
-                return Err(format!("a tree whose creation was finished holds {pairs:?}"));
-            }
-            return Ok(Recovered::NoTree("the tree's creation had not finished".into()));
-        }
-        Ok(Recovered::Tree(pairs))
+        Ok(match finished(unfinished, "a tree", pairs)? {
+            Some(pairs) => Recovered::Tree(pairs),
+            None => Recovered::NoTree("the tree's creation had not finished".into()),
+        })
     }
 
     fn check(&self, r: &Recovered, m: &ModelView<VarOp>) -> Result<(), String> {
-        let created = m.committed.contains(&VarOp::Create);
-        let pairs = match r {
-            Recovered::NoTree(_) if !created => return Ok(()),
-            Recovered::NoTree(why) => {
-                return Err(format!(
-                    "expected {} committed operations (the tree's creation committed), found no tree: {why}",
-                    m.committed.len()
-                ));
+        match r {
+            Recovered::NoTree(why) => check_absent(m, &VarOp::Create, "tree", why),
+            Recovered::Tree(pairs) => {
+                let got: BTreeMap<Vec<u8>, u64> = pairs.iter().cloned().collect();
+                let show = |k: &Vec<u8>| String::from_utf8_lossy(k).into_owned();
+                check_model(&got, m, VarOp::apply, show, ("tree", "pairs"))
             }
-            Recovered::Tree(pairs) => pairs,
-        };
-        let mut without = BTreeMap::new();
-        for op in &m.committed {
-            op.apply(&mut without);
         }
-        let got: BTreeMap<Vec<u8>, u64> = pairs.iter().cloned().collect();
-        if got == without {
-            return Ok(());
-        }
-        let mut with = without.clone();
-        for op in &m.in_flight {
-            op.apply(&mut with);
-        }
-        if got == with {
-            return Ok(());
-        }
-        let show = |k: &Vec<u8>| String::from_utf8_lossy(k).into_owned();
-        let diff = |a: &BTreeMap<Vec<u8>, u64>| -> String {
-            let missing: Vec<_> = a
-                .iter()
-                .filter(|(k, v)| got.get(*k) != Some(v))
-                .take(4)
-                .map(|(k, v)| (show(k), *v))
-                .collect();
-            let extra: Vec<_> = got
-                .iter()
-                .filter(|(k, v)| a.get(*k) != Some(v))
-                .take(4)
-                .map(|(k, v)| (show(k), *v))
-                .collect();
-            format!("missing or different {missing:?}, unexpected {extra:?}")
-        };
-        Err(format!(
-            "the tree holds {} pairs; expected the {} committed operations ({} pairs: {}) or with the in-flight {:?} ({} pairs: {})",
-            got.len(),
-            m.committed.len(),
-            without.len(),
-            diff(&without),
-            m.in_flight,
-            with.len(),
-            diff(&with)
-        ))
     }
 }
 

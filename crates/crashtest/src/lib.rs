@@ -34,6 +34,7 @@ pub mod alloc_threads;
 pub mod db;
 mod explore;
 pub mod fptree;
+mod fptree_common;
 pub mod fptree_persistent;
 pub mod fptree_pindex;
 pub mod fptree_var;

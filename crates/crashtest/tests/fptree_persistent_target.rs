@@ -3,24 +3,11 @@
 //! check hold), and every persist site it reaches is needed (the mutation check detects its
 //! loss) or explained as benign.
 
-use ferrite_crashtest::{Config, MutationOutcome, find};
-use ferrite_pmem::internals::testing::TestDir;
+mod common;
 
 #[test]
 fn fptree_persistent_passes_and_every_persist_site_is_needed() {
-    let dir = TestDir::new("crashtest-fptree-persistent");
-    let t = find("fptree-persistent").expect("registered");
-    let cfg = Config {
-        out_dir: dir.path().to_path_buf(),
-        // Bounded by images only (a seconds cap would make how much is checked depend on the
-        // machine's load).
-        budget: Some(40_000),
-        time: None,
-        ..Config::default()
-    };
-    let m = t.mutate(&cfg);
-    eprintln!("{}\n{m}", m.base);
-    assert!(m.base.smoke_problem(t.min_images()).is_none(), "{}", m.base);
+    let m = common::mutate("fptree-persistent", "crashtest-fptree-persistent");
     assert!(m.base.nested_images > 0, "{}", m.base);
     assert!(m.base.passed(), "{}", m.base);
     // Two index sites are needed but not shown needed by this workload's bounded run: the
@@ -34,23 +21,13 @@ fn fptree_persistent_passes_and_every_persist_site_is_needed() {
     let elsewhere = |s: &str| {
         s.contains("fptree/persistent.rs") && (s.ends_with("#P-FPT-16") || s.ends_with("#P-FPT-18"))
     };
-    for (s, o) in &m.sites {
-        assert!(
-            matches!(
-                o,
-                MutationOutcome::Detected | MutationOutcome::Benign(_) | MutationOutcome::NoEffect
-            ) || (elsewhere(s) && *o == MutationOutcome::Undetected),
-            "{s}: {o:?}\n{m}"
-        );
-    }
+    common::assert_every_site_needed(&m, elsewhere);
     // The tree's and the index's rules each have a persist site whose loss is detected.
-    for rule in [
-        "P-FPT-1", "P-FPT-2", "P-FPT-6", "P-FPT-7", "P-FPT-8", "P-FPT-10", "P-FPT-11", "P-FPT-13",
-        "P-FPT-14", "P-FPT-15", "P-FPT-17", "P-FPT-18", "P-FPT-19",
-    ] {
-        assert!(
-            m.sites.iter().any(|(s, o)| s.contains(rule) && *o == MutationOutcome::Detected),
-            "{rule} not detected:\n{m}"
-        );
-    }
+    common::assert_detected(
+        &m,
+        &[
+            "P-FPT-1", "P-FPT-2", "P-FPT-6", "P-FPT-7", "P-FPT-8", "P-FPT-10", "P-FPT-11",
+            "P-FPT-13", "P-FPT-14", "P-FPT-15", "P-FPT-17", "P-FPT-18", "P-FPT-19",
+        ],
+    );
 }

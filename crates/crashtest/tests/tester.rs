@@ -14,6 +14,8 @@ use ferrite_crashtest::{
 use ferrite_pmem::internals::testing::TestDir;
 use ferrite_pmem::{CrashImage, Options, Pool};
 
+mod common;
+
 /// Runs here are bounded by their image budget only, never by seconds: a time cap would make
 /// how much a run checks (and so whether it reaches its image floor) depend on how loaded the
 /// machine is. Every run below finishes its budget in a few seconds.
@@ -408,12 +410,9 @@ fn corrupt_images_must_give_typed_errors_not_panics() {
 
 #[test]
 fn fptree_target_passes_and_every_persist_site_is_needed() {
-    let dir = TestDir::new("crashtest-fptree");
-    let t = find("fptree-fixed").expect("registered");
     // Runs to the end of the workload (a stopped run is no pass): bounded by images only, so
     // the machine's load cannot change what is checked.
-    let m = t.mutate(&Config { budget: Some(40_000), time: None, ..cfg(&dir) });
-    assert!(m.base.smoke_problem(t.min_images()).is_none(), "{}", m.base);
+    let m = common::mutate("fptree-fixed", "crashtest-fptree");
     assert!(m.passed(), "{m}");
     assert!(m.sites.len() >= 20, "{m}");
     // Sites only recoveries reach are mutated too: the allocator's disarm after a replay (named

@@ -16,9 +16,15 @@ use ferrite::fptree::{
     ROOT_MAGIC, ROOT_SIZE, ROOT_VERSION, read_all_pairs,
 };
 use ferrite::pmem::internals::testing::TestDir;
-use ferrite::pmem::{Counters, Options, PPtr, PoolSet, SplitMix64};
+use ferrite::pmem::{Options, PPtr, PoolSet, SplitMix64};
 use ferrite::storage::StorageError as Error;
 use proptest::prelude::*;
+
+mod common;
+use common::fptree::{
+    assert_allocated, cost, create_alloc, fixed_random_ops, fixed_step, open_alloc, seed, shuffle,
+    write_fixture,
+};
 
 const SEG: u64 = 1 << 20;
 
@@ -26,14 +32,9 @@ fn opts() -> Options {
     Options::default().layout("fptree-test").segment_size(SEG)
 }
 
-fn seed() -> u64 {
-    ferrite::pmem::internals::testing::test_seed()
-}
-
 /// A new pool set in `dir/set` with an allocator (one slot) and a tree rooted in the anchor.
 fn new_tree_with(dir: &TestDir, o: &Options) -> FPTree {
-    let set = PoolSet::create(dir.join("set"), o).unwrap();
-    let a = Arc::new(PAllocator::create(Arc::new(set), 1).unwrap());
+    let a = create_alloc(dir, o);
     let slot = a.root_location();
     FPTree::create(a, slot).unwrap()
 }
@@ -46,26 +47,18 @@ fn new_tree(dir: &TestDir) -> FPTree {
 /// crash) and opens everything again.
 fn reopen(dir: &TestDir, t: FPTree) -> FPTree {
     drop(t);
-    let set = PoolSet::open(dir.join("set"), &opts()).unwrap();
-    let a = Arc::new(PAllocator::open(Arc::new(set)).unwrap());
+    let a = open_alloc(dir, &opts());
     let slot = a.root_location();
     FPTree::open(a, slot).unwrap()
 }
 
-fn key_of(p: &PPtr) -> (u64, u64) {
-    (p.segment, p.offset)
-}
-
 /// T6: the allocator's allocated blocks are exactly the trees' blocks and `extra` ones.
 fn assert_no_leak(a: &PAllocator, trees: &[&FPTree], extra: &[PPtr]) {
-    let mut allocated = a.check().unwrap().allocated;
-    allocated.sort_by_key(key_of);
-    let mut owned: Vec<PPtr> =
-        trees.iter().flat_map(|t| t.blocks()).chain(extra.iter().copied()).collect();
-    owned.sort_by_key(key_of);
-    assert_eq!(
-        allocated, owned,
-        "allocated blocks differ from the trees' blocks (a leak or a stray block)"
+    let owned = trees.iter().flat_map(|t| t.blocks()).chain(extra.iter().copied()).collect();
+    assert_allocated(
+        a,
+        owned,
+        "allocated blocks differ from the trees' blocks (a leak or a stray block)",
     );
 }
 
@@ -81,43 +74,9 @@ fn assert_same(t: &FPTree, model: &BTreeMap<u64, u64>) {
 
 #[test]
 fn random_operations_with_reopen_match_a_btreemap() {
-    let seed = seed();
-    let mut rng = SplitMix64::new(seed);
     let dir = TestDir::new("fptree-random");
-    let mut t = new_tree(&dir);
-    let mut model = BTreeMap::new();
-    for step in 0..20_000u64 {
-        let key = rng.next_u64() % 3_000;
-        match rng.next_u64() % 10 {
-            0..=4 => {
-                let fresh = !model.contains_key(&key);
-                assert_eq!(t.insert(key, step).unwrap(), fresh);
-                model.entry(key).or_insert(step);
-            }
-            5 | 6 => {
-                let had = model.contains_key(&key);
-                assert_eq!(t.update(key, step).unwrap(), had);
-                if had {
-                    model.insert(key, step);
-                }
-            }
-            7 | 8 => assert_eq!(t.delete(key).unwrap(), model.remove(&key).is_some()),
-            _ => {
-                assert_eq!(t.get(key).unwrap(), model.get(&key).copied());
-                let hi = key + rng.next_u64() % 200;
-                let lim = 1 + (rng.next_u64() % 50) as usize;
-                let want: Vec<(u64, u64)> =
-                    model.range(key..=hi).take(lim).map(|(k, v)| (*k, *v)).collect();
-                assert_eq!(t.range(key, hi, lim).unwrap(), want);
-            }
-        }
-        if step % 2_500 == 0 {
-            assert_same(&t, &model);
-            t = reopen(&dir, t);
-            assert_same(&t, &model);
-        }
-    }
-    assert_same(&t, &model);
+    let t = new_tree(&dir);
+    fixed_random_ops(seed(), t, 20_000, 3_000, |t| reopen(&dir, t), assert_same);
 }
 
 #[test]
@@ -140,20 +99,7 @@ proptest! {
         let mut t = new_tree(&dir);
         let mut model = BTreeMap::new();
         for (i, (op, key)) in ops.into_iter().enumerate() {
-            let v = i as u64 + 1;
-            match op {
-                0 | 1 => {
-                    let fresh = !model.contains_key(&key);
-                    prop_assert_eq!(t.insert(key, v).unwrap(), fresh);
-                    model.entry(key).or_insert(v);
-                }
-                2 => {
-                    let had = model.contains_key(&key);
-                    prop_assert_eq!(t.update(key, v).unwrap(), had);
-                    if had { model.insert(key, v); }
-                }
-                _ => prop_assert_eq!(t.delete(key).unwrap(), model.remove(&key).is_some()),
-            }
+            fixed_step(&mut t, &mut model, op, key, i as u64 + 1)?;
         }
         t.check().unwrap();
         let t = reopen(&dir, t);
@@ -172,11 +118,7 @@ fn exact_flush_and_fence_counts() {
     for k in 0..10 {
         t.insert(k * 10, k).unwrap();
     }
-    let d = |f: &mut dyn FnMut()| {
-        let c = Counters::snapshot();
-        f();
-        Counters::snapshot() - c
-    };
+    let d = cost;
     // Insert without a split: pair and fingerprint (2 lines) + fence, bitmap + fence.
     let c = d(&mut || assert!(t.insert(55, 1).unwrap()));
     assert_eq!((c.lines_flushed(), c.fences), (3, 2), "insert");
@@ -547,10 +489,7 @@ fn generate_fptree_v1_fixture() {
         let slot = a.root_location();
         let mut t = FPTree::create(a, slot).unwrap();
         let mut keys: Vec<u64> = (0..300u64).map(|i| i * 7).collect();
-        let mut r = SplitMix64::new(1);
-        for i in (1..keys.len()).rev() {
-            keys.swap(i, (r.next_u64() % (i as u64 + 1)) as usize);
-        }
+        shuffle(&mut SplitMix64::new(1), &mut keys);
         for &k in &keys {
             t.insert(k, k * 3 + 1).unwrap();
         }
@@ -565,59 +504,16 @@ fn generate_fptree_v1_fixture() {
     let a = t.allocator().clone();
     drop(t);
     Arc::try_unwrap(a).unwrap().close().unwrap();
-    let mut out = String::from(
+    write_fixture(
+        &dir.join("set"),
         "# FPTree root v1 fixture: a pool set (PAllocator anchor v1, one tree in the anchor's root).\n# Generated by `generate_fptree_v1_fixture` in crates/ferrite/tests/fptree.rs; never edit.\n",
+        &fixture_path(),
     );
-    let mut names: Vec<_> = std::fs::read_dir(dir.join("set"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|n| n.starts_with("seg-"))
-        .collect();
-    names.sort();
-    for name in names {
-        let bytes = std::fs::read(dir.join("set").join(&name)).unwrap();
-        out.push_str(&format!("file {name} {}\n", bytes.len()));
-        for (i, line) in bytes.chunks(64).enumerate() {
-            if line.iter().any(|&b| b != 0) {
-                let hex: String = line.iter().map(|b| format!("{b:02x}")).collect();
-                out.push_str(&format!("{:x} {hex}\n", i * 64));
-            }
-        }
-    }
-    let path = fixture_path();
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(&path, out).unwrap();
 }
 
 /// Rebuilds the fixture's segment files in `dir`.
 fn unpack_fixture(dir: &Path) {
-    let text = std::fs::read_to_string(fixture_path()).expect("the v1 fixture is committed");
-    std::fs::create_dir_all(dir).unwrap();
-    let mut cur: Option<(String, Vec<u8>)> = None;
-    let flush = |cur: &mut Option<(String, Vec<u8>)>| {
-        if let Some((name, bytes)) = cur.take() {
-            std::fs::write(dir.join(name), bytes).unwrap();
-        }
-    };
-    for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
-        let f: Vec<&str> = line.split(' ').collect();
-        match f.as_slice() {
-            ["file", name, len] => {
-                flush(&mut cur);
-                cur = Some((name.to_string(), vec![0u8; len.parse().unwrap()]));
-            }
-            [off, hex] => {
-                let off = usize::from_str_radix(off, 16).unwrap();
-                let (_, bytes) = cur.as_mut().expect("a file line first");
-                for (i, b) in hex.as_bytes().chunks(2).enumerate() {
-                    bytes[off + i] =
-                        u8::from_str_radix(std::str::from_utf8(b).unwrap(), 16).unwrap();
-                }
-            }
-            _ => panic!("bad fixture line {line:?}"),
-        }
-    }
-    flush(&mut cur);
+    common::fptree::unpack_fixture(&fixture_path(), dir);
 }
 
 #[test]

@@ -16,9 +16,15 @@ use ferrite::fptree::{
     R_INDEX, ROOT_SIZE, RootHeader, TreeOptions,
 };
 use ferrite::pmem::internals::testing::TestDir;
-use ferrite::pmem::{Counters, Options, PPtr, PoolSet, SplitMix64};
+use ferrite::pmem::{Options, PPtr, PoolSet, SplitMix64};
 use ferrite::storage::StorageError as Error;
 use proptest::prelude::*;
+
+mod common;
+use common::fptree::{
+    assert_allocated, cost, create_alloc, fixed_random_ops, fixed_step, open_alloc, seed, shuffle,
+    write_fixture,
+};
 
 const SEG: u64 = 1 << 20;
 
@@ -26,17 +32,12 @@ fn opts() -> Options {
     Options::default().layout("fptree-ptest").segment_size(SEG)
 }
 
-fn seed() -> u64 {
-    ferrite::pmem::internals::testing::test_seed()
-}
-
 fn popts(fanout: u32) -> TreeOptions {
     TreeOptions { index: IndexPlacement::Persistent, index_fanout: fanout }
 }
 
 fn new_tree_with(dir: &TestDir, o: &Options, fanout: u32) -> FPTree {
-    let set = PoolSet::create(dir.join("set"), o).unwrap();
-    let a = Arc::new(PAllocator::create(Arc::new(set), 1).unwrap());
+    let a = create_alloc(dir, o);
     let slot = a.root_location();
     let t = FPTree::create_with(a, slot, popts(fanout)).unwrap();
     assert_eq!(t.placement(), IndexPlacement::Persistent);
@@ -50,8 +51,7 @@ fn new_tree(dir: &TestDir, fanout: u32) -> FPTree {
 /// Drops `t` without a clean close (as after a crash) and opens everything again.
 fn reopen_with(dir: &TestDir, t: FPTree, o: &Options) -> FPTree {
     drop(t);
-    let set = PoolSet::open(dir.join("set"), o).unwrap();
-    let a = Arc::new(PAllocator::open(Arc::new(set)).unwrap());
+    let a = open_alloc(dir, o);
     let slot = a.root_location();
     let t = FPTree::open(a, slot).unwrap();
     assert_eq!(t.placement(), IndexPlacement::Persistent, "the placement is read from the root");
@@ -62,18 +62,11 @@ fn reopen(dir: &TestDir, t: FPTree) -> FPTree {
     reopen_with(dir, t, &opts())
 }
 
-fn key_of(p: &PPtr) -> (u64, u64) {
-    (p.segment, p.offset)
-}
-
 /// T6 and N5: the allocator's allocated blocks are exactly the tree's (root, leaves, index root
 /// and nodes) and `extra`.
 fn assert_no_leak(t: &FPTree, extra: &[PPtr]) {
-    let mut allocated = t.allocator().check().unwrap().allocated;
-    allocated.sort_by_key(key_of);
-    let mut owned: Vec<PPtr> = t.blocks().into_iter().chain(extra.iter().copied()).collect();
-    owned.sort_by_key(key_of);
-    assert_eq!(allocated, owned, "allocated blocks differ from the tree's blocks");
+    let owned = t.blocks().into_iter().chain(extra.iter().copied()).collect();
+    assert_allocated(t.allocator(), owned, "allocated blocks differ from the tree's blocks");
 }
 
 fn assert_same(t: &FPTree, model: &BTreeMap<u64, u64>) {
@@ -88,47 +81,10 @@ fn assert_same(t: &FPTree, model: &BTreeMap<u64, u64>) {
 }
 
 fn random_run(fanout: u32, steps: u64, space: u64) {
-    let seed = seed();
-    let mut rng = SplitMix64::new(seed);
     let dir = TestDir::new("fptree-persistent-random");
-    let mut t = new_tree(&dir, fanout);
-    let mut model = BTreeMap::new();
-    for step in 0..steps {
-        let key = rng.next_u64() % space;
-        match rng.next_u64() % 10 {
-            0..=4 => {
-                let fresh = !model.contains_key(&key);
-                assert_eq!(t.insert(key, step).unwrap(), fresh, "seed {seed:#x} step {step}");
-                model.entry(key).or_insert(step);
-            }
-            5 | 6 => {
-                let had = model.contains_key(&key);
-                assert_eq!(t.update(key, step).unwrap(), had, "seed {seed:#x} step {step}");
-                if had {
-                    model.insert(key, step);
-                }
-            }
-            7 | 8 => assert_eq!(
-                t.delete(key).unwrap(),
-                model.remove(&key).is_some(),
-                "seed {seed:#x} step {step}"
-            ),
-            _ => {
-                assert_eq!(t.get(key).unwrap(), model.get(&key).copied(), "seed {seed:#x}");
-                let hi = key + rng.next_u64() % 200;
-                let lim = 1 + (rng.next_u64() % 50) as usize;
-                let want: Vec<(u64, u64)> =
-                    model.range(key..=hi).take(lim).map(|(k, v)| (*k, *v)).collect();
-                assert_eq!(t.range(key, hi, lim).unwrap(), want, "seed {seed:#x} step {step}");
-            }
-        }
-        if step % 2_500 == 0 {
-            assert_same(&t, &model);
-            t = reopen(&dir, t);
-            assert_same(&t, &model);
-        }
-    }
-    assert_same(&t, &model);
+    let t = new_tree(&dir, fanout);
+    let (mut t, mut model) =
+        fixed_random_ops(seed(), t, steps, space, |t| reopen(&dir, t), assert_same);
     // Delete everything: leaf deletions at every position, index detaches and shrinks.
     let keys: Vec<u64> = model.keys().copied().collect();
     for k in keys {
@@ -162,20 +118,7 @@ proptest! {
         let mut t = new_tree(&dir, 4);
         let mut model = BTreeMap::new();
         for (i, (op, key)) in ops.into_iter().enumerate() {
-            let v = i as u64 + 1;
-            match op {
-                0 | 1 => {
-                    let fresh = !model.contains_key(&key);
-                    prop_assert_eq!(t.insert(key, v).unwrap(), fresh);
-                    model.entry(key).or_insert(v);
-                }
-                2 => {
-                    let had = model.contains_key(&key);
-                    prop_assert_eq!(t.update(key, v).unwrap(), had);
-                    if had { model.insert(key, v); }
-                }
-                _ => prop_assert_eq!(t.delete(key).unwrap(), model.remove(&key).is_some()),
-            }
+            fixed_step(&mut t, &mut model, op, key, i as u64 + 1)?;
         }
         t.check().unwrap();
         let t = reopen(&dir, t);
@@ -192,16 +135,11 @@ proptest! {
 /// 1 line + fence); a leaf deletion adds its index remove (P-FPT-28: bitmap 1 line + fence).
 #[test]
 fn exact_flush_and_fence_counts() {
-    let d = |f: &mut dyn FnMut()| {
-        let c = Counters::snapshot();
-        f();
-        Counters::snapshot() - c
-    };
+    let d = cost;
     let mut costs = Vec::new();
     for placement in [IndexPlacement::Dram, IndexPlacement::Persistent] {
         let dir = TestDir::new("fptree-persistent-counts");
-        let set = PoolSet::create(dir.join("set"), &opts()).unwrap();
-        let a = Arc::new(PAllocator::create(Arc::new(set), 1).unwrap());
+        let a = create_alloc(&dir, &opts());
         let slot = a.root_location();
         let o = TreeOptions { index: placement, index_fanout: 32 };
         let mut t = FPTree::create_with(a, slot, o).unwrap();
@@ -258,11 +196,7 @@ fn exact_flush_and_fence_counts() {
 }
 
 fn assert_no_leak_any(t: &FPTree) {
-    let mut allocated = t.allocator().check().unwrap().allocated;
-    allocated.sort_by_key(key_of);
-    let mut owned = t.blocks();
-    owned.sort_by_key(key_of);
-    assert_eq!(allocated, owned);
+    assert_allocated(t.allocator(), t.blocks(), "allocated blocks differ from the tree's blocks");
 }
 
 /// Open of a persistent-index tree reads the tree root and the index root (and replays their
@@ -273,8 +207,7 @@ fn assert_no_leak_any(t: &FPTree) {
 fn open_reads_no_leaf() {
     for placement in [IndexPlacement::Persistent, IndexPlacement::Dram] {
         let dir = TestDir::new("fptree-persistent-noread");
-        let set = PoolSet::create(dir.join("set"), &opts()).unwrap();
-        let a = Arc::new(PAllocator::create(Arc::new(set), 1).unwrap());
+        let a = create_alloc(&dir, &opts());
         let slot = a.root_location();
         let o = TreeOptions { index: placement, index_fanout: 4 };
         let mut t = FPTree::create_with(a, slot, o).unwrap();
@@ -294,8 +227,7 @@ fn open_reads_no_leaf() {
         s.persist(last + L_BITMAP, 8).unwrap();
         drop(t);
         drop(s);
-        let set = PoolSet::open(dir.join("set"), &opts()).unwrap();
-        let a = Arc::new(PAllocator::open(Arc::new(set)).unwrap());
+        let a = open_alloc(&dir, &opts());
         match placement {
             IndexPlacement::Persistent => {
                 let t = FPTree::open(a, slot).expect("open must not read the damaged leaf");
@@ -413,8 +345,7 @@ fn damaged_and_foreign_roots_are_typed_errors() {
     // be created with a persistent index; a bad fan-out is refused.
     drop(t);
     let dir2 = TestDir::new("fptree-persistent-bad2");
-    let set = PoolSet::create(dir2.join("set"), &opts()).unwrap();
-    let a2 = Arc::new(PAllocator::create(Arc::new(set), 1).unwrap());
+    let a2 = create_alloc(&dir2, &opts());
     let slot2 = a2.root_location();
     assert!(matches!(
         FPTreeVar::create_with(a2.clone(), slot2, popts(32)),
@@ -432,8 +363,7 @@ fn damaged_and_foreign_roots_are_typed_errors() {
 #[test]
 fn an_interrupted_creation_is_finished_with_its_index() {
     let dir = TestDir::new("fptree-persistent-resume");
-    let set = PoolSet::create(dir.join("set"), &opts()).unwrap();
-    let a = Arc::new(PAllocator::create(Arc::new(set), 1).unwrap());
+    let a = create_alloc(&dir, &opts());
     let slot = a.root_location();
     let t = FPTree::create_with(a.clone(), slot, popts(4)).unwrap();
     let s = a.pool().clone();
@@ -490,15 +420,11 @@ fn fixture_model() -> BTreeMap<u64, u64> {
 fn generate_fixture() {
     let dir = TestDir::new("fptree-pindex-fixture-gen");
     let t = {
-        let set = PoolSet::create(dir.join("set"), &fixture_opts()).unwrap();
-        let a = Arc::new(PAllocator::create(Arc::new(set), 1).unwrap());
+        let a = create_alloc(&dir, &fixture_opts());
         let slot = a.root_location();
         let mut t = FPTree::create_with(a, slot, popts(4)).unwrap();
         let mut keys: Vec<u64> = (0..300u64).map(|i| i * 7).collect();
-        let mut r = SplitMix64::new(1);
-        for i in (1..keys.len()).rev() {
-            keys.swap(i, (r.next_u64() % (i as u64 + 1)) as usize);
-        }
+        shuffle(&mut SplitMix64::new(1), &mut keys);
         for &k in &keys {
             t.insert(k, k * 3 + 1).unwrap();
         }
@@ -513,58 +439,15 @@ fn generate_fixture() {
     let a = t.allocator().clone();
     drop(t);
     Arc::try_unwrap(a).unwrap().close().unwrap();
-    let mut out = String::from(
+    write_fixture(
+        &dir.join("set"),
         "# FPTree root v1 + persistent index (incompat bit 1) fixture: a pool set (PAllocator anchor v1, one tree in the anchor's root).\n# Generated by `generate_fixture` in crates/ferrite/tests/fptree_persistent.rs; never edit.\n",
+        &fixture_path(),
     );
-    let mut names: Vec<_> = std::fs::read_dir(dir.join("set"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|n| n.starts_with("seg-"))
-        .collect();
-    names.sort();
-    for name in names {
-        let bytes = std::fs::read(dir.join("set").join(&name)).unwrap();
-        out.push_str(&format!("file {name} {}\n", bytes.len()));
-        for (i, line) in bytes.chunks(64).enumerate() {
-            if line.iter().any(|&b| b != 0) {
-                let hex: String = line.iter().map(|b| format!("{b:02x}")).collect();
-                out.push_str(&format!("{:x} {hex}\n", i * 64));
-            }
-        }
-    }
-    let path = fixture_path();
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(&path, out).unwrap();
 }
 
 fn unpack_fixture(dir: &Path) {
-    let text = std::fs::read_to_string(fixture_path()).expect("the fixture is committed");
-    std::fs::create_dir_all(dir).unwrap();
-    let mut cur: Option<(String, Vec<u8>)> = None;
-    let flush = |cur: &mut Option<(String, Vec<u8>)>| {
-        if let Some((name, bytes)) = cur.take() {
-            std::fs::write(dir.join(name), bytes).unwrap();
-        }
-    };
-    for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
-        let f: Vec<&str> = line.split(' ').collect();
-        match f.as_slice() {
-            ["file", name, len] => {
-                flush(&mut cur);
-                cur = Some((name.to_string(), vec![0u8; len.parse().unwrap()]));
-            }
-            [off, hex] => {
-                let off = usize::from_str_radix(off, 16).unwrap();
-                let (_, bytes) = cur.as_mut().expect("a file line first");
-                for (i, b) in hex.as_bytes().chunks(2).enumerate() {
-                    bytes[off + i] =
-                        u8::from_str_radix(std::str::from_utf8(b).unwrap(), 16).unwrap();
-                }
-            }
-            _ => panic!("bad fixture line {line:?}"),
-        }
-    }
-    flush(&mut cur);
+    common::fptree::unpack_fixture(&fixture_path(), dir);
 }
 
 #[test]
@@ -602,8 +485,7 @@ fn measure() {
     let o = Options::default().layout("fptree-pmeasure").segment_size(64 << 20);
     for placement in [IndexPlacement::Dram, IndexPlacement::Persistent] {
         let dir = TestDir::new("fptree-persistent-measure");
-        let set = PoolSet::create(dir.join("set"), &o).unwrap();
-        let a = Arc::new(PAllocator::create(Arc::new(set), 1).unwrap());
+        let a = create_alloc(&dir, &o);
         let slot = a.root_location();
         let mut t =
             FPTree::create_with(a, slot, TreeOptions { index: placement, index_fanout: 32 })
@@ -622,8 +504,7 @@ fn measure() {
         let get = t0.elapsed().as_nanos() as f64 / n as f64;
         let leaves = t.leaves();
         drop(t);
-        let set = PoolSet::open(dir.join("set"), &o).unwrap();
-        let a = Arc::new(PAllocator::open(Arc::new(set)).unwrap());
+        let a = open_alloc(&dir, &o);
         let t0 = std::time::Instant::now();
         let t = FPTree::open(a, slot).unwrap();
         let open = t0.elapsed();

@@ -18,9 +18,14 @@ use ferrite::fptree::persistent::{
     PersistentIndex,
 };
 use ferrite::pmem::internals::testing::TestDir;
-use ferrite::pmem::{Counters, Options, PPtr, PoolSet, SplitMix64};
+use ferrite::pmem::{Options, PPtr, PoolSet, SplitMix64};
 use ferrite::storage::StorageError as Error;
 use proptest::prelude::*;
+
+mod common;
+use common::fptree::{
+    assert_allocated, cost, create_alloc, open_alloc, seed, shuffle, write_fixture,
+};
 
 const SEG: u64 = 1 << 20;
 
@@ -28,13 +33,8 @@ fn opts() -> Options {
     Options::default().layout("pindex-test").segment_size(SEG)
 }
 
-fn seed() -> u64 {
-    ferrite::pmem::internals::testing::test_seed()
-}
-
 fn new_index(dir: &TestDir, fanout: u32) -> PersistentIndex {
-    let set = PoolSet::create(dir.join("set"), &opts()).unwrap();
-    let a = Arc::new(PAllocator::create(Arc::new(set), 1).unwrap());
+    let a = create_alloc(dir, &opts());
     let slot = a.root_location();
     PersistentIndex::create_with_fanout(a, slot, fanout).unwrap()
 }
@@ -43,8 +43,7 @@ fn new_index(dir: &TestDir, fanout: u32) -> PersistentIndex {
 /// opens them again.
 fn reopen(dir: &TestDir, ix: PersistentIndex) -> PersistentIndex {
     drop(ix);
-    let set = PoolSet::open(dir.join("set"), &opts()).unwrap();
-    let a = Arc::new(PAllocator::open(Arc::new(set)).unwrap());
+    let a = open_alloc(dir, &opts());
     let slot = a.root_location();
     PersistentIndex::open(a, slot).unwrap()
 }
@@ -54,17 +53,10 @@ fn leaf(v: u64) -> PPtr {
     PPtr::new(3, 64 * (v + 1))
 }
 
-fn key_of(p: &PPtr) -> (u64, u64) {
-    (p.segment, p.offset)
-}
-
 /// N5: the allocator's allocated blocks are exactly the index's blocks.
 fn assert_no_leak(ix: &PersistentIndex) {
-    let mut allocated = ix.allocator().check().unwrap().allocated;
-    allocated.sort_by_key(key_of);
-    let mut owned = ix.blocks().unwrap();
-    owned.sort_by_key(key_of);
-    assert_eq!(allocated, owned, "allocated blocks differ from the index's blocks");
+    let owned = ix.blocks().unwrap();
+    assert_allocated(ix.allocator(), owned, "allocated blocks differ from the index's blocks");
 }
 
 fn assert_same(ix: &PersistentIndex, model: &BTreeMap<u64, PPtr>) {
@@ -313,8 +305,7 @@ fn a_damaged_header_or_armed_garbage_log_is_refused() {
     set.store_u64(rg + 16, 0xdead, Ordering::Relaxed).unwrap();
     drop(set);
     drop(ix);
-    let set = PoolSet::open(dir.join("set"), &opts()).unwrap();
-    let a = Arc::new(PAllocator::open(Arc::new(set)).unwrap());
+    let a = open_alloc(&dir, &opts());
     let slot = a.root_location();
     assert!(matches!(PersistentIndex::open(a.clone(), slot), Err(Error::Corrupted { .. })));
     // A valid header but an alloc log armed with a pointer into nowhere.
@@ -387,8 +378,7 @@ fn shared_children_cannot_make_a_search_run_away() {
 
 fn reopen_result(dir: &TestDir, ix: PersistentIndex) -> Result<PersistentIndex, Error> {
     drop(ix);
-    let set = PoolSet::open(dir.join("set"), &opts()).unwrap();
-    let a = Arc::new(PAllocator::open(Arc::new(set)).unwrap());
+    let a = open_alloc(dir, &opts());
     let slot = a.root_location();
     PersistentIndex::open(a, slot)
 }
@@ -396,8 +386,7 @@ fn reopen_result(dir: &TestDir, ix: PersistentIndex) -> Result<PersistentIndex, 
 #[test]
 fn creation_arguments_are_checked() {
     let dir = TestDir::new("pindex-args");
-    let set = PoolSet::create(dir.join("set"), &opts()).unwrap();
-    let a = Arc::new(PAllocator::create(Arc::new(set), 1).unwrap());
+    let a = create_alloc(&dir, &opts());
     let slot = a.root_location();
     for f in [0, 2, 5, 34] {
         assert!(matches!(
@@ -421,11 +410,7 @@ fn exact_flush_and_fence_counts() {
     for k in 1..=10u64 {
         ix.insert(k * 10, leaf(k)).unwrap();
     }
-    let d = |f: &mut dyn FnMut()| {
-        let c = Counters::snapshot();
-        f();
-        Counters::snapshot() - c
-    };
+    let d = cost;
     // Insert without a split: key and child (2 lines) + fence, bitmap + fence (P-FPT-14).
     let c = d(&mut || assert!(ix.insert(55, leaf(55)).unwrap()));
     assert_eq!((c.lines_flushed(), c.fences), (3, 2), "insert");
@@ -456,8 +441,7 @@ fn exact_flush_and_fence_counts() {
 #[test]
 fn pool_full_leaves_the_index_unchanged_and_usable() {
     let dir = TestDir::new("pindex-full");
-    let set = PoolSet::create(dir.join("set"), &opts().max_pool_size(2 * SEG)).unwrap();
-    let a = Arc::new(PAllocator::create(Arc::new(set), 1).unwrap());
+    let a = create_alloc(&dir, &opts().max_pool_size(2 * SEG));
     let slot = a.root_location();
     let mut ix = PersistentIndex::create_with_fanout(a, slot, 4).unwrap();
     let mut model = BTreeMap::new();
@@ -486,8 +470,7 @@ fn pool_full_leaves_the_index_unchanged_and_usable() {
         model.insert(n, leaf(n));
     }
     drop(ix);
-    let set = PoolSet::open(dir.join("set"), &opts().max_pool_size(2 * SEG)).unwrap();
-    let a = Arc::new(PAllocator::open(Arc::new(set)).unwrap());
+    let a = open_alloc(&dir, &opts().max_pool_size(2 * SEG));
     let slot = a.root_location();
     let ix = PersistentIndex::open(a, slot).unwrap();
     assert_same(&ix, &model);
@@ -522,15 +505,11 @@ fn fixture_model() -> BTreeMap<u64, PPtr> {
 fn generate_pindex_v1_fixture() {
     let dir = TestDir::new("pindex-fixture-gen");
     let ix = {
-        let set = PoolSet::create(dir.join("set"), &fixture_opts()).unwrap();
-        let a = Arc::new(PAllocator::create(Arc::new(set), 1).unwrap());
+        let a = create_alloc(&dir, &fixture_opts());
         let slot = a.root_location();
         let mut ix = PersistentIndex::create_with_fanout(a, slot, 4).unwrap();
         let mut keys: Vec<u64> = (0..80u64).map(|i| i * 5).collect();
-        let mut r = SplitMix64::new(1);
-        for i in (1..keys.len()).rev() {
-            keys.swap(i, (r.next_u64() % (i as u64 + 1)) as usize);
-        }
+        shuffle(&mut SplitMix64::new(1), &mut keys);
         for &k in &keys {
             ix.insert(k, leaf(k)).unwrap();
         }
@@ -545,59 +524,16 @@ fn generate_pindex_v1_fixture() {
     let a = ix.allocator().clone();
     drop(ix);
     Arc::try_unwrap(a).unwrap().close().unwrap();
-    let mut out = String::from(
+    write_fixture(
+        &dir.join("set"),
         "# FPTree persistent index root v1 fixture: a pool set (PAllocator anchor v2, one index of fan-out 4 in the anchor's root).\n# Generated by `generate_pindex_v1_fixture` in crates/ferrite/tests/fptree_persistent_index.rs; never edit.\n",
+        &fixture_path(),
     );
-    let mut names: Vec<_> = std::fs::read_dir(dir.join("set"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|n| n.starts_with("seg-"))
-        .collect();
-    names.sort();
-    for name in names {
-        let bytes = std::fs::read(dir.join("set").join(&name)).unwrap();
-        out.push_str(&format!("file {name} {}\n", bytes.len()));
-        for (i, line) in bytes.chunks(64).enumerate() {
-            if line.iter().any(|&b| b != 0) {
-                let hex: String = line.iter().map(|b| format!("{b:02x}")).collect();
-                out.push_str(&format!("{:x} {hex}\n", i * 64));
-            }
-        }
-    }
-    let path = fixture_path();
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(&path, out).unwrap();
 }
 
 /// Rebuilds the fixture's segment files in `dir`.
 fn unpack_fixture(dir: &Path) {
-    let text = std::fs::read_to_string(fixture_path()).expect("the v1 fixture is committed");
-    std::fs::create_dir_all(dir).unwrap();
-    let mut cur: Option<(String, Vec<u8>)> = None;
-    let flush = |cur: &mut Option<(String, Vec<u8>)>| {
-        if let Some((name, bytes)) = cur.take() {
-            std::fs::write(dir.join(name), bytes).unwrap();
-        }
-    };
-    for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
-        let f: Vec<&str> = line.split(' ').collect();
-        match f.as_slice() {
-            ["file", name, len] => {
-                flush(&mut cur);
-                cur = Some((name.to_string(), vec![0u8; len.parse().unwrap()]));
-            }
-            [off, hex] => {
-                let off = usize::from_str_radix(off, 16).unwrap();
-                let (_, bytes) = cur.as_mut().expect("a file line first");
-                for (i, b) in hex.as_bytes().chunks(2).enumerate() {
-                    bytes[off + i] =
-                        u8::from_str_radix(std::str::from_utf8(b).unwrap(), 16).unwrap();
-                }
-            }
-            _ => panic!("bad fixture line {line:?}"),
-        }
-    }
-    flush(&mut cur);
+    common::fptree::unpack_fixture(&fixture_path(), dir);
 }
 
 #[test]

@@ -14,24 +14,17 @@ use std::sync::Arc;
 use ferrite::alloc::PAllocator;
 use ferrite::fptree::{Direction, FPTree, FPTreeVar, TreeOptions};
 use ferrite::pmem::internals::testing::TestDir;
-use ferrite::pmem::{Options, PoolSet, SplitMix64};
+use ferrite::pmem::{Options, SplitMix64};
+
+mod common;
+use common::fptree::{create_alloc, open_alloc, seed};
 
 fn opts() -> Options {
     Options::default().layout("fptree-scan-test").segment_size(1 << 20)
 }
 
-fn seed() -> u64 {
-    ferrite::pmem::internals::testing::test_seed()
-}
-
 fn alloc(dir: &TestDir, create: bool) -> Arc<PAllocator> {
-    if create {
-        let set = PoolSet::create(dir.join("set"), &opts()).unwrap();
-        Arc::new(PAllocator::create(Arc::new(set), 1).unwrap())
-    } else {
-        let set = PoolSet::open(dir.join("set"), &opts()).unwrap();
-        Arc::new(PAllocator::open(Arc::new(set)).unwrap())
-    }
+    if create { create_alloc(dir, &opts()) } else { open_alloc(dir, &opts()) }
 }
 
 fn fixed_tree(dir: &TestDir) -> FPTree {

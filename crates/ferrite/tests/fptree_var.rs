@@ -22,19 +22,19 @@ use ferrite::pmem::{Counters, Options, PPtr, PoolSet, SplitMix64};
 use ferrite::storage::StorageError as Error;
 use proptest::prelude::*;
 
+mod common;
+use common::fptree::{
+    assert_allocated, cost, create_alloc, open_alloc, seed, shuffle, write_fixture,
+};
+
 const SEG: u64 = 1 << 20;
 
 fn opts() -> Options {
     Options::default().layout("fptree-var-test").segment_size(SEG)
 }
 
-fn seed() -> u64 {
-    ferrite::pmem::internals::testing::test_seed()
-}
-
 fn new_tree_with(dir: &TestDir, o: &Options) -> FPTreeVar {
-    let set = PoolSet::create(dir.join("set"), o).unwrap();
-    let a = Arc::new(PAllocator::create(Arc::new(set), 1).unwrap());
+    let a = create_alloc(dir, o);
     let slot = a.root_location();
     FPTreeVar::create(a, slot).unwrap()
 }
@@ -46,26 +46,19 @@ fn new_tree(dir: &TestDir) -> FPTreeVar {
 /// Drops `t` without a clean close (as after a crash) and opens everything again.
 fn reopen(dir: &TestDir, t: FPTreeVar) -> FPTreeVar {
     drop(t);
-    let set = PoolSet::open(dir.join("set"), &opts()).unwrap();
-    let a = Arc::new(PAllocator::open(Arc::new(set)).unwrap());
+    let a = open_alloc(dir, &opts());
     let slot = a.root_location();
     FPTreeVar::open(a, slot).unwrap()
-}
-
-fn key_of(p: &PPtr) -> (u64, u64) {
-    (p.segment, p.offset)
 }
 
 /// T6: the allocator's allocated blocks are exactly the tree's blocks (root, leaves, key
 /// blocks) and `extra` ones.
 fn assert_no_leak(a: &PAllocator, t: &FPTreeVar, extra: &[PPtr]) {
-    let mut allocated = a.check().unwrap().allocated;
-    allocated.sort_by_key(key_of);
-    let mut owned: Vec<PPtr> = t.blocks().into_iter().chain(extra.iter().copied()).collect();
-    owned.sort_by_key(key_of);
-    assert_eq!(
-        allocated, owned,
-        "allocated blocks differ from the tree's blocks (a leaked or a stray block)"
+    let owned = t.blocks().into_iter().chain(extra.iter().copied()).collect();
+    assert_allocated(
+        a,
+        owned,
+        "allocated blocks differ from the tree's blocks (a leaked or a stray block)",
     );
 }
 
@@ -260,11 +253,7 @@ fn exact_flush_and_fence_counts() {
     for k in 0..10u8 {
         t.insert(&[k; 3], u64::from(k)).unwrap();
     }
-    let d = |f: &mut dyn FnMut()| {
-        let c = Counters::snapshot();
-        f();
-        Counters::snapshot() - c
-    };
+    let d = cost;
     // An inline key costs what a fixed key costs: slot and fingerprint + fence, bitmap + fence.
     let inline = b"sixteen-byte-key";
     let c = d(&mut || assert!(t.insert(inline, 1).unwrap()));
@@ -477,8 +466,7 @@ fn a_full_pool_refuses_long_keys_and_the_tree_stays_usable() {
     model.insert(key(0), 77);
     assert_same(&t, &model);
     drop(t);
-    let set = PoolSet::open(dir.join("set"), &o).unwrap();
-    let a = Arc::new(PAllocator::open(Arc::new(set)).unwrap());
+    let a = open_alloc(&dir, &o);
     let slot = a.root_location();
     let t = FPTreeVar::open(a, slot).unwrap();
     assert_same(&t, &model);
@@ -490,8 +478,7 @@ fn a_full_pool_refuses_long_keys_and_the_tree_stays_usable() {
 #[test]
 fn the_other_key_kind_is_refused() {
     let dir = TestDir::new("fptree-var-kind");
-    let set = PoolSet::create(dir.join("set"), &opts()).unwrap();
-    let a = Arc::new(PAllocator::create(Arc::new(set), 1).unwrap());
+    let a = create_alloc(&dir, &opts());
     let tab = a.allocate(32, a.root_location()).unwrap();
     let g = a.pool().resolve_range(tab, 32).unwrap();
     a.pool().persist_pptr_null(g).unwrap();
@@ -524,11 +511,7 @@ fn the_other_key_kind_is_refused() {
     assert_eq!((v.len(), f.len()), (100, 100));
     v.check().unwrap();
     f.check().unwrap();
-    let mut allocated = a.check().unwrap().allocated;
-    allocated.sort_by_key(key_of);
-    let mut owned = blocks;
-    owned.sort_by_key(key_of);
-    assert_eq!(allocated, owned);
+    assert_allocated(&a, blocks, "allocated blocks differ from both trees' blocks and the table");
 }
 
 #[test]
@@ -568,8 +551,7 @@ fn damaged_slots_are_typed_errors() {
         damage(&set, h);
         set.persist(h, VAR_LEAF_SIZE).unwrap();
         drop(set);
-        let set = PoolSet::open(dir.join("set"), &opts()).unwrap();
-        let a = Arc::new(PAllocator::open(Arc::new(set)).unwrap());
+        let a = open_alloc(&dir, &opts());
         let slot = a.root_location();
         match FPTreeVar::open(a.clone(), slot) {
             Err(Error::Corrupted { .. }) => {}
@@ -634,15 +616,11 @@ fn fixture_model() -> Model {
 fn generate_fptree_bytekeys_fixture() {
     let dir = TestDir::new("fptree-var-fixture-gen");
     let t = {
-        let set = PoolSet::create(dir.join("set"), &fixture_opts()).unwrap();
-        let a = Arc::new(PAllocator::create(Arc::new(set), 1).unwrap());
+        let a = create_alloc(&dir, &fixture_opts());
         let slot = a.root_location();
         let mut t = FPTreeVar::create(a, slot).unwrap();
         let mut order: Vec<u64> = (0..120).collect();
-        let mut r = SplitMix64::new(1);
-        for i in (1..order.len()).rev() {
-            order.swap(i, (r.next_u64() % (i as u64 + 1)) as usize);
-        }
+        shuffle(&mut SplitMix64::new(1), &mut order);
         for &i in &order {
             t.insert(&fixture_key(i), i * 3 + 1).unwrap();
         }
@@ -662,59 +640,16 @@ fn generate_fptree_bytekeys_fixture() {
     let a = t.allocator().clone();
     drop(t);
     Arc::try_unwrap(a).unwrap().close().unwrap();
-    let mut out = String::from(
+    write_fixture(
+        &dir.join("set"),
         "# FPTree root v1 + INCOMPAT_BYTE_KEYS fixture: a pool set (PAllocator anchor, one byte-key tree in the anchor's root).\n# Generated by `generate_fptree_bytekeys_fixture` in crates/ferrite/tests/fptree_var.rs; never edit.\n",
+        &fixture_path(),
     );
-    let mut names: Vec<_> = std::fs::read_dir(dir.join("set"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|n| n.starts_with("seg-"))
-        .collect();
-    names.sort();
-    for name in names {
-        let bytes = std::fs::read(dir.join("set").join(&name)).unwrap();
-        out.push_str(&format!("file {name} {}\n", bytes.len()));
-        for (i, line) in bytes.chunks(64).enumerate() {
-            if line.iter().any(|&b| b != 0) {
-                let hex: String = line.iter().map(|b| format!("{b:02x}")).collect();
-                out.push_str(&format!("{:x} {hex}\n", i * 64));
-            }
-        }
-    }
-    let path = fixture_path();
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(&path, out).unwrap();
 }
 
 /// Rebuilds the fixture's segment files in `dir`.
 fn unpack_fixture(dir: &Path) {
-    let text = std::fs::read_to_string(fixture_path()).expect("the byte-key fixture is committed");
-    std::fs::create_dir_all(dir).unwrap();
-    let mut cur: Option<(String, Vec<u8>)> = None;
-    let flush = |cur: &mut Option<(String, Vec<u8>)>| {
-        if let Some((name, bytes)) = cur.take() {
-            std::fs::write(dir.join(name), bytes).unwrap();
-        }
-    };
-    for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
-        let f: Vec<&str> = line.split(' ').collect();
-        match f.as_slice() {
-            ["file", name, len] => {
-                flush(&mut cur);
-                cur = Some((name.to_string(), vec![0u8; len.parse().unwrap()]));
-            }
-            [off, hex] => {
-                let off = usize::from_str_radix(off, 16).unwrap();
-                let (_, bytes) = cur.as_mut().expect("a file line first");
-                for (i, b) in hex.as_bytes().chunks(2).enumerate() {
-                    bytes[off + i] =
-                        u8::from_str_radix(std::str::from_utf8(b).unwrap(), 16).unwrap();
-                }
-            }
-            _ => panic!("bad fixture line {line:?}"),
-        }
-    }
-    flush(&mut cur);
+    common::fptree::unpack_fixture(&fixture_path(), dir);
 }
 
 #[test]

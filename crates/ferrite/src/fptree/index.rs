@@ -1,7 +1,7 @@
 //! The tree's inner index, in one of two placements chosen at creation and recorded in the
 //! tree root (`docs/design/fptree.md`, "The fully persistent variant"):
 //!
-//! - [`IndexPlacement::Dram`] (the hybrid tree, the default): a DRAM `BTreeMap` of lower
+//! - [`IndexPlacement::Dram`] (the hybrid tree, the default): a DRAM [`OlcIndex`] of lower
 //!   bounds → leaf global offsets, rebuilt from the leaf list at every open.
 //! - [`IndexPlacement::Persistent`]: the [`PersistentIndex`] in PM (bounds → leaf `PPtr`s),
 //!   opened by replaying its own logs: open reads no leaf and rebuilds nothing. `u64` keys only
@@ -29,12 +29,11 @@
 //! Single writer, as the tree: modifications take `&mut self`.
 
 use std::borrow::Borrow;
-use std::collections::BTreeMap;
-use std::ops::Bound::{Excluded, Included, Unbounded};
 
 use ferrite_pmem::{PPtr, PoolSet};
 
 use super::key::KeyKind;
+use super::olc::{IndexKey, OlcIndex};
 use super::persistent::{PN_DEFAULT_FANOUT, PersistentIndex};
 use crate::storage::{StorageError, StorageResult};
 
@@ -82,10 +81,18 @@ impl TreeOptions {
 }
 
 /// The inner index of a tree (see the module docs).
-#[derive(Debug)]
 pub(super) enum Index<K: KeyKind> {
-    Dram(BTreeMap<K::Owned, u64>),
+    Dram(Box<OlcIndex<K>>),
     Persistent(PersistentIndex),
+}
+
+impl<K: KeyKind> std::fmt::Debug for Index<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Index::Dram(_) => f.write_str("Index::Dram(OlcIndex)"),
+            Index::Persistent(ix) => f.debug_tuple("Index::Persistent").field(ix).finish(),
+        }
+    }
 }
 
 fn no_bound<K: KeyKind>() -> StorageError {
@@ -115,7 +122,7 @@ fn resolve<K: KeyKind>(set: &PoolSet, p: PPtr) -> StorageResult<u64> {
     })
 }
 
-impl<K: KeyKind> Index<K> {
+impl<K: IndexKey> Index<K> {
     pub(super) fn placement(&self) -> IndexPlacement {
         match self {
             Index::Dram(_) => IndexPlacement::Dram,
@@ -132,9 +139,7 @@ impl<K: KeyKind> Index<K> {
     ) -> StorageResult<(K::Owned, u64)> {
         match self {
             Index::Dram(m) => m
-                .range::<K::Key, _>((Unbounded, Included(key)))
-                .next_back()
-                .map(|(b, &l)| (b.clone(), l))
+                .lookup_with_bound(key)
                 .ok_or_else(|| lost("the index has no leaf with the lowest bound")),
             Index::Persistent(ix) => {
                 let k = K::index_bound(key).ok_or_else(no_bound::<K>)?;
@@ -152,11 +157,9 @@ impl<K: KeyKind> Index<K> {
     #[inline]
     pub(super) fn route(&self, set: &PoolSet, key: &K::Key) -> StorageResult<u64> {
         match self {
-            Index::Dram(m) => m
-                .range::<K::Key, _>((Unbounded, Included(key)))
-                .next_back()
-                .map(|(_, &l)| l)
-                .ok_or_else(|| lost("the index has no leaf with the lowest bound")),
+            Index::Dram(m) => {
+                m.lookup(key).ok_or_else(|| lost("the index has no leaf with the lowest bound"))
+            }
             Index::Persistent(_) => Ok(self.route_bound(set, key)?.1),
         }
     }
@@ -164,9 +167,7 @@ impl<K: KeyKind> Index<K> {
     /// The leaf before the one whose bound is `bound` (`None`: that leaf is the head).
     pub(super) fn prev(&self, set: &PoolSet, bound: &K::Key) -> StorageResult<Option<u64>> {
         match self {
-            Index::Dram(m) => {
-                Ok(m.range::<K::Key, _>((Unbounded, Excluded(bound))).next_back().map(|(_, &g)| g))
-            }
+            Index::Dram(m) => Ok(m.predecessor(bound).map(|(_, g)| g)),
             Index::Persistent(ix) => {
                 let k = K::index_bound(bound).ok_or_else(no_bound::<K>)?;
                 ix.predecessor(k)?.map(|(_, p)| resolve::<K>(set, p)).transpose()
@@ -177,9 +178,7 @@ impl<K: KeyKind> Index<K> {
     /// The entry with the smallest bound: (bound, leaf global offset).
     pub(super) fn first_entry(&self, set: &PoolSet) -> StorageResult<(K::Owned, u64)> {
         let hit = match self {
-            Index::Dram(m) => {
-                return m.iter().next().map(|(b, &g)| (b.clone(), g)).ok_or_else(empty);
-            }
+            Index::Dram(m) => return m.first().ok_or_else(empty),
             Index::Persistent(ix) => ix.first()?,
         };
         Self::persistent_hit(set, hit)?.ok_or_else(empty)
@@ -188,9 +187,7 @@ impl<K: KeyKind> Index<K> {
     /// The entry with the greatest bound: (bound, leaf global offset).
     pub(super) fn last_entry(&self, set: &PoolSet) -> StorageResult<(K::Owned, u64)> {
         let hit = match self {
-            Index::Dram(m) => {
-                return m.iter().next_back().map(|(b, &g)| (b.clone(), g)).ok_or_else(empty);
-            }
+            Index::Dram(m) => return m.last().ok_or_else(empty),
             Index::Persistent(ix) => ix.last()?,
         };
         Self::persistent_hit(set, hit)?.ok_or_else(empty)
@@ -203,10 +200,7 @@ impl<K: KeyKind> Index<K> {
         bound: &K::Key,
     ) -> StorageResult<Option<(K::Owned, u64)>> {
         match self {
-            Index::Dram(m) => Ok(m
-                .range::<K::Key, _>((Excluded(bound), Unbounded))
-                .next()
-                .map(|(b, &g)| (b.clone(), g))),
+            Index::Dram(m) => Ok(m.successor(bound)),
             Index::Persistent(ix) => {
                 let k = K::index_bound(bound).ok_or_else(no_bound::<K>)?;
                 Self::persistent_hit(set, ix.successor(k)?)
@@ -221,10 +215,7 @@ impl<K: KeyKind> Index<K> {
         bound: &K::Key,
     ) -> StorageResult<Option<(K::Owned, u64)>> {
         match self {
-            Index::Dram(m) => Ok(m
-                .range::<K::Key, _>((Unbounded, Excluded(bound)))
-                .next_back()
-                .map(|(b, &g)| (b.clone(), g))),
+            Index::Dram(m) => Ok(m.predecessor(bound)),
             Index::Persistent(ix) => {
                 let k = K::index_bound(bound).ok_or_else(no_bound::<K>)?;
                 Self::persistent_hit(set, ix.predecessor(k)?)
@@ -270,7 +261,7 @@ impl<K: KeyKind> Index<K> {
     pub(super) fn insert(&mut self, bound: K::Owned, leaf_g: u64, leaf: PPtr) -> StorageResult<()> {
         match self {
             Index::Dram(m) => {
-                m.insert(bound, leaf_g);
+                m.insert(bound.borrow(), leaf_g)?;
                 Ok(())
             }
             Index::Persistent(ix) => {
@@ -294,10 +285,14 @@ impl<K: KeyKind> Index<K> {
                 m.remove(bound);
                 let lowest = K::lowest();
                 if bound == lowest.borrow()
-                    && let Some((_, l)) = m.pop_first()
+                    && let Some((b, l)) = m.first()
                 {
                     // The next leaf became the head: its bound becomes the lowest (I2).
-                    m.insert(K::lowest(), l);
+                    // Two index steps: readers in between find no leaf for keys below `b`
+                    // (single writer today; the concurrent tree re-keys under its SMO lock
+                    // and readers retry on an empty route).
+                    m.remove(b.borrow());
+                    m.insert(lowest.borrow(), l)?;
                 }
                 Ok(())
             }
@@ -311,7 +306,15 @@ impl<K: KeyKind> Index<K> {
     /// Every entry in bound order: (bound, leaf global offset).
     pub(super) fn entries(&self, set: &PoolSet) -> StorageResult<Vec<(K::Owned, u64)>> {
         match self {
-            Index::Dram(m) => Ok(m.iter().map(|(b, &g)| (b.clone(), g)).collect()),
+            Index::Dram(m) => {
+                let mut out = Vec::with_capacity(m.len());
+                let mut at = m.first();
+                while let Some((b, g)) = at {
+                    at = m.successor(b.borrow());
+                    out.push((b, g));
+                }
+                Ok(out)
+            }
             Index::Persistent(ix) => ix
                 .entries_in_order()?
                 .into_iter()

@@ -99,7 +99,8 @@ pub struct MicroLog {
     /// Split log: the new leaf (allocated into here; arms the log). Delete log: the
     /// predecessor (null: the leaf is the head).
     pub b: PPtr,
-    /// Zero.
+    /// Zero, except: the split log's first word is the lock-word epoch ([`R_EPOCH`]); the
+    /// delete log's first two words are the persistent index root (`R_INDEX`).
     pub reserved: [u64; 4],
 }
 
@@ -127,12 +128,17 @@ pub const R_SPLIT_NEW: u64 = offset_of!(RootImage, split) as u64 + offset_of!(Mi
 pub const R_DEL_CUR: u64 = offset_of!(RootImage, delete) as u64 + offset_of!(MicroLog, a) as u64;
 /// The delete log's predecessor.
 pub const R_DEL_PREV: u64 = offset_of!(RootImage, delete) as u64 + offset_of!(MicroLog, b) as u64;
+/// The lock-word epoch of the last open (rule P-FPT-30, VL5 of `vlock.rs`): the first word of
+/// the split log's reserved space (root line 1, outside the header checksum; 0 in a root that
+/// no concurrent-capable build opened, which older builds ignore).
+pub const R_EPOCH: u64 =
+    offset_of!(RootImage, split) as u64 + offset_of!(MicroLog, reserved) as u64;
 
 const _: () = assert!(size_of::<RootHeader>() == 48);
 const _: () = assert!(size_of::<MicroLog>() == 64);
 const _: () = assert!(size_of::<RootImage>() as u64 == ROOT_SIZE);
 const _: () = assert!(R_HEAD == 48 && R_SPLIT_CUR == 64 && R_SPLIT_NEW == 80);
-const _: () = assert!(R_DEL_CUR == 128 && R_DEL_PREV == 144);
+const _: () = assert!(R_DEL_CUR == 128 && R_DEL_PREV == 144 && R_EPOCH == 96);
 
 impl RootHeader {
     /// The header this build writes for a fixed-key tree, with magic 0 (creation in progress)

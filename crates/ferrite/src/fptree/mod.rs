@@ -78,7 +78,6 @@ mod var;
 pub mod vlock;
 
 use std::borrow::Borrow;
-use std::collections::BTreeMap;
 use std::ops::Bound::{self, Included, Unbounded};
 use std::ops::RangeBounds;
 use std::sync::Arc;
@@ -88,6 +87,7 @@ use std::sync::atomic::Ordering;
 use ferrite_pmem::{PPtr, PoolSet};
 
 use self::index::Index;
+use self::olc::{IndexKey, OlcIndex};
 use self::persistent::PersistentIndex;
 use crate::alloc::PAllocator;
 use crate::storage::{StorageError, StorageResult};
@@ -98,8 +98,8 @@ pub use key::{
 };
 pub use layout::{
     FULL, L_BITMAP, L_FP, L_KV, L_LOCK, L_NEXT, LEAF_SIZE, LeafImage, M, MicroLog, R_DEL_CUR,
-    R_DEL_PREV, R_HEAD, R_SPLIT_CUR, R_SPLIT_NEW, ROOT_MAGIC, ROOT_SIZE, ROOT_VERSION, RootHeader,
-    RootImage,
+    R_DEL_PREV, R_EPOCH, R_HEAD, R_SPLIT_CUR, R_SPLIT_NEW, ROOT_MAGIC, ROOT_SIZE, ROOT_VERSION,
+    RootHeader, RootImage,
 };
 pub use layout_var::{
     EMPTY_SLOT, INCOMPAT_BYTE_KEYS, INLINE_TAG, KeyForm, SlotKey, VAR_LEAF_SIZE, VAR_SLOT_BYTES,
@@ -318,6 +318,8 @@ pub struct Tree<K: KeyKind> {
     len: AtomicU64,
     /// Set when a modification failed half-way: every later call returns `Poisoned`.
     poisoned: bool,
+    /// This open's lock-word epoch (VL5 of `vlock.rs`, rule P-FPT-30); 0 until [`Tree::start`].
+    epoch: u64,
 }
 
 /// `Tree::len` not counted yet.
@@ -340,7 +342,7 @@ pub struct LeafSummary<O> {
     pub min_max: Option<(O, O)>,
 }
 
-impl<K: KeyKind> Tree<K> {
+impl<K: IndexKey> Tree<K> {
     /// Creates a tree whose root block is allocated from `alloc` into `root_slot` (a 16-aligned
     /// persistent-pointer location the caller owns, e.g. [`PAllocator::root_location`] or a
     /// slot of the caller's own table), so that several trees can share one allocator.
@@ -383,7 +385,7 @@ impl<K: KeyKind> Tree<K> {
         if root.is_null() {
             let root = alloc.allocate(ROOT_SIZE, root_slot)?;
             let mut t = Tree::new(alloc, root_slot, root)?;
-            return match t.init(true, opts).and_then(|()| t.rebuild()) {
+            return match t.init(true, opts).and_then(|()| t.start()) {
                 Ok(()) => Ok(t),
                 Err(e @ StorageError::PoolFull { .. }) => {
                     // The first leaf or the index did not fit: give the first leaf (if it
@@ -408,14 +410,14 @@ impl<K: KeyKind> Tree<K> {
                 // The header records the placement this creation started with.
                 let opts = TreeOptions { index: placement_of(h.incompat), ..opts };
                 t.init(false, opts)?;
-                t.rebuild()?;
+                t.start()?;
                 Ok(t)
             }
             RootState::NoHeader => {
                 // The creation crashed before its first persist: nothing of the tree exists
                 // but the root block, whose content is its previous owner's.
                 t.init(true, opts)?;
-                t.rebuild()?;
+                t.start()?;
                 Ok(t)
             }
         }
@@ -466,8 +468,40 @@ impl<K: KeyKind> Tree<K> {
                 ));
             }
         }
-        t.rebuild()?;
+        t.start()?;
         Ok(t)
+    }
+
+    /// The last step of every creation and open, before the tree is handed out: the DRAM
+    /// index is built (`rebuild`), then this open's lock-word epoch is made durable.
+    fn start(&mut self) -> StorageResult<()> {
+        self.rebuild()?;
+        self.advance_epoch()
+    }
+
+    /// P-FPT-30: the root's epoch word (`R_EPOCH`) moves to the next epoch, durably, before any
+    /// thread can lock a leaf, so every lock word written in this open carries an epoch that
+    /// no later open uses again (VL5). When the field is exhausted (or holds a value no build
+    /// writes) every leaf's lock word is first stored 0 and persisted, then the epoch restarts
+    /// at 1: a walk of the leaves once in [`vlock::MAX_EPOCH`] opens.
+    fn advance_epoch(&mut self) -> StorageResult<()> {
+        let set = self.set.clone();
+        let at = self.rg + R_EPOCH;
+        let last = set.load_u64(at, Ordering::Acquire)?;
+        let next = if last < vlock::MAX_EPOCH {
+            last + 1
+        } else {
+            self.walk_leaves(|leaf| {
+                set.store_u64(leaf.g + L_LOCK, 0, Ordering::Relaxed)?;
+                Ok(set.flush_rule("P-FPT-30", leaf.g + L_LOCK, 8)?) // ORDER(P-FPT-30): lock words of old epochs cleared before the epoch restarts
+            })?;
+            set.fence_rule("P-FPT-30"); // ORDER(P-FPT-30): the cleared words are durable before epoch 1
+            1
+        };
+        set.store_u64(at, next, Ordering::Release)?;
+        set.persist_rule("P-FPT-30", at, 8)?; // ORDER(P-FPT-30): the epoch is durable before any leaf is locked in it
+        self.epoch = next;
+        Ok(())
     }
 
     /// Where the inner index lives (recorded in the root at creation).
@@ -483,9 +517,10 @@ impl<K: KeyKind> Tree<K> {
             root_slot,
             root,
             rg,
-            index: Index::Dram(BTreeMap::new()),
+            index: Index::Dram(Box::default()),
             len: AtomicU64::new(0),
             poisoned: false,
+            epoch: 0,
         })
     }
 
@@ -739,7 +774,7 @@ impl<K: KeyKind> Tree<K> {
             at = s.next;
         }
         // Sorted and distinct (each bound is above the previous leaf's keys): a bulk build.
-        self.index = Index::Dram(bounds.into_iter().collect());
+        self.index = Index::Dram(Box::new(OlcIndex::bulk_load(bounds)?));
         self.len.store(len, Ordering::Relaxed);
         Ok(())
     }
@@ -857,7 +892,10 @@ impl<K: KeyKind> Tree<K> {
     /// caller's comparison.
     pub fn blocks(&self) -> Vec<PPtr> {
         let leaves: Vec<u64> = match &self.index {
-            Index::Dram(m) => m.values().copied().collect(),
+            Index::Dram(_) => match self.index.entries(&self.set) {
+                Ok(e) => e.into_iter().map(|(_, g)| g).collect(),
+                Err(_) => Vec::new(),
+            },
             Index::Persistent(_) => {
                 let mut v = Vec::new();
                 let _ = self.walk_leaves(|l| {

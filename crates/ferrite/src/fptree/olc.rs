@@ -561,7 +561,7 @@ struct Restart;
 type Attempt<T> = Result<T, Restart>;
 
 /// The concurrent ordered index of leaf bounds (see the module docs). `K` is the key kind.
-pub struct OlcIndex<K: IndexKey> {
+pub struct OlcIndex<K: KeyKind> {
     head_ver: AtomicU64,
     head: AtomicU64,
     nodes: Arena<Node>,

@@ -29,13 +29,15 @@
 //! not built here (see the design doc).
 
 use std::borrow::Borrow;
+use std::collections::VecDeque;
 use std::ops::Bound::{self, Excluded, Included, Unbounded};
 use std::ops::{ControlFlow, RangeBounds};
 
 use super::index::Index;
 use super::layout::{FULL, LeafImage, M};
 use super::layout_var::{SlotKey, VarLeafImage, decode_slot};
-use super::{ByteKey, KeyKind, Tree, U64Key, corrupt, resolve_block};
+use super::olc::IndexKey;
+use super::{ByteKey, Tree, U64Key, corrupt, resolve_block};
 use crate::storage::{StorageError, StorageResult};
 
 /// How many leaves ahead of the one being read a scan prefetches.
@@ -82,7 +84,7 @@ fn empty_range<Q: ?Sized + Ord>(lo: Bound<&Q>, hi: Bound<&Q>) -> bool {
     }
 }
 
-impl<K: KeyKind> Tree<K> {
+impl<K: IndexKey> Tree<K> {
     /// Visits, in `dir` order, the global offsets of the leaves that may hold keys in
     /// `(lo, hi)` (S-SCAN-3). `visit` returns `Break` to stop. The next leaf of the walk is
     /// prefetched (its first lines) while the current one is visited.
@@ -107,65 +109,74 @@ impl<K: KeyKind> Tree<K> {
             Index::Dram(m) => m,
             Index::Persistent(_) => return self.scan_leaves_persistent(lo, hi, dir, visit),
         };
+        // The entries `PREFETCH_DEPTH` steps ahead of the walk, taken from the index one
+        // neighbour query at a time (one allocation per scan, none per leaf).
+        let mut ahead: VecDeque<(K::Owned, u64)> = VecDeque::with_capacity(PREFETCH_DEPTH);
         match dir {
             Direction::Forward => {
                 // The leaf routing the first key of the range (T5), then every later leaf
                 // until one starts above the range.
                 let start = match lo {
-                    Included(l) | Excluded(l) => {
-                        let (b, _) = index
-                            .range::<K::Key, _>((Unbounded, Included(l)))
-                            .next_back()
-                            .ok_or_else(no_leaf)?;
-                        Included(b.borrow())
-                    }
-                    Unbounded => Unbounded,
+                    Included(l) | Excluded(l) => index.lookup_with_bound(l),
+                    Unbounded => index.first(),
                 };
-                let mut it = index.range::<K::Key, _>((start, Unbounded));
-                let mut ahead = it.clone();
-                ahead.by_ref().take(PREFETCH_DEPTH).for_each(|(_, &g)| prefetch(g));
-                for (bound, &g) in it.by_ref() {
+                let (mut bound, mut g) = start.ok_or_else(no_leaf)?;
+                let mut more = true; // whether the index may hold further entries in range
+                loop {
                     // A leaf's keys are ≥ its bound: past the range once the bound is.
                     if !below(hi, bound.borrow()) {
                         break;
                     }
-                    if let Some((b, &n)) = ahead.next()
-                        && below(hi, b.borrow())
-                    {
-                        prefetch(n);
+                    while more && ahead.len() < PREFETCH_DEPTH {
+                        let from = ahead.back().map_or(bound.borrow(), |(b, _)| b.borrow());
+                        match index.successor(from) {
+                            Some((b, n)) if below(hi, b.borrow()) => {
+                                prefetch(n);
+                                ahead.push_back((b, n));
+                            }
+                            _ => more = false,
+                        }
                     }
                     if visit(g)?.is_break() {
                         break;
+                    }
+                    match ahead.pop_front() {
+                        Some((b, n)) => (bound, g) = (b, n),
+                        None => break,
                     }
                 }
             }
             Direction::Backward => {
                 // The leaf routing the last key of the range, then its predecessors until the
                 // one that routes the range's lower bound (earlier leaves hold smaller keys).
-                let end = match hi {
-                    Included(h) | Excluded(h) => Included(h),
-                    Unbounded => Unbounded,
+                let start = match hi {
+                    Included(h) | Excluded(h) => index.lookup_with_bound(h),
+                    Unbounded => index.last(),
                 };
-                let last = |bound: &K::Owned| match lo {
-                    Included(l) | Excluded(l) => bound.borrow() <= l,
+                let last = |bound: &K::Key| match lo {
+                    Included(l) | Excluded(l) => bound <= l,
                     Unbounded => false,
                 };
-                let mut it = index.range::<K::Key, _>((Unbounded, end)).rev();
-                let mut ahead = it.clone();
-                let mut more = true; // whether `ahead` has not passed the walk's last leaf
-                for (b, &n) in ahead.by_ref().take(PREFETCH_DEPTH) {
-                    if more {
-                        prefetch(n);
-                        more = !last(b);
+                let (mut bound, mut g) = start.ok_or_else(no_leaf)?;
+                let mut more = !last(bound.borrow());
+                loop {
+                    while more && ahead.len() < PREFETCH_DEPTH {
+                        let from = ahead.back().map_or(bound.borrow(), |(b, _)| b.borrow());
+                        match index.predecessor(from) {
+                            Some((b, n)) => {
+                                prefetch(n);
+                                more = !last(b.borrow());
+                                ahead.push_back((b, n));
+                            }
+                            None => more = false,
+                        }
                     }
-                }
-                for (bound, &g) in it.by_ref() {
-                    if more && let Some((b, &n)) = ahead.next() {
-                        prefetch(n);
-                        more = !last(b);
-                    }
-                    if visit(g)?.is_break() || last(bound) {
+                    if visit(g)?.is_break() || last(bound.borrow()) {
                         break;
+                    }
+                    match ahead.pop_front() {
+                        Some((b, n)) => (bound, g) = (b, n),
+                        None => break,
                     }
                 }
             }

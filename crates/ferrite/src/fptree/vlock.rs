@@ -24,6 +24,12 @@
 //!   value above every version it had before, so a reader holding a snapshot of the old
 //!   incarnation can never validate against the new one (no ABA).
 //!
+//! - VL5 (epochs, leaf lock words): [`EpochWord`] keeps the epoch of the open that wrote a
+//!   word in bits 40..=62; a word of another epoch reads as unlocked, live and count 0 of the
+//!   current one. An open persists a new epoch before any thread locks a leaf (P-FPT-30), so a
+//!   word left odd by a crashed process never locks a leaf, and no recovery walk has to reset
+//!   it.
+//!
 //! # Ordering
 //! Reader: `v1 = load(Acquire)`, relaxed data loads into a local copy, `fence(Acquire)`,
 //! `v2 = load(Relaxed)`, accept iff `v1 == v2` (and `v1` even). Writer: CAS to odd (`Acquire`
@@ -177,6 +183,99 @@ impl VersionWord for PmWord<'_> {
     #[inline]
     fn fence(ord: Ordering) {
         std::sync::atomic::fence(ord);
+    }
+}
+
+/// First bit of the epoch field of a leaf lock word (VL5).
+pub const EPOCH_SHIFT: u32 = 40;
+/// The largest epoch: the field is bits 40..=62 (bit 63 stays the obsolete bit).
+pub const MAX_EPOCH: u64 = (1 << (63 - EPOCH_SHIFT)) - 1;
+/// The epoch field of a word.
+const EPOCH_MASK: u64 = MAX_EPOCH << EPOCH_SHIFT;
+
+/// A version word tagged with the epoch of the open that wrote it (VL5): the leaf lock words
+/// of a tree, which no recovery walk resets (`docs/design/fptree.md`, "The concurrent tree").
+///
+/// A word whose epoch field differs from this open's epoch was written by an earlier process
+/// (or never: a zeroed word is epoch 0, and epochs start at 1); it reads as
+/// `epoch << EPOCH_SHIFT`, i.e. unlocked, live, count 0 of this epoch, whatever its lock and
+/// obsolete bits say. A CAS from that normalised value replaces the raw stale word, so the
+/// first lock of a leaf in an open also retires the stale value. Every value this wrapper
+/// stores carries the current epoch (it is derived from a normalised load), so the count has
+/// bits 0..=39 to itself: 2^39 modifications of one leaf in one open.
+#[derive(Clone, Copy, Debug)]
+pub struct EpochWord<W> {
+    inner: W,
+    /// The epoch, shifted into place.
+    tag: u64,
+}
+
+impl<W: VersionWord> EpochWord<W> {
+    /// `inner` seen in `epoch` (1..=[`MAX_EPOCH`]; other values are `InvalidArgument`).
+    pub fn new(inner: W, epoch: u64) -> StorageResult<Self> {
+        if epoch == 0 || epoch > MAX_EPOCH {
+            return Err(StorageError::InvalidArgument(format!(
+                "lock-word epoch {epoch} outside 1..={MAX_EPOCH}"
+            )));
+        }
+        Ok(EpochWord { inner, tag: epoch << EPOCH_SHIFT })
+    }
+
+    /// The wrapped word.
+    pub fn inner(&self) -> &W {
+        &self.inner
+    }
+
+    #[inline]
+    fn normalise(&self, raw: u64) -> u64 {
+        if raw & EPOCH_MASK == self.tag { raw } else { self.tag }
+    }
+}
+
+impl<W: VersionWord> VersionWord for EpochWord<W> {
+    type Error = W::Error;
+
+    #[inline]
+    fn load(&self, ord: Ordering) -> Result<u64, W::Error> {
+        Ok(self.normalise(self.inner.load(ord)?))
+    }
+
+    #[inline]
+    fn store(&self, val: u64, ord: Ordering) -> Result<(), W::Error> {
+        // `reset` stores 0, a stale value that reads as count 0 of this epoch; every other
+        // store carries the epoch already.
+        self.inner.store(val, ord)
+    }
+
+    #[inline]
+    fn cas(
+        &self,
+        current: u64,
+        new: u64,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<Result<u64, u64>, W::Error> {
+        // The normalised `current` may stand for a raw stale word: CAS against the raw value
+        // that normalises to it. Only a CAS or store of this epoch's values changes a stale
+        // word, so a raw value that changes between the load and the CAS fails the CAS.
+        let raw = self.inner.load(Ordering::Relaxed)?;
+        if self.normalise(raw) != current {
+            return Ok(Err(self.normalise(raw)));
+        }
+        Ok(match self.inner.cas(raw, new, success, failure)? {
+            Ok(_) => Ok(current),
+            Err(now) => Err(self.normalise(now)),
+        })
+    }
+
+    #[inline]
+    fn fence(ord: Ordering) {
+        W::fence(ord);
+    }
+
+    #[inline]
+    fn pause(round: u32) {
+        W::pause(round);
     }
 }
 
@@ -385,6 +484,52 @@ mod tests {
     use ferrite_pmem::{Options, PoolSet};
 
     use super::*;
+
+    /// VL5: words of another epoch (left odd or obsolete by a crashed process, or never
+    /// written) read as unlocked count 0 of the current epoch, and the first lock replaces them.
+    #[test]
+    fn an_epoch_word_ignores_stale_lock_bits() {
+        let tag = 7u64 << EPOCH_SHIFT;
+        for stale in [0, 1, (6u64 << EPOCH_SHIFT) | 5, OBSOLETE | (6u64 << EPOCH_SHIFT) | 3] {
+            let w = EpochWord::new(AtomicU64::new(stale), 7).unwrap();
+            let v0 = ok(w.read_begin()).expect("a stale word reads unlocked");
+            assert_eq!(v0.raw(), tag, "stale word {stale:#x}");
+            assert!(ok(w.validate(v0)));
+            let l = ok(w.lock()).unwrap();
+            assert_eq!(l.raw(), tag | 1);
+            assert_eq!(w.inner().load(Ordering::Relaxed), tag | 1, "the raw word was replaced");
+            assert_eq!(ok(w.read_begin()), None, "locked in this epoch");
+            assert_eq!(ok(w.try_lock()), TryLock::Busy);
+            assert!(!ok(w.validate(v0)));
+            let v2 = ok(w.unlock(l));
+            assert_eq!(v2.raw(), tag | 2);
+            assert!(!ok(w.validate(v0)), "a change moves the word past the stale snapshot");
+            // Obsolete in this epoch stays obsolete; reset makes the word count 0 again.
+            let l = ok(w.lock()).unwrap();
+            ok(w.unlock_obsolete(l));
+            assert_eq!(ok(w.try_lock()), TryLock::Obsolete);
+            ok(w.reset());
+            assert_eq!(ok(w.read_begin()).unwrap().raw(), tag);
+        }
+        // A word locked in the current epoch is locked.
+        let w = EpochWord::new(AtomicU64::new(tag | 3), 7).unwrap();
+        assert_eq!(ok(w.try_lock()), TryLock::Busy);
+        // A snapshot of a stale word fails once another thread locked it (the raw word moved).
+        let w = EpochWord::new(AtomicU64::new((2u64 << EPOCH_SHIFT) | 1), 7).unwrap();
+        let v = ok(w.read_begin()).unwrap();
+        w.inner().store(tag | 1, Ordering::Relaxed);
+        assert!(!ok(w.validate(v)));
+        assert_eq!(ok(w.try_upgrade(v)), TryLock::Busy);
+    }
+
+    #[test]
+    fn epochs_outside_the_field_are_refused() {
+        assert!(EpochWord::new(AtomicU64::new(0), 0).is_err());
+        assert!(EpochWord::new(AtomicU64::new(0), MAX_EPOCH + 1).is_err());
+        let w = EpochWord::new(AtomicU64::new(0), MAX_EPOCH).unwrap();
+        let l = ok(w.lock()).unwrap();
+        assert_eq!(ok(w.unlock(l)).raw() & OBSOLETE, 0, "the top epoch does not reach bit 63");
+    }
 
     #[test]
     fn the_word_moves_as_documented() {
@@ -755,6 +900,42 @@ mod loom_tests {
             let l = ok(p.ver.lock()).unwrap();
             ok(p.ver.unlock(l));
             assert_eq!(p.ver.0.load(Ordering::Relaxed), 2);
+        });
+    }
+    /// VL5 under loom: the word starts odd from an earlier epoch (a writer of a crashed
+    /// process died holding it); in the new epoch two writers still exclude each other, a
+    /// reader never accepts a torn pair, and the stale lock bit locks nobody out.
+    #[test]
+    fn loom_epoch_word_with_a_stale_odd_value() {
+        model(|| {
+            let stale = (3u64 << EPOCH_SHIFT) | 5;
+            let ver = Arc::new(EpochWord::new(LoomWord(AtomicU64::new(stale)), 4).unwrap());
+            let p = pair();
+            let writers: Vec<_> = [1u64, 2]
+                .into_iter()
+                .map(|x| {
+                    let (p, ver) = (Arc::clone(&p), Arc::clone(&ver));
+                    loom::thread::spawn(move || {
+                        let l = ok(ver.lock()).unwrap();
+                        p.a.store(x, Ordering::Relaxed);
+                        let c = p.count.load(Ordering::Relaxed);
+                        p.count.store(c + 1, Ordering::Relaxed);
+                        p.b.store(x, Ordering::Relaxed);
+                        ok(ver.unlock(l));
+                    })
+                })
+                .collect();
+            if let Some(v) = ok(ver.read_begin()) {
+                let (a, b) = (p.a.load(Ordering::Relaxed), p.b.load(Ordering::Relaxed));
+                if ok(ver.validate(v)) {
+                    assert_eq!(a, b, "a torn pair was accepted");
+                }
+            }
+            for w in writers {
+                w.join().unwrap();
+            }
+            assert_eq!(p.count.load(Ordering::Relaxed), 2);
+            assert_eq!(ver.inner().0.load(Ordering::Relaxed), (4u64 << EPOCH_SHIFT) | 4);
         });
     }
 }

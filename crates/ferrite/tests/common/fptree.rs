@@ -1,0 +1,202 @@
+//! Scaffolding shared by the FPTree tests (`fptree.rs`, `fptree_var.rs`, `fptree_persistent.rs`,
+//! `fptree_scan.rs`, `fptree_persistent_index.rs`): pool sets with an allocator in a test
+//! directory, the leak check's block comparison, flush/fence counts of one call, seeded
+//! shuffles, the random fixed-key run against a `BTreeMap`, and the stored fixtures' hex format.
+//!
+//! Every pool set lives in `dir/set`; every allocator has one root slot. Random helpers take
+//! the test's seed (printed by `seed()`) and draw only from it.
+
+// Each test binary compiles this module and uses a part of it.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use ferrite::alloc::PAllocator;
+use ferrite::fptree::FPTree;
+use ferrite::pmem::internals::testing::TestDir;
+use ferrite::pmem::{Counters, Options, PPtr, PoolSet, SplitMix64};
+use proptest::test_runner::TestCaseError;
+
+/// The test's seed (printed; `FERRITE_TEST_SEED` replays one).
+pub fn seed() -> u64 {
+    ferrite::pmem::internals::testing::test_seed()
+}
+
+/// A new pool set in `dir/set` with an allocator of one root slot.
+pub fn create_alloc(dir: &TestDir, o: &Options) -> Arc<PAllocator> {
+    let set = PoolSet::create(dir.join("set"), o).unwrap();
+    Arc::new(PAllocator::create(Arc::new(set), 1).unwrap())
+}
+
+/// Opens (and recovers) the pool set in `dir/set` and its allocator.
+pub fn open_alloc(dir: &TestDir, o: &Options) -> Arc<PAllocator> {
+    let set = PoolSet::open(dir.join("set"), o).unwrap();
+    Arc::new(PAllocator::open(Arc::new(set)).unwrap())
+}
+
+/// The sort key of a block.
+pub fn key_of(p: &PPtr) -> (u64, u64) {
+    (p.segment, p.offset)
+}
+
+/// The leak check's comparison: the allocator's allocated blocks are exactly `owned` (in any
+/// order); `msg` says what `owned` is.
+pub fn assert_allocated(a: &PAllocator, mut owned: Vec<PPtr>, msg: &str) {
+    let mut allocated = a.check().unwrap().allocated;
+    allocated.sort_by_key(key_of);
+    owned.sort_by_key(key_of);
+    assert_eq!(allocated, owned, "{msg}");
+}
+
+/// The persistence counters' difference over one call of `f` (this thread's).
+pub fn cost(f: &mut dyn FnMut()) -> Counters {
+    let c = Counters::snapshot();
+    f();
+    Counters::snapshot() - c
+}
+
+/// Shuffles `v` in place from `r` (Fisher–Yates, last element first).
+pub fn shuffle<T>(r: &mut SplitMix64, v: &mut [T]) {
+    for i in (1..v.len()).rev() {
+        v.swap(i, (r.next_u64() % (i as u64 + 1)) as usize);
+    }
+}
+
+/// One operation of a short random sequence on a fixed-key tree and its model: `op` 0 or 1
+/// inserts, 2 updates, 3 deletes `key` with value `v`; the returned flag must agree.
+pub fn fixed_step(
+    t: &mut FPTree,
+    model: &mut BTreeMap<u64, u64>,
+    op: u8,
+    key: u64,
+    v: u64,
+) -> Result<(), TestCaseError> {
+    match op {
+        0 | 1 => {
+            let fresh = !model.contains_key(&key);
+            proptest::prop_assert_eq!(t.insert(key, v).unwrap(), fresh);
+            model.entry(key).or_insert(v);
+        }
+        2 => {
+            let had = model.contains_key(&key);
+            proptest::prop_assert_eq!(t.update(key, v).unwrap(), had);
+            if had {
+                model.insert(key, v);
+            }
+        }
+        _ => proptest::prop_assert_eq!(t.delete(key).unwrap(), model.remove(&key).is_some()),
+    }
+    Ok(())
+}
+
+/// `steps` random operations on `t` (keys below `space`; half inserts, updates, deletes,
+/// lookups with a bounded range) against a `BTreeMap`; every 2 500 steps `same` compares the
+/// tree with the model, `reopen` reopens it as after a crash, and `same` compares again.
+/// Returns the tree and the model after a last comparison.
+pub fn fixed_random_ops(
+    seed: u64,
+    mut t: FPTree,
+    steps: u64,
+    space: u64,
+    mut reopen: impl FnMut(FPTree) -> FPTree,
+    same: fn(&FPTree, &BTreeMap<u64, u64>),
+) -> (FPTree, BTreeMap<u64, u64>) {
+    let mut rng = SplitMix64::new(seed);
+    let mut model = BTreeMap::new();
+    for step in 0..steps {
+        let key = rng.next_u64() % space;
+        match rng.next_u64() % 10 {
+            0..=4 => {
+                let fresh = !model.contains_key(&key);
+                assert_eq!(t.insert(key, step).unwrap(), fresh, "seed {seed:#x} step {step}");
+                model.entry(key).or_insert(step);
+            }
+            5 | 6 => {
+                let had = model.contains_key(&key);
+                assert_eq!(t.update(key, step).unwrap(), had, "seed {seed:#x} step {step}");
+                if had {
+                    model.insert(key, step);
+                }
+            }
+            7 | 8 => assert_eq!(
+                t.delete(key).unwrap(),
+                model.remove(&key).is_some(),
+                "seed {seed:#x} step {step}"
+            ),
+            _ => {
+                assert_eq!(t.get(key).unwrap(), model.get(&key).copied(), "seed {seed:#x}");
+                let hi = key + rng.next_u64() % 200;
+                let lim = 1 + (rng.next_u64() % 50) as usize;
+                let want: Vec<(u64, u64)> =
+                    model.range(key..=hi).take(lim).map(|(k, v)| (*k, *v)).collect();
+                assert_eq!(t.range(key, hi, lim).unwrap(), want, "seed {seed:#x} step {step}");
+            }
+        }
+        if step % 2_500 == 0 {
+            same(&t, &model);
+            t = reopen(t);
+            same(&t, &model);
+        }
+    }
+    same(&t, &model);
+    (t, model)
+}
+
+/// The stored fixture format of a closed pool set in `set_dir`: `header` (comment lines), then
+/// per segment file `file NAME LEN` and one `OFFSET HEX` line per non-zero 64-byte line;
+/// written to `path`.
+pub fn write_fixture(set_dir: &Path, header: &str, path: &Path) {
+    let mut out = String::from(header);
+    let mut names: Vec<_> = std::fs::read_dir(set_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("seg-"))
+        .collect();
+    names.sort();
+    for name in names {
+        let bytes = std::fs::read(set_dir.join(&name)).unwrap();
+        out.push_str(&format!("file {name} {}\n", bytes.len()));
+        for (i, line) in bytes.chunks(64).enumerate() {
+            if line.iter().any(|&b| b != 0) {
+                let hex: String = line.iter().map(|b| format!("{b:02x}")).collect();
+                out.push_str(&format!("{:x} {hex}\n", i * 64));
+            }
+        }
+    }
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, out).unwrap();
+}
+
+/// Rebuilds the segment files of the fixture stored at `path` in `dir`.
+pub fn unpack_fixture(path: &Path, dir: &Path) {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("the fixture {} is committed: {e}", path.display()));
+    std::fs::create_dir_all(dir).unwrap();
+    let mut cur: Option<(String, Vec<u8>)> = None;
+    let flush = |cur: &mut Option<(String, Vec<u8>)>| {
+        if let Some((name, bytes)) = cur.take() {
+            std::fs::write(dir.join(name), bytes).unwrap();
+        }
+    };
+    for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+        let f: Vec<&str> = line.split(' ').collect();
+        match f.as_slice() {
+            ["file", name, len] => {
+                flush(&mut cur);
+                cur = Some((name.to_string(), vec![0u8; len.parse().unwrap()]));
+            }
+            [off, hex] => {
+                let off = usize::from_str_radix(off, 16).unwrap();
+                let (_, bytes) = cur.as_mut().expect("a file line first");
+                for (i, b) in hex.as_bytes().chunks(2).enumerate() {
+                    bytes[off + i] =
+                        u8::from_str_radix(std::str::from_utf8(b).unwrap(), 16).unwrap();
+                }
+            }
+            _ => panic!("bad fixture line {line:?}"),
+        }
+    }
+    flush(&mut cur);
+}

@@ -1,0 +1,3 @@
+//! Helpers shared by integration tests (`mod common;` in each test file that uses them).
+
+pub mod fptree;
