@@ -120,7 +120,7 @@ fn measure_fixed_key_fast_path() {
     let set = PoolSet::create(dir.join("set"), &Options::default().segment_size(16 << 20)).unwrap();
     let a = Arc::new(PAllocator::create(Arc::new(set), 1).unwrap());
     let slot = a.root_location();
-    let mut t = FPTree::create(a, slot).unwrap();
+    let t = FPTree::create(a, slot).unwrap();
     let mut rng = ferrite::pmem::SplitMix64::new(ferrite::pmem::internals::testing::test_seed());
     let keys: Vec<u64> = (0..N).map(|_| rng.next_u64()).collect();
     let start = std::time::Instant::now();

@@ -239,7 +239,7 @@ impl<K: IndexKey> Tree<K> {
         hi: Bound<&K::Key>,
         limit: usize,
     ) -> StorageResult<bool> {
-        if self.poisoned {
+        if self.is_poisoned() {
             return Err(StorageError::Poisoned);
         }
         Ok(limit == 0 || empty_range(lo, hi))
