@@ -1225,12 +1225,30 @@ impl<K: IndexKey> Tree<K> {
 
     /// From the copy on: write the new leaf from `leaf` (full), then the bitmaps, link, reset.
     /// Returns the new leaf's bound.
+    ///
+    /// In a running tree (not in recovery, which runs before the epoch is set) the new leaf
+    /// is locked from the copy until the split log is disarmed: the index names it from
+    /// P-FPT-27 on, and a change to it while the log is armed would be undone by a recovery
+    /// that redoes the split from the logical split (the old leaf's bitmap is recomputed as
+    /// the complement of the new leaf's).
     fn split_from_copy(&self, leaf: Leaf, new: Leaf) -> StorageResult<K::Owned> {
         let (left_max, right_min, right) = K::split_copy(self, leaf, new)?;
         let bound = K::separator(left_max.borrow(), right_min.borrow())
             .ok_or_else(|| corrupt("the halves of a split overlap", leaf.p))?;
-        self.split_from_bitmaps(leaf, new, right, Some(bound.clone()))?;
-        Ok(bound)
+        let held = if self.epoch != 0 {
+            // Unreachable until the index insert: the lock is free (born unlocked).
+            match self.leaf_word(new.g)?.try_lock()? {
+                TryLock::Acquired(l) => Some(l),
+                _ => return Err(corrupt("a new leaf is locked before it is linked", new.p)),
+            }
+        } else {
+            None
+        };
+        let r = self.split_from_bitmaps(leaf, new, right, Some(bound.clone()));
+        if let Some(l) = held {
+            self.leaf_word(new.g)?.unlock(l)?;
+        }
+        r.map(|()| bound)
     }
 
     /// From the logical split on: the old leaf keeps the complement, gives up its references
