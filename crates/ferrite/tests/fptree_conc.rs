@@ -174,7 +174,7 @@ enum AnyTree {
 /// than the inline limit, so it lives in a key block.
 fn byte_key(id: u64) -> Vec<u8> {
     let mut k = format!("k{id:012x}").into_bytes();
-    if id % 3 == 0 {
+    if id.is_multiple_of(3) {
         k.extend_from_slice(&[b'~'; 30]);
     }
     k

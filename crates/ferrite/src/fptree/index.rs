@@ -272,15 +272,6 @@ impl<K: IndexKey> Index<K> {
         }
     }
 
-    /// The entry with the smallest bound: (bound, leaf global offset).
-    pub(super) fn first_entry(&self, set: &PoolSet) -> StorageResult<(K::Owned, u64)> {
-        let hit = match self {
-            Index::Dram(m) => return m.first().ok_or_else(empty),
-            Index::Persistent(s) => s.read().first()?,
-        };
-        Self::persistent_hit(set, hit)?.ok_or_else(empty)
-    }
-
     /// The entry with the greatest bound: (bound, leaf global offset).
     pub(super) fn last_entry(&self, set: &PoolSet) -> StorageResult<(K::Owned, u64)> {
         let hit = match self {
