@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::ops::Bound::{Included, Unbounded};
 use std::ops::ControlFlow;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 
 use ferrite::alloc::PAllocator;
@@ -527,5 +527,72 @@ fn shared_keys_have_explainable_histories() {
             assert_eq!(t.check(), present);
             assert!(t.leaves() >= 1);
         }
+    }
+}
+
+/// Scans under writers: two writers churn keys between the stable ones (inserts, updates,
+/// deletes, splits and leaf deletions) while a scanner runs full and bounded scans in both
+/// directions. Every scan must return every stable key of its range (they are present for
+/// its whole duration) with its value, in strict order (so none twice), and only keys of
+/// the range.
+#[test]
+fn scans_under_writers_return_every_stable_key_once_in_order() {
+    let seed = test_seed();
+    for c in cases() {
+        let dir = TestDir::new("fptree-conc-scan");
+        let t = AnyTree::create(&dir, c);
+        for id in stable_ids() {
+            assert!(t.insert(id, stable_value(id)));
+        }
+        let barrier = Barrier::new(3);
+        // Writers still running: the scanner goes on while any is (bounded: writers do a
+        // fixed amount of work), and does at least 40 scans.
+        let running = AtomicUsize::new(2);
+        std::thread::scope(|s| {
+            for w in [1u64, 2] {
+                let (t, barrier, running) = (&t, &barrier, &running);
+                s.spawn(move || {
+                    barrier.wait();
+                    disjoint_writer(t, w, seed);
+                    running.fetch_sub(1, Ordering::Release);
+                });
+            }
+            let (t, barrier, running) = (&t, &barrier, &running);
+            s.spawn(move || {
+                let mut rng = SplitMix64::new(seed ^ 0x5CA9);
+                barrier.wait();
+                let max = 4 * 600;
+                let mut round = 0u64;
+                while round < 40 || running.load(Ordering::Acquire) > 0 {
+                    round += 1;
+                    let (lo, hi) = match round % 4 {
+                        0 | 1 => (0, None),
+                        _ => {
+                            let a = rng.next_u64() % max;
+                            (a, Some(a + rng.next_u64() % 400))
+                        }
+                    };
+                    let dir = if round % 2 == 0 { Direction::Forward } else { Direction::Backward };
+                    let mut got = t.scan(lo, hi, dir);
+                    if dir == Direction::Backward {
+                        got.reverse();
+                    }
+                    let what = format!("round {round} {lo}..={hi:?} {dir:?} {c:?} seed {seed:#x}");
+                    assert!(got.windows(2).all(|p| p[0].0 < p[1].0), "order: {what}");
+                    assert!(
+                        got.iter().all(|&(k, _)| k >= lo && hi.is_none_or(|h| k <= h)),
+                        "range: {what}"
+                    );
+                    let stable: Vec<(u64, u64)> =
+                        got.iter().copied().filter(|&(k, _)| k % 4 == 0 && k < max).collect();
+                    let want: Vec<(u64, u64)> = stable_ids()
+                        .filter(|&k| k >= lo && hi.is_none_or(|h| k <= h))
+                        .map(|k| (k, stable_value(k)))
+                        .collect();
+                    assert_eq!(stable, want, "stable keys: {what}");
+                }
+            });
+        });
+        t.check();
     }
 }
