@@ -39,28 +39,28 @@ use ferrite_pmem::{CrashImage, Options, PPtr, PoolSet};
 use crate::target::{Ctx, ModelOp, ModelView, Target};
 
 /// Header page + three 64 KiB pages: the table's class, the root's class, the leaves' class.
-const SEG: u64 = 3 * 64 * 1024 + 64 * 1024 + 4096;
+pub(crate) const SEG: u64 = 3 * 64 * 1024 + 64 * 1024 + 4096;
 /// Table of persistent pointers: slot 1 = the tree's root, slots 2..[`SLOTS`] ballast, the
 /// last word = [`READY`] (in a line of its own: no later persist writes it back by accident).
-const TABLE: u64 = 2048;
-const SLOTS: u64 = TABLE / 16 - 1;
-const READY_AT: u64 = TABLE - 8;
-const TREE_SLOT: u64 = 1;
+pub(crate) const TABLE: u64 = 2048;
+pub(crate) const SLOTS: u64 = TABLE / 16 - 1;
+pub(crate) const READY_AT: u64 = TABLE - 8;
+pub(crate) const TREE_SLOT: u64 = 1;
 const OPS: u64 = 400;
 const KEYS: u64 = 240;
 /// Leaves' worth of blocks left free before the out-of-space phase.
 const SPARE: u64 = 2;
-const READY: u64 = 0x5245_4144_595f_5442;
+pub(crate) const READY: u64 = 0x5245_4144_595f_5442;
 
 /// Segment 0 holds only the anchor: it is created small (the allocator records `SEG` as the
 /// size of the segments it adds), which keeps crash images small.
 const SEG0: u64 = 4096 + 8192;
 
-fn opts() -> Options {
+pub(crate) fn opts() -> Options {
     Options::default().layout("crashtest-fptree").segment_size(SEG0).max_pool_size(SEG0 + SEG)
 }
 
-fn slot(table: PPtr, i: u64) -> PPtr {
+pub(crate) fn slot(table: PPtr, i: u64) -> PPtr {
     PPtr::new(table.segment, table.offset + i * 16)
 }
 
@@ -84,7 +84,7 @@ pub enum TreeOp {
 }
 
 impl TreeOp {
-    fn apply(&self, m: &mut BTreeMap<u64, u64>) {
+    pub(crate) fn apply(&self, m: &mut BTreeMap<u64, u64>) {
         match *self {
             TreeOp::Insert(k, v) => {
                 m.entry(k).or_insert(v);

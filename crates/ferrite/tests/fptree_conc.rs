@@ -572,7 +572,11 @@ fn scans_under_writers_return_every_stable_key_once_in_order() {
                             (a, Some(a + rng.next_u64() % 400))
                         }
                     };
-                    let dir = if round % 2 == 0 { Direction::Forward } else { Direction::Backward };
+                    let dir = if round.is_multiple_of(2) {
+                        Direction::Forward
+                    } else {
+                        Direction::Backward
+                    };
                     let mut got = t.scan(lo, hi, dir);
                     if dir == Direction::Backward {
                         got.reverse();

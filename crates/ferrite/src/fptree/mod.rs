@@ -746,8 +746,8 @@ impl<K: IndexKey> Tree<K> {
         }
     }
 
-    /// Rebuilds the DRAM index from the leaf list (Algorithm 4.13), resetting every lock word,
-    /// finishing interrupted key-block work (byte keys: the leak rule), checking pointers,
+    /// Rebuilds the DRAM index from the leaf list (Algorithm 4.13; lock words are not reset:
+    /// the epoch of P-FPT-30 makes every earlier word read unlocked), finishing interrupted key-block work (byte keys: the leak rule), checking pointers,
     /// bitmaps, order and cycles.
     ///
     /// A tree with a persistent index rebuilds nothing (its index is in PM) and walks no leaf:
@@ -1580,12 +1580,11 @@ impl Tree<U64Key> {
         Ok((split_key, right_min, right))
     }
 
-    /// One leaf of the rebuild: reset its lock word, check its bitmap, find its key range.
+    /// One leaf of the rebuild: check its bitmap, find its key range. Its lock word is left
+    /// as it is: a word of an earlier open reads unlocked in this open's epoch (VL5,
+    /// P-FPT-30), so the walk dirties no line.
     fn fixed_rebuild_leaf(&self, leaf: Leaf) -> StorageResult<LeafSummary<u64>> {
         let l = self.read_leaf(leaf)?;
-        if l.lock != 0 {
-            self.set().store_u64(leaf.g + L_LOCK, 0, Ordering::Relaxed)?;
-        }
         if l.bitmap & !FULL != 0 {
             return Err(corrupt(
                 format!("bitmap {:#x} has bits beyond slot {M}", l.bitmap),
