@@ -1,4 +1,4 @@
-//! FPTree, single-threaded: a hybrid PM/DRAM B+-tree whose leaves live in persistent memory
+//! FPTree, concurrent (`Sync`, `&self` operations): a hybrid PM/DRAM B+-tree whose leaves live in persistent memory
 //! and whose inner nodes live in DRAM and are rebuilt from the leaf list at open (seed 001
 //! ch. 4, §4.2–4.4; spec `../shared/specs/fptree.md` §3, §5.1–5.11, §6, §9). Layout, pointer
 //! form and persist order: `docs/design/fptree.md`.
@@ -63,8 +63,20 @@
 //! bounded; a damaged tree is [`StorageError::Corrupted`] in every build profile.
 //!
 //! # Concurrency
-//! Single-threaded: every mutating method takes `&mut self`. The allocator may be shared with
-//! other structures (other trees) used by other threads.
+//! Every operation takes `&self`; the tree is `Sync` (`docs/design/fptree.md`, "The
+//! concurrent tree"). Writers lock the leaf (its `L_LOCK` word, a version lock tagged with this
+//! open's epoch, VL5 of `vlock.rs`): pinned index lookup, `try_lock`, pin still valid (else
+//! release and retry: no writer waits while holding a leaf lock), the change in the leaf's
+//! persist order, unlock (after the persists: validated readers never see an unpersisted
+//! change, conventions §2.6). Splits and leaf deletions also take the SMO mutex (the root has
+//! one split and one delete log) after the leaf's lock; a deletion `try_lock`s the
+//! predecessor. The new leaf of a split is born unlocked (DEFECT-2) and held locked by the
+//! splitter until the split log is disarmed. Readers take no lock: pinned lookup, leaf
+//! snapshot, copy, validation, pin check (conventions §2 rule 4). P-FPT-30: the epoch is
+//! advanced durably at every open, so no lock word of an earlier process reads locked.
+//! The allocator may be shared with other structures used by other threads.
+//! `PAllocator::defragment` and `release_free_segments` (which unmap) must not run while a
+//! tree operation is in flight.
 
 mod index;
 mod key;
@@ -296,7 +308,7 @@ pub struct CheckReport {
     pub keys: u64,
 }
 
-/// A single-threaded FPTree over keys of kind `K` (see the module docs): [`FPTree`] for `u64`
+/// A concurrent FPTree over keys of kind `K` (see the module docs): [`FPTree`] for `u64`
 /// keys, [`FPTreeVar`] for byte keys. Each kind has thin methods with its natural argument
 /// types (`insert(u64, u64)`, `insert(&[u8], u64)`, ...) over one generic body.
 #[derive(Debug)]

@@ -21,12 +21,18 @@
 //! copy (conventions §2 rule 2); a damaged leaf (bitmap bits beyond the last slot, a slot that
 //! does not decode) is `Corrupted`, never a panic.
 //!
+//! - S-SCAN-4 (validated leaves): a leaf is emitted only from a copy taken between its lock
+//!   word's snapshot and a successful validation (conventions §2 rule 4), while the key that
+//!   routed the step still routes to it (the index pin); the leaf's reach (the next bound
+//!   forward, its own bound backward) is read from the index inside that window. A failed
+//!   validation redoes the step from the index; a later leaf emits only keys beyond the last
+//!   key emitted. So every key present for the scan's whole duration is emitted once, in
+//!   order, and each leaf's part is the state of one instant.
+//!
 //! # Concurrency
-//! The tree is single-threaded (`&self` methods exclude every writer by Rust's borrow rules), so
-//! a scan sees one state. The concurrent tree must, per leaf, read the leaf's version, copy the
-//! leaf, validate the version (conventions §2 rule 4) and retry the leaf on a mismatch, and
-//! re-route from the last key emitted when the leaf it stands on was split or removed; that is
-//! not built here (see the design doc).
+//! Scans run beside writers (the tree is `Sync`) and take no lock: see S-SCAN-4 and
+//! [`Tree::scan_leaves`]. What is read before a validation is garbage: an error from it is a
+//! retry; only an error read from a validated copy is returned.
 
 use std::borrow::Borrow;
 use std::ops::Bound::{self, Excluded, Included, Unbounded};
