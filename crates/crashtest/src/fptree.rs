@@ -192,16 +192,6 @@ impl FptreeFixed {
     }
 }
 
-/// P-FPT-30 (the lock-word epoch persisted at every open) in the single-threaded FPTree
-/// targets. Today no operation takes a leaf lock, so nothing reads a lock word and a lost epoch
-/// persist changes no outcome. Once the tree locks leaves, a lost persist followed by a crash
-/// with a word written back odd would leave a leaf locked in the reused epoch (a hang at the
-/// next write): the target `fptree-threads` is where that loss must be shown.
-pub(crate) const EPOCH_UNUSED: (&str, &str) = (
-    "#P-FPT-30",
-    "the lock-word epoch: no operation of this build takes a leaf lock yet, so no lock word is read and a lost epoch persist changes nothing (to be shown needed by fptree-threads)",
-);
-
 impl Target for FptreeFixed {
     type Op = TreeOp;
     type Recovered = Recovered;
@@ -242,7 +232,6 @@ impl Target for FptreeFixed {
                 "crates/crashtest/src/fptree.rs:",
                 "the workload's own durable garbage in recycled blocks: without its persist the blocks are zeroed, which only makes the test weaker",
             ),
-            crate::fptree::EPOCH_UNUSED,
             crate::alloc::REPLAY_DISARM,
             crate::alloc::SINGLE_THREAD_SYNC_DISARM,
             crate::alloc::SINGLE_THREAD_COMMITTED,

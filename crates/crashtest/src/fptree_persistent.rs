@@ -110,7 +110,6 @@ impl Target for FptreePersistent {
                 "crates/crashtest/src/fptree_persistent.rs:",
                 "the workload's own durable garbage in recycled blocks: without its persist the blocks are zeroed, which only makes the test weaker",
             ),
-            crate::fptree::EPOCH_UNUSED,
             crate::alloc::REPLAY_DISARM,
             crate::alloc::SINGLE_THREAD_SYNC_DISARM,
             crate::alloc::SINGLE_THREAD_COMMITTED,
