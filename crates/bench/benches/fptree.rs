@@ -55,7 +55,7 @@ fn allocator(dir: &TestDir, name: &str, n: usize) -> Arc<PAllocator> {
 }
 
 fn build(a: &Arc<PAllocator>, keys: &[u64]) -> FPTree {
-    let mut t = FPTree::create(a.clone(), a.root_location()).expect("tree");
+    let t = FPTree::create(a.clone(), a.root_location()).expect("tree");
     for (i, &k) in keys.iter().enumerate() {
         t.insert(k, i as u64).expect("insert");
     }
@@ -75,7 +75,7 @@ fn bench(c: &mut Criterion) {
             for i in 0..iters {
                 let name = format!("ins{i}");
                 let a = allocator(&dir, &name, n);
-                let mut t = FPTree::create(a.clone(), a.root_location()).unwrap();
+                let t = FPTree::create(a.clone(), a.root_location()).unwrap();
                 let start = Instant::now();
                 for (j, &k) in keys.iter().enumerate() {
                     t.insert(k, j as u64).unwrap();

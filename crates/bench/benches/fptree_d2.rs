@@ -419,7 +419,7 @@ fn main() {
         let insert_ns_total = {
             let b = allocator(&dir, "u64-ins", n as u64 / 10 * LEAF_SIZE);
             let s = b.root_location();
-            let mut t = FPTree::create(b.clone(), s).unwrap();
+            let t = FPTree::create(b.clone(), s).unwrap();
             let p = timed(|| u64_keys.iter().for_each(|&k| assert!(t.insert(k, k).unwrap())));
             p.t.as_nanos() as f64
         };

@@ -95,7 +95,6 @@ impl Target for FptreePersistent {
     fn benign_sites(&self) -> &'static [(&'static str, &'static str)] {
         &[
             crate::fptree_common::GARBAGE_FILL,
-            crate::fptree::EPOCH_UNUSED,
             crate::alloc::REPLAY_DISARM,
             crate::alloc::SINGLE_THREAD_SYNC_DISARM,
             crate::alloc::SINGLE_THREAD_COMMITTED,

@@ -196,7 +196,6 @@ impl Target for FptreeVar {
                 "#P-FPT-23 [recovery only]",
                 "the rebuild's drop of a second reference to a key block (an update interrupted before P-FPT-23): if lost, the next recovery finds the same second reference beside the valid one and drops it again; only operations after recovery (which this target does not run) could expose it, as for the allocator's replay disarm",
             ),
-            crate::fptree::EPOCH_UNUSED,
             crate::alloc::REPLAY_DISARM,
             crate::alloc::SINGLE_THREAD_SYNC_DISARM,
             crate::alloc::SINGLE_THREAD_COMMITTED,

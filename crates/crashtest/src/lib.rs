@@ -37,6 +37,7 @@ pub mod fptree;
 mod fptree_common;
 pub mod fptree_persistent;
 pub mod fptree_pindex;
+pub mod fptree_threads;
 pub mod fptree_var;
 pub mod poolset;
 mod target;
@@ -55,6 +56,7 @@ pub fn registry() -> Vec<Box<dyn DynTarget>> {
     v.push(Box::new(std::sync::Arc::new(fptree_pindex::FptreePindex)));
     v.push(Box::new(std::sync::Arc::new(fptree_persistent::FptreePersistent)));
     v.push(Box::new(std::sync::Arc::new(fptree_var::FptreeVar)));
+    v.push(Box::new(std::sync::Arc::new(fptree_threads::FptreeThreads)));
     v.push(Box::new(std::sync::Arc::new(alloc::AllocSmall)));
     v.push(Box::new(std::sync::Arc::new(alloc_big::AllocBig)));
     v.push(Box::new(std::sync::Arc::new(alloc_huge::AllocHuge)));

@@ -18,8 +18,14 @@ fn fptree_persistent_passes_and_every_persist_site_is_needed() {
     // own target, which makes many more index steps, detects both
     // (`tests/fptree_pindex_target.rs`). Every other site must be detected, benign with a
     // reason, or without effect.
+    // Likewise the split log's `cur` (P-FPT-3 in fptree/mod.rs, shared with the fixed tree):
+    // since splits release the leaf and retry the insert (the concurrent tree), this
+    // workload's bounded run no longer always lands a crash in its window; `fptree-fixed`
+    // detects its loss in tests/tester.rs, as `fptree-var` notes too.
     let elsewhere = |s: &str| {
-        s.contains("fptree/persistent.rs") && (s.ends_with("#P-FPT-16") || s.ends_with("#P-FPT-18"))
+        (s.contains("fptree/persistent.rs")
+            && (s.ends_with("#P-FPT-16") || s.ends_with("#P-FPT-18")))
+            || (s.contains("fptree/mod.rs") && s.ends_with("#P-FPT-3"))
     };
     common::assert_every_site_needed(&m, elsewhere);
     // The tree's and the index's rules each have a persist site whose loss is detected.

@@ -82,7 +82,7 @@ fn random_operations_with_reopen_match_a_btreemap() {
 #[test]
 fn insert_does_not_overwrite() {
     let dir = TestDir::new("fptree-overwrite");
-    let mut t = new_tree(&dir);
+    let t = new_tree(&dir);
     assert!(t.insert(5, 50).unwrap());
     assert!(!t.insert(5, 51).unwrap());
     assert_eq!(t.get(5).unwrap(), Some(50));
@@ -96,7 +96,7 @@ proptest! {
     #[test]
     fn sequences_match_the_model(ops in proptest::collection::vec((0u8..4, 0u64..300), 1..400)) {
         let dir = TestDir::new("fptree-prop");
-        let mut t = new_tree(&dir);
+        let t = new_tree(&dir);
         let mut model = BTreeMap::new();
         for (i, (op, key)) in ops.into_iter().enumerate() {
             fixed_step(&mut t, &mut model, op, key, i as u64 + 1)?;
@@ -114,7 +114,7 @@ proptest! {
 #[test]
 fn exact_flush_and_fence_counts() {
     let dir = TestDir::new("fptree-counts");
-    let mut t = new_tree(&dir);
+    let t = new_tree(&dir);
     for k in 0..10 {
         t.insert(k * 10, k).unwrap();
     }
@@ -180,7 +180,7 @@ fn reopen_after_a_clean_close() {
     let dir = TestDir::new("fptree-close");
     let mut model = BTreeMap::new();
     {
-        let mut t = new_tree(&dir);
+        let t = new_tree(&dir);
         for k in 0..1000u64 {
             let key = k.wrapping_mul(0x9E37_79B9_7F4A_7C15);
             t.insert(key, k).unwrap();
@@ -224,7 +224,7 @@ fn two_trees_share_one_allocator() {
     let set = PoolSet::create(dir.join("set"), &opts()).unwrap();
     let a = Arc::new(PAllocator::create(Arc::new(set), 2).unwrap());
     let tab = table(&a, 4);
-    let mut t = [
+    let t = [
         FPTree::create(a.clone(), slot(tab, 0)).unwrap(),
         FPTree::create(a.clone(), slot(tab, 1)).unwrap(),
     ];
@@ -273,7 +273,7 @@ fn a_split_without_space_is_pool_full_and_the_tree_stays_usable() {
     let seg = 3 * 64 * 1024 + 4096; // header page + 2 pages: the root's class and the leaves'
     let o = Options::default().layout("fptree-test").segment_size(seg).max_pool_size(2 * seg);
     let dir = TestDir::new("fptree-full");
-    let mut t = new_tree_with(&dir, &o);
+    let t = new_tree_with(&dir, &o);
     let mut model = BTreeMap::new();
     let mut k = 0u64;
     let failed_at = loop {
@@ -347,7 +347,7 @@ fn interrupted_creations_are_finished() {
         Err(Error::Corrupted { what, .. }) => assert!(what.starts_with("no root header"), "{what}"),
         other => panic!("unexpected {other:?}"),
     }
-    let mut t0 = FPTree::create(a.clone(), slot(tab, 0)).unwrap();
+    let t0 = FPTree::create(a.clone(), slot(tab, 0)).unwrap();
     assert_eq!(t0.root(), r);
     assert!(t0.insert(1, 1).unwrap());
     // 2: a creation that persisted its header (magic 0) and allocated its first leaf.
@@ -410,7 +410,7 @@ fn damaged_trees_are_typed_errors() {
     ];
     for (what, damage) in damages {
         let dir = TestDir::new("fptree-damage");
-        let mut t = new_tree(&dir);
+        let t = new_tree(&dir);
         for k in 0..100 {
             t.insert(k, k).unwrap();
         }
@@ -487,7 +487,7 @@ fn generate_fptree_v1_fixture() {
         let set = PoolSet::create(dir.join("set"), &fixture_opts()).unwrap();
         let a = Arc::new(PAllocator::create(Arc::new(set), 1).unwrap());
         let slot = a.root_location();
-        let mut t = FPTree::create(a, slot).unwrap();
+        let t = FPTree::create(a, slot).unwrap();
         let mut keys: Vec<u64> = (0..300u64).map(|i| i * 7).collect();
         shuffle(&mut SplitMix64::new(1), &mut keys);
         for &k in &keys {

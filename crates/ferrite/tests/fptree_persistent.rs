@@ -115,7 +115,7 @@ proptest! {
     #[test]
     fn sequences_match_the_model(ops in proptest::collection::vec((0u8..4, 0u64..300), 1..400)) {
         let dir = TestDir::new("fptree-persistent-prop");
-        let mut t = new_tree(&dir, 4);
+        let t = new_tree(&dir, 4);
         let mut model = BTreeMap::new();
         for (i, (op, key)) in ops.into_iter().enumerate() {
             fixed_step(&mut t, &mut model, op, key, i as u64 + 1)?;
@@ -142,7 +142,7 @@ fn exact_flush_and_fence_counts() {
         let a = create_alloc(&dir, &opts());
         let slot = a.root_location();
         let o = TreeOptions { index: placement, index_fanout: 32 };
-        let mut t = FPTree::create_with(a, slot, o).unwrap();
+        let t = FPTree::create_with(a, slot, o).unwrap();
         // Keys 0, 10, ..., 630 ascending: leaves half full after their splits.
         for k in 0..64 {
             t.insert(k * 10, k).unwrap();
@@ -210,7 +210,7 @@ fn open_reads_no_leaf() {
         let a = create_alloc(&dir, &opts());
         let slot = a.root_location();
         let o = TreeOptions { index: placement, index_fanout: 4 };
-        let mut t = FPTree::create_with(a, slot, o).unwrap();
+        let t = FPTree::create_with(a, slot, o).unwrap();
         for k in 0..2_000u64 {
             t.insert(k, k + 1).unwrap();
         }
@@ -250,7 +250,7 @@ fn a_split_without_space_is_pool_full_and_the_tree_stays_usable() {
     let seg = 4 * 64 * 1024 + 4096;
     let o = Options::default().layout("fptree-ptest").segment_size(seg).max_pool_size(2 * seg);
     let dir = TestDir::new("fptree-persistent-full");
-    let mut t = new_tree_with(&dir, &o, 4);
+    let t = new_tree_with(&dir, &o, 4);
     let mut model = BTreeMap::new();
     let mut k = 0u64;
     let failed_at = loop {
@@ -293,7 +293,7 @@ fn a_split_without_space_is_pool_full_and_the_tree_stays_usable() {
 #[test]
 fn damaged_and_foreign_roots_are_typed_errors() {
     let dir = TestDir::new("fptree-persistent-bad");
-    let mut t = new_tree(&dir, 4);
+    let t = new_tree(&dir, 4);
     for k in 0..500u64 {
         t.insert(k, k).unwrap();
     }
@@ -384,7 +384,7 @@ fn an_interrupted_creation_is_finished_with_its_index() {
     assert_eq!(t.placement(), IndexPlacement::Persistent);
     t.check().unwrap();
     assert_no_leak(&t, &[]);
-    let mut t = t;
+    let t = t;
     for k in 0..300 {
         t.insert(k, k).unwrap();
     }
@@ -422,7 +422,7 @@ fn generate_fixture() {
     let t = {
         let a = create_alloc(&dir, &fixture_opts());
         let slot = a.root_location();
-        let mut t = FPTree::create_with(a, slot, popts(4)).unwrap();
+        let t = FPTree::create_with(a, slot, popts(4)).unwrap();
         let mut keys: Vec<u64> = (0..300u64).map(|i| i * 7).collect();
         shuffle(&mut SplitMix64::new(1), &mut keys);
         for &k in &keys {
@@ -487,9 +487,8 @@ fn measure() {
         let dir = TestDir::new("fptree-persistent-measure");
         let a = create_alloc(&dir, &o);
         let slot = a.root_location();
-        let mut t =
-            FPTree::create_with(a, slot, TreeOptions { index: placement, index_fanout: 32 })
-                .unwrap();
+        let t = FPTree::create_with(a, slot, TreeOptions { index: placement, index_fanout: 32 })
+            .unwrap();
         let mut r = SplitMix64::new(7);
         let keys: Vec<u64> = (0..n).map(|_| r.next_u64()).collect();
         let t0 = std::time::Instant::now();

@@ -185,7 +185,7 @@ fn every_leaf_boundary_of_the_persistent_variant_is_crossed() {
 
 fn edges(o: TreeOptions, name: &str) {
     let dir = TestDir::new(name);
-    let mut t = fixed_tree_with(&dir, o);
+    let t = fixed_tree_with(&dir, o);
     let mut m = BTreeMap::new();
     // Even keys 0..2000 in order: many leaves; every odd probe falls between two keys.
     for k in (0..2000u64).step_by(2) {
@@ -227,7 +227,7 @@ fn edges(o: TreeOptions, name: &str) {
 #[test]
 fn empty_trees_inverted_ranges_zero_limits_and_early_stops() {
     let dir = TestDir::new("fptree-scan-empty");
-    let mut t = fixed_tree(&dir);
+    let t = fixed_tree(&dir);
     let calls = |t: &FPTree, b: (Bound<u64>, Bound<u64>), d, limit| {
         t.scan(b, d, limit, |_, _| panic!("no key expected")).unwrap()
     };
@@ -336,7 +336,7 @@ fn reopen_finds_leaf_ranges_of_keys_whose_prefixes_tie() {
     println!("seed {seed:#x}");
     let mut r = SplitMix64::new(seed);
     let dir = TestDir::new("fptree-scan-ties");
-    let mut t = var_tree(&dir);
+    let t = var_tree(&dir);
     let mut m: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
     for i in 0..3000u64 {
         let mut k = b"stem-stem-".to_vec();

@@ -219,7 +219,7 @@ proptest! {
 #[test]
 fn key_lengths_at_the_limits() {
     let dir = TestDir::new("fptree-var-limits");
-    let mut t = new_tree(&dir);
+    let t = new_tree(&dir);
     let mut model = Model::new();
     for (i, len) in [0usize, 1, 23, 24, MAX_KEY_LEN].into_iter().enumerate() {
         let k = vec![0xA5; len];
@@ -249,7 +249,7 @@ fn key_lengths_at_the_limits() {
 #[test]
 fn exact_flush_and_fence_counts() {
     let dir = TestDir::new("fptree-var-counts");
-    let mut t = new_tree(&dir);
+    let t = new_tree(&dir);
     for k in 0..10u8 {
         t.insert(&[k; 3], u64::from(k)).unwrap();
     }
@@ -370,7 +370,7 @@ fn slot_words(set: &PoolSet, leaf: u64, slot: usize) -> [u64; 4] {
 #[test]
 fn interrupted_key_block_work_is_finished_at_open() {
     let dir = TestDir::new("fptree-var-leftovers");
-    let mut t = new_tree(&dir);
+    let t = new_tree(&dir);
     let mut model = Model::new();
     let kept = vec![b'k'; 200];
     let lost = vec![b'l'; 300];
@@ -421,7 +421,7 @@ fn a_full_pool_refuses_long_keys_and_the_tree_stays_usable() {
     let seg = 6 * 64 * 1024 + 4096;
     let o = Options::default().layout("fptree-var-test").segment_size(seg).max_pool_size(2 * seg);
     let dir = TestDir::new("fptree-var-full");
-    let mut t = new_tree_with(&dir, &o);
+    let t = new_tree_with(&dir, &o);
     let mut model = Model::new();
     let mut i = 0u64;
     let key = |i: u64| {
@@ -484,8 +484,8 @@ fn the_other_key_kind_is_refused() {
     a.pool().persist_pptr_null(g).unwrap();
     a.pool().persist_pptr_null(g + 16).unwrap();
     let (s0, s1) = (tab, PPtr::new(tab.segment, tab.offset + 16));
-    let mut v = FPTreeVar::create(a.clone(), s0).unwrap();
-    let mut f = FPTree::create(a.clone(), s1).unwrap();
+    let v = FPTreeVar::create(a.clone(), s0).unwrap();
+    let f = FPTree::create(a.clone(), s1).unwrap();
     for i in 0..100u64 {
         v.insert(format!("key-{i:040}").as_bytes(), i).unwrap();
         f.insert(i, i).unwrap();
@@ -540,7 +540,7 @@ fn damaged_slots_are_typed_errors() {
     ];
     for (what, damage) in damages {
         let dir = TestDir::new("fptree-var-damage");
-        let mut t = new_tree(&dir);
+        let t = new_tree(&dir);
         // Slots 0..2 inline, 3 a key block; the rest free.
         for k in [&b"a"[..], b"bb", b"ccc", &[b'd'; 90]] {
             t.insert(k, 1).unwrap();
@@ -618,7 +618,7 @@ fn generate_fptree_bytekeys_fixture() {
     let t = {
         let a = create_alloc(&dir, &fixture_opts());
         let slot = a.root_location();
-        let mut t = FPTreeVar::create(a, slot).unwrap();
+        let t = FPTreeVar::create(a, slot).unwrap();
         let mut order: Vec<u64> = (0..120).collect();
         shuffle(&mut SplitMix64::new(1), &mut order);
         for &i in &order {

@@ -18,11 +18,17 @@ pub const BUDGET: u64 = 40_000;
 /// asserts that the unmutated run is a complete smoke run (its image floor reached, not
 /// stopped).
 pub fn mutate(name: &str, dir: &str) -> MutationReport {
+    mutate_within(name, dir, BUDGET)
+}
+
+/// [`mutate`] with another image budget (for targets whose images cost more, e.g. the
+/// threaded one).
+pub fn mutate_within(name: &str, dir: &str, budget: u64) -> MutationReport {
     let dir = TestDir::new(dir);
     let t = find(name).expect("registered");
     let cfg = Config {
         out_dir: dir.path().to_path_buf(),
-        budget: Some(BUDGET),
+        budget: Some(budget),
         time: None,
         ..Config::default()
     };

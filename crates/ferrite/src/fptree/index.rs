@@ -26,14 +26,29 @@
 //! `docs/design/persistence.md`.
 //!
 //! # Concurrency
-//! Single writer, as the tree: modifications take `&mut self`.
+//! Every method takes `&self`; the tree serializes index *changes* (splits and leaf
+//! deletions) under its structure-modification lock, so each placement sees one changer at a
+//! time, and lookups run beside it:
+//! - DRAM: [`OlcIndex`] is concurrent by itself (optimistic lock coupling); a lookup's
+//!   [`IndexPin`] is the OLC pin of the nodes its answer rests on.
+//! - Persistent: [`PersistentIndex`] was written for one thread, so it sits behind a
+//!   `RwLock` (readers share it for one descent; a change takes it exclusively) and a DRAM
+//!   version `ver` that every change moves to odd before and to even after it. A lookup's pin
+//!   is the (even) version read under the read lock; it is still valid while `ver` holds that
+//!   value. Coarse (any split anywhere fails every older pin), but pins are only rechecked
+//!   after a leaf lock or a leaf read, so a stale pin costs one retry.
+//! - Head re-key (DRAM, I2): the lowest bound is first pointed at the new head (an in-place
+//!   value replacement), then the new head's own bound is removed; between the two steps
+//!   both entries name the new head, so no lookup ever finds no leaf.
 
 use std::borrow::Borrow;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use ferrite_pmem::{PPtr, PoolSet};
 
 use super::key::KeyKind;
-use super::olc::{IndexKey, OlcIndex};
+use super::olc::{IndexKey, OlcIndex, Pin};
 use super::persistent::{PN_DEFAULT_FANOUT, PersistentIndex};
 use crate::storage::{StorageError, StorageResult};
 
@@ -83,14 +98,49 @@ impl TreeOptions {
 /// The inner index of a tree (see the module docs).
 pub(super) enum Index<K: KeyKind> {
     Dram(Box<OlcIndex<K>>),
-    Persistent(PersistentIndex),
+    Persistent(Box<Shared>),
+}
+
+/// The persistent index shared by the tree's threads (module docs, "Concurrency").
+pub(super) struct Shared {
+    ix: RwLock<PersistentIndex>,
+    /// Even while no change runs; +1 before and +1 after every change.
+    ver: AtomicU64,
+}
+
+impl Shared {
+    /// The index for a lookup (shared with other lookups; waits for a change to end).
+    pub(super) fn read(&self) -> RwLockReadGuard<'_, PersistentIndex> {
+        // A panic while holding the lock leaves the PM index as its own persist order left
+        // it (every change is crash-consistent), so the guard is used as it is.
+        self.ix.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs one change of the index exclusively, with `ver` odd while it runs.
+    fn change<T>(&self, f: impl FnOnce(&mut PersistentIndex) -> T) -> T {
+        let mut g: RwLockWriteGuard<'_, PersistentIndex> =
+            self.ix.write().unwrap_or_else(|e| e.into_inner());
+        self.ver.fetch_add(1, Ordering::AcqRel);
+        let r = f(&mut g);
+        self.ver.fetch_add(1, Ordering::Release);
+        r
+    }
+}
+
+/// What a lookup's answer rests on ([`Index::lookup_pinned`], [`Index::still_valid`]).
+#[derive(Clone, Debug)]
+pub(super) enum IndexPin {
+    /// The OLC index's node versions.
+    Olc(Pin),
+    /// The persistent index's change version.
+    Ver(u64),
 }
 
 impl<K: KeyKind> std::fmt::Debug for Index<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Index::Dram(_) => f.write_str("Index::Dram(OlcIndex)"),
-            Index::Persistent(ix) => f.debug_tuple("Index::Persistent").field(ix).finish(),
+            Index::Persistent(s) => f.debug_tuple("Index::Persistent").field(&*s.read()).finish(),
         }
     }
 }
@@ -123,6 +173,61 @@ fn resolve<K: KeyKind>(set: &PoolSet, p: PPtr) -> StorageResult<u64> {
 }
 
 impl<K: IndexKey> Index<K> {
+    /// The persistent placement over `ix`.
+    pub(super) fn persistent(ix: PersistentIndex) -> Self {
+        Index::Persistent(Box::new(Shared { ix: RwLock::new(ix), ver: AtomicU64::new(0) }))
+    }
+
+    /// The leaf (global offset) routing `key`, with the pin of what the answer rests on.
+    /// DRAM: `None` from the OLC index (an empty index) is damage, as in [`Index::route`].
+    #[inline]
+    pub(super) fn lookup_pinned(
+        &self,
+        set: &PoolSet,
+        key: &K::Key,
+    ) -> StorageResult<(u64, IndexPin)> {
+        match self {
+            Index::Dram(m) => m
+                .lookup_pinned(key)
+                .map(|(g, p)| (g, IndexPin::Olc(p)))
+                .ok_or_else(|| lost("the index has no leaf with the lowest bound")),
+            Index::Persistent(s) => {
+                let ix = s.read();
+                // Even: no change runs while the read lock is held.
+                let v = s.ver.load(Ordering::Acquire);
+                let g = Self::persistent_route(set, &ix, key)?.1;
+                Ok((g, IndexPin::Ver(v)))
+            }
+        }
+    }
+
+    /// Whether the answer pinned by `pin` still holds (the key still routes to the leaf).
+    #[inline]
+    pub(super) fn still_valid(&self, pin: &IndexPin) -> bool {
+        match (self, pin) {
+            (Index::Dram(m), IndexPin::Olc(p)) => m.still_valid(p),
+            (Index::Persistent(s), IndexPin::Ver(v)) => {
+                std::sync::atomic::fence(Ordering::Acquire);
+                s.ver.load(Ordering::Relaxed) == *v
+            }
+            _ => false,
+        }
+    }
+
+    fn persistent_route(
+        set: &PoolSet,
+        ix: &PersistentIndex,
+        key: &K::Key,
+    ) -> StorageResult<(K::Owned, u64)> {
+        let k = K::index_bound(key).ok_or_else(no_bound::<K>)?;
+        let (b, p) = match ix.lookup_with_bound(k)? {
+            Some(hit) => hit,
+            None => ix.first()?.ok_or_else(|| lost("the persistent index is empty"))?,
+        };
+        let b = K::from_index_bound(b).ok_or_else(no_bound::<K>)?;
+        Ok((b, resolve::<K>(set, p)?))
+    }
+
     pub(super) fn placement(&self) -> IndexPlacement {
         match self {
             Index::Dram(_) => IndexPlacement::Dram,
@@ -141,15 +246,7 @@ impl<K: IndexKey> Index<K> {
             Index::Dram(m) => m
                 .lookup_with_bound(key)
                 .ok_or_else(|| lost("the index has no leaf with the lowest bound")),
-            Index::Persistent(ix) => {
-                let k = K::index_bound(key).ok_or_else(no_bound::<K>)?;
-                let (b, p) = match ix.lookup_with_bound(k)? {
-                    Some(hit) => hit,
-                    None => ix.first()?.ok_or_else(|| lost("the persistent index is empty"))?,
-                };
-                let b = K::from_index_bound(b).ok_or_else(no_bound::<K>)?;
-                Ok((b, resolve::<K>(set, p)?))
-            }
+            Index::Persistent(s) => Self::persistent_route(set, &s.read(), key),
         }
     }
 
@@ -168,27 +265,18 @@ impl<K: IndexKey> Index<K> {
     pub(super) fn prev(&self, set: &PoolSet, bound: &K::Key) -> StorageResult<Option<u64>> {
         match self {
             Index::Dram(m) => Ok(m.predecessor(bound).map(|(_, g)| g)),
-            Index::Persistent(ix) => {
+            Index::Persistent(s) => {
                 let k = K::index_bound(bound).ok_or_else(no_bound::<K>)?;
-                ix.predecessor(k)?.map(|(_, p)| resolve::<K>(set, p)).transpose()
+                s.read().predecessor(k)?.map(|(_, p)| resolve::<K>(set, p)).transpose()
             }
         }
-    }
-
-    /// The entry with the smallest bound: (bound, leaf global offset).
-    pub(super) fn first_entry(&self, set: &PoolSet) -> StorageResult<(K::Owned, u64)> {
-        let hit = match self {
-            Index::Dram(m) => return m.first().ok_or_else(empty),
-            Index::Persistent(ix) => ix.first()?,
-        };
-        Self::persistent_hit(set, hit)?.ok_or_else(empty)
     }
 
     /// The entry with the greatest bound: (bound, leaf global offset).
     pub(super) fn last_entry(&self, set: &PoolSet) -> StorageResult<(K::Owned, u64)> {
         let hit = match self {
             Index::Dram(m) => return m.last().ok_or_else(empty),
-            Index::Persistent(ix) => ix.last()?,
+            Index::Persistent(s) => s.read().last()?,
         };
         Self::persistent_hit(set, hit)?.ok_or_else(empty)
     }
@@ -201,9 +289,9 @@ impl<K: IndexKey> Index<K> {
     ) -> StorageResult<Option<(K::Owned, u64)>> {
         match self {
             Index::Dram(m) => Ok(m.successor(bound)),
-            Index::Persistent(ix) => {
+            Index::Persistent(s) => {
                 let k = K::index_bound(bound).ok_or_else(no_bound::<K>)?;
-                Self::persistent_hit(set, ix.successor(k)?)
+                Self::persistent_hit(set, s.read().successor(k)?)
             }
         }
     }
@@ -216,9 +304,9 @@ impl<K: IndexKey> Index<K> {
     ) -> StorageResult<Option<(K::Owned, u64)>> {
         match self {
             Index::Dram(m) => Ok(m.predecessor(bound)),
-            Index::Persistent(ix) => {
+            Index::Persistent(s) => {
                 let k = K::index_bound(bound).ok_or_else(no_bound::<K>)?;
-                Self::persistent_hit(set, ix.predecessor(k)?)
+                Self::persistent_hit(set, s.read().predecessor(k)?)
             }
         }
     }
@@ -240,17 +328,18 @@ impl<K: IndexKey> Index<K> {
     pub(super) fn leaves(&self) -> u64 {
         match self {
             Index::Dram(m) => m.len() as u64,
-            Index::Persistent(ix) => ix.len().unwrap_or(0),
+            Index::Persistent(s) => s.read().len().unwrap_or(0),
         }
     }
 
     /// Makes room for `bound` before a leaf split (persistent: [`PersistentIndex::prepare_insert`],
     /// so that the insert after the durable split cannot fail for want of space).
-    pub(super) fn prepare(&mut self, bound: &K::Key) -> StorageResult<()> {
+    pub(super) fn prepare(&self, bound: &K::Key) -> StorageResult<()> {
         match self {
             Index::Dram(_) => Ok(()),
-            Index::Persistent(ix) => {
-                ix.prepare_insert(K::index_bound(bound).ok_or_else(no_bound::<K>)?)
+            Index::Persistent(s) => {
+                let k = K::index_bound(bound).ok_or_else(no_bound::<K>)?;
+                s.change(|ix| ix.prepare_insert(k))
             }
         }
     }
@@ -258,15 +347,15 @@ impl<K: IndexKey> Index<K> {
     /// Adds the entry of a new leaf (idempotent for the persistent index: split recovery calls
     /// it again). A `PoolFull` here means `prepare` was skipped: reported as corruption, so
     /// the tree poisons its handle (the split is durable; reopening finishes the insert).
-    pub(super) fn insert(&mut self, bound: K::Owned, leaf_g: u64, leaf: PPtr) -> StorageResult<()> {
+    pub(super) fn insert(&self, bound: K::Owned, leaf_g: u64, leaf: PPtr) -> StorageResult<()> {
         match self {
             Index::Dram(m) => {
                 m.insert(bound.borrow(), leaf_g)?;
                 Ok(())
             }
-            Index::Persistent(ix) => {
+            Index::Persistent(s) => {
                 let k = K::index_bound(bound.borrow()).ok_or_else(no_bound::<K>)?;
-                match ix.insert(k, leaf) {
+                match s.change(|ix| ix.insert(k, leaf)) {
                     Ok(_) => Ok(()),
                     Err(StorageError::PoolFull { .. }) => {
                         Err(lost("the index insert of a durable split found no space"))
@@ -279,25 +368,32 @@ impl<K: IndexKey> Index<K> {
 
     /// Removes the entry `bound` of a deleted leaf (absent: nothing). DRAM: the head's bound
     /// moves to the next leaf (I2); persistent: it does not.
-    pub(super) fn remove(&mut self, bound: &K::Key) -> StorageResult<()> {
+    pub(super) fn remove(&self, bound: &K::Key) -> StorageResult<()> {
         match self {
             Index::Dram(m) => {
-                m.remove(bound);
                 let lowest = K::lowest();
-                if bound == lowest.borrow()
-                    && let Some((b, l)) = m.first()
-                {
-                    // The next leaf became the head: its bound becomes the lowest (I2).
-                    // Two index steps: readers in between find no leaf for keys below `b`
-                    // (single writer today; the concurrent tree re-keys under its SMO lock
-                    // and readers retry on an empty route).
-                    m.remove(b.borrow());
-                    m.insert(lowest.borrow(), l)?;
+                if bound == lowest.borrow() {
+                    // The head leaf goes: the next leaf becomes the head and its bound the
+                    // lowest (I2). The lowest entry is pointed at it first (one in-place
+                    // replacement), then its own entry is removed: no lookup in between
+                    // finds no leaf (module docs).
+                    match m.successor(bound) {
+                        Some((b, l)) => {
+                            m.insert(lowest.borrow(), l)?;
+                            m.remove(b.borrow());
+                        }
+                        None => {
+                            m.remove(bound);
+                        }
+                    }
+                } else {
+                    m.remove(bound);
                 }
                 Ok(())
             }
-            Index::Persistent(ix) => {
-                ix.remove(K::index_bound(bound).ok_or_else(no_bound::<K>)?)?;
+            Index::Persistent(s) => {
+                let k = K::index_bound(bound).ok_or_else(no_bound::<K>)?;
+                s.change(|ix| ix.remove(k))?;
                 Ok(())
             }
         }
@@ -315,7 +411,8 @@ impl<K: IndexKey> Index<K> {
                 }
                 Ok(out)
             }
-            Index::Persistent(ix) => ix
+            Index::Persistent(s) => s
+                .read()
                 .entries_in_order()?
                 .into_iter()
                 .map(|(b, p)| {
@@ -329,7 +426,7 @@ impl<K: IndexKey> Index<K> {
     pub(super) fn blocks(&self) -> StorageResult<Vec<PPtr>> {
         match self {
             Index::Dram(_) => Ok(Vec::new()),
-            Index::Persistent(ix) => ix.blocks(),
+            Index::Persistent(s) => s.read().blocks(),
         }
     }
 
@@ -337,7 +434,7 @@ impl<K: IndexKey> Index<K> {
     pub(super) fn check(&self) -> StorageResult<()> {
         match self {
             Index::Dram(_) => Ok(()),
-            Index::Persistent(ix) => ix.check().map(drop),
+            Index::Persistent(s) => s.read().check().map(drop),
         }
     }
 }

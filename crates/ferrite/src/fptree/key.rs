@@ -15,7 +15,7 @@
 //!
 //! # Ordering and concurrency
 //! The key-level functions are pure functions on DRAM values. The hidden leaf operations of
-//! [`KeyKind`] are the tree's per-kind steps (single-threaded, as the tree): they delegate to
+//! [`KeyKind`] are the tree's per-kind steps (run under the leaf's lock, or as validated reads): they delegate to
 //! the fixed-key methods in `mod.rs` and to the byte-key functions in `var.rs`, which state
 //! their persist order.
 

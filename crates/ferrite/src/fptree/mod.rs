@@ -1,4 +1,4 @@
-//! FPTree, single-threaded: a hybrid PM/DRAM B+-tree whose leaves live in persistent memory
+//! FPTree, concurrent (`Sync`, `&self` operations): a hybrid PM/DRAM B+-tree whose leaves live in persistent memory
 //! and whose inner nodes live in DRAM and are rebuilt from the leaf list at open (seed 001
 //! ch. 4, §4.2–4.4; spec `../shared/specs/fptree.md` §3, §5.1–5.11, §6, §9). Layout, pointer
 //! form and persist order: `docs/design/fptree.md`.
@@ -63,8 +63,20 @@
 //! bounded; a damaged tree is [`StorageError::Corrupted`] in every build profile.
 //!
 //! # Concurrency
-//! Single-threaded: every mutating method takes `&mut self`. The allocator may be shared with
-//! other structures (other trees) used by other threads.
+//! Every operation takes `&self`; the tree is `Sync` (`docs/design/fptree.md`, "The
+//! concurrent tree"). Writers lock the leaf (its `L_LOCK` word, a version lock tagged with this
+//! open's epoch, VL5 of `vlock.rs`): pinned index lookup, `try_lock`, pin still valid (else
+//! release and retry: no writer waits while holding a leaf lock), the change in the leaf's
+//! persist order, unlock (after the persists: validated readers never see an unpersisted
+//! change, conventions §2.6). Splits and leaf deletions also take the SMO mutex (the root has
+//! one split and one delete log) after the leaf's lock; a deletion `try_lock`s the
+//! predecessor. The new leaf of a split is born unlocked (DEFECT-2) and held locked by the
+//! splitter until the split log is disarmed. Readers take no lock: pinned lookup, leaf
+//! snapshot, copy, validation, pin check (conventions §2 rule 4). P-FPT-30: the epoch is
+//! advanced durably at every open, so no lock word of an earlier process reads locked.
+//! The allocator may be shared with other structures used by other threads.
+//! `PAllocator::defragment` and `release_free_segments` (which unmap) must not run while a
+//! tree operation is in flight.
 
 mod index;
 mod key;
@@ -80,15 +92,15 @@ pub mod vlock;
 use std::borrow::Borrow;
 use std::ops::Bound::{self, Included, Unbounded};
 use std::ops::RangeBounds;
-use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use ferrite_pmem::{PPtr, PoolSet};
 
 use self::index::Index;
 use self::olc::{IndexKey, OlcIndex};
 use self::persistent::PersistentIndex;
+use self::vlock::{EpochWord, Locked, PmWord, TryLock, VersionLock};
 use crate::alloc::PAllocator;
 use crate::storage::{StorageError, StorageResult};
 
@@ -296,7 +308,7 @@ pub struct CheckReport {
     pub keys: u64,
 }
 
-/// A single-threaded FPTree over keys of kind `K` (see the module docs): [`FPTree`] for `u64`
+/// A concurrent FPTree over keys of kind `K` (see the module docs): [`FPTree`] for `u64`
 /// keys, [`FPTreeVar`] for byte keys. Each kind has thin methods with its natural argument
 /// types (`insert(u64, u64)`, `insert(&[u8], u64)`, ...) over one generic body.
 #[derive(Debug)]
@@ -316,14 +328,46 @@ pub struct Tree<K: KeyKind> {
     /// Number of keys; [`LEN_UNKNOWN`] until counted (a persistent-index tree opens without
     /// walking its leaves and counts them at the first `len()`).
     len: AtomicU64,
-    /// Set when a modification failed half-way: every later call returns `Poisoned`.
-    poisoned: bool,
+    /// Set once the key count is known (at open for the DRAM placement; for the persistent
+    /// one by the first `len()` or modification, before any modification runs).
+    counted: OnceLock<()>,
+    /// Set when a modification failed half-way (in any thread): every later call returns
+    /// `Poisoned`.
+    poisoned: AtomicBool,
+    /// The structure-modification lock: held by splits and leaf deletions (the root has one
+    /// split log and one delete log), taken while holding the leaf's lock.
+    smo: Mutex<()>,
     /// This open's lock-word epoch (VL5 of `vlock.rs`, rule P-FPT-30); 0 until [`Tree::start`].
     epoch: u64,
 }
 
 /// `Tree::len` not counted yet.
 const LEN_UNKNOWN: u64 = u64::MAX;
+
+/// What one attempt of a modification under a leaf lock did.
+enum Step<T> {
+    /// Changed the leaf: unlock with a new version; the operation's result.
+    Done(T),
+    /// Changed nothing: unlock unchanged; the operation's result.
+    Unchanged(T),
+    /// Split the leaf: unlock it (changed) and run the operation again.
+    Split,
+    /// Lost a race for a neighbour: unlock unchanged, pause, run again.
+    Retry,
+    /// Deleted the leaf, which the step already unlocked (obsolete) and freed.
+    Deleted(T),
+}
+
+/// One round of a retry loop: a spin hint, then yielding (as the version lock's waits).
+#[inline]
+fn pause(round: &mut u32) {
+    if *round < 64 {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+    *round = round.saturating_add(1);
+}
 
 /// The FPTree with fixed 8-byte keys (v1 leaves).
 pub type FPTree = Tree<U64Key>;
@@ -452,7 +496,7 @@ impl<K: IndexKey> Tree<K> {
                     // Open order: allocator (done) → the index's logs → the tree's logs,
                     // which may insert or remove index entries (idempotently).
                     let ix = PersistentIndex::open(t.alloc.clone(), field(root, R_INDEX))?;
-                    t.index = Index::Persistent(ix);
+                    t.index = Index::persistent(ix);
                 }
                 t.recover_split()?;
                 t.recover_delete()?;
@@ -519,7 +563,9 @@ impl<K: IndexKey> Tree<K> {
             rg,
             index: Index::Dram(Box::default()),
             len: AtomicU64::new(0),
-            poisoned: false,
+            counted: OnceLock::new(),
+            poisoned: AtomicBool::new(false),
+            smo: Mutex::new(()),
             epoch: 0,
         })
     }
@@ -608,7 +654,7 @@ impl<K: IndexKey> Tree<K> {
                 }
             };
             ix.insert(0, head)?; // idempotent: a resumed creation may have done it (P-FPT-29)
-            self.index = Index::Persistent(ix);
+            self.index = Index::persistent(ix);
         }
         set.store_u64(r, ROOT_MAGIC, Ordering::Release)?;
         Ok(set.persist_rule("P-FPT-13", r, 8)?) // ORDER(P-FPT-13): the magic commits creation
@@ -712,8 +758,8 @@ impl<K: IndexKey> Tree<K> {
         }
     }
 
-    /// Rebuilds the DRAM index from the leaf list (Algorithm 4.13), resetting every lock word,
-    /// finishing interrupted key-block work (byte keys: the leak rule), checking pointers,
+    /// Rebuilds the DRAM index from the leaf list (Algorithm 4.13; lock words are not reset:
+    /// the epoch of P-FPT-30 makes every earlier word read unlocked), finishing interrupted key-block work (byte keys: the leak rule), checking pointers,
     /// bitmaps, order and cycles.
     ///
     /// A tree with a persistent index rebuilds nothing (its index is in PM) and walks no leaf:
@@ -776,6 +822,7 @@ impl<K: IndexKey> Tree<K> {
         // Sorted and distinct (each bound is above the previous leaf's keys): a bulk build.
         self.index = Index::Dram(Box::new(OlcIndex::bulk_load(bounds)?));
         self.len.store(len, Ordering::Relaxed);
+        let _ = self.counted.set(());
         Ok(())
     }
 
@@ -806,12 +853,55 @@ impl<K: IndexKey> Tree<K> {
         Ok(n)
     }
 
-    /// Adjusts a known key count (an unknown one stays unknown).
-    /// A plain store through `&mut self` (no atomic read-modify-write on the insert path).
-    fn add_len(&mut self, d: i64) {
-        let n = self.len.get_mut();
-        if *n != LEN_UNKNOWN {
-            *n = n.wrapping_add_signed(d);
+    /// Adjusts the key count (an unknown one, from a damaged list, stays unknown).
+    fn add_len(&self, d: i64) {
+        let _ = self.len.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+            (n != LEN_UNKNOWN).then(|| n.wrapping_add_signed(d))
+        });
+    }
+
+    /// Makes sure the key count is known before the first modification: the persistent
+    /// placement opens without walking its leaves, so the first `len()` or modification
+    /// counts them, while every other modifier waits in `get_or_init` (none has changed a
+    /// leaf yet, so the count is exact). A damaged list leaves it unknown.
+    #[inline]
+    fn ensure_counted(&self) {
+        self.counted.get_or_init(|| {
+            let n = self.count_keys().unwrap_or(LEN_UNKNOWN);
+            self.len.store(n, Ordering::Relaxed);
+        });
+    }
+
+    fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::Relaxed)
+    }
+
+    /// The lock word of the leaf at `g`, seen in this open's epoch (VL5).
+    #[inline]
+    fn leaf_word(&self, g: u64) -> StorageResult<EpochWord<PmWord<'_>>> {
+        EpochWord::new(PmWord::new(&self.set, g + L_LOCK), self.epoch)
+    }
+
+    /// The SMO lock (a panic while holding it leaves PM as the logs describe: used as is).
+    fn smo(&self) -> MutexGuard<'_, ()> {
+        self.smo.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Locks the leaf that routes `key` (the leaf-lock protocol: pinned lookup, lock, pin
+    /// still valid). Never waits while holding a lock: a busy leaf or a failed pin releases
+    /// and retries from the lookup.
+    fn lock_leaf(&self, key: &K::Key) -> StorageResult<(u64, Locked)> {
+        let mut round = 0u32;
+        loop {
+            let (g, pin) = self.index.lookup_pinned(&self.set, key)?;
+            let w = self.leaf_word(g)?;
+            if let TryLock::Acquired(l) = w.try_lock()? {
+                if self.index.still_valid(&pin) {
+                    return Ok((g, l));
+                }
+                w.unlock_unchanged(l)?;
+            }
+            pause(&mut round);
         }
     }
 
@@ -828,15 +918,29 @@ impl<K: IndexKey> Tree<K> {
         self.index.route_bound(&self.set, key)
     }
 
+    /// A lock-free read (the seqlock recipe over the leaf's lock word): pinned lookup, leaf
+    /// snapshot, the search on relaxed loads, leaf validation, pin still valid. Anything read
+    /// before the validation is garbage: an error from it is a retry, not an answer; the
+    /// second pin check rejects a leaf deleted and reused between snapshot and validation.
     fn get_k(&self, key: &K::Key) -> StorageResult<Option<u64>> {
-        if self.poisoned {
+        if self.is_poisoned() {
             return Err(StorageError::Poisoned);
         }
         K::validate(key)?;
-        let leaf = self.route(key)?;
-        match K::find(self, leaf, key)? {
-            Some(slot) => Ok(Some(K::value(self, leaf, slot)?)),
-            None => Ok(None),
+        let mut round = 0u32;
+        loop {
+            let (leaf, pin) = self.index.lookup_pinned(&self.set, key)?;
+            let w = self.leaf_word(leaf)?;
+            if let Some(v) = w.read_begin()? {
+                let r = match K::find(self, leaf, key) {
+                    Ok(Some(slot)) => K::value(self, leaf, slot).map(Some),
+                    other => other.map(|_| None),
+                };
+                if w.validate(v)? && self.index.still_valid(&pin) {
+                    return r;
+                }
+            }
+            pause(&mut round);
         }
     }
 
@@ -844,16 +948,10 @@ impl<K: IndexKey> Tree<K> {
     /// open (a walk of the leaf list's bitmaps: open itself walks nothing); a damaged list
     /// counts as 0 (and [`Tree::check`] reports it).
     pub fn len(&self) -> u64 {
-        let n = self.len.load(Ordering::Relaxed);
-        if n != LEN_UNKNOWN {
-            return n;
-        }
-        match self.count_keys() {
-            Ok(n) => {
-                self.len.store(n, Ordering::Relaxed);
-                n
-            }
-            Err(_) => 0,
+        self.ensure_counted();
+        match self.len.load(Ordering::Relaxed) {
+            LEN_UNKNOWN => 0,
+            n => n,
         }
     }
 
@@ -919,7 +1017,7 @@ impl<K: IndexKey> Tree<K> {
     }
 
     fn needs_split_k(&self, key: &K::Key) -> StorageResult<bool> {
-        if self.poisoned {
+        if self.is_poisoned() {
             return Err(StorageError::Poisoned);
         }
         let leaf = self.route(key)?;
@@ -936,98 +1034,167 @@ impl<K: IndexKey> Tree<K> {
         Ok(set.persist_rule(rule, leaf + L_BITMAP, 8)?) // ORDER(P-FPT-2/9): the single commit store
     }
 
-    /// The leaf a key goes to after a possible split of its full leaf: returns (target leaf,
-    /// its bitmap).
-    fn make_room(&mut self, leaf: u64, key: &K::Key) -> StorageResult<(u64, u64)> {
-        let bitmap = self.set().load_u64(leaf + L_BITMAP, Ordering::Acquire)?;
-        if bitmap & FULL != FULL {
-            return Ok((leaf, bitmap));
-        }
-        let (bound, new) = self.split(self.leaf_at(leaf)?)?;
-        // Every key at or above the new bound belongs to the new (right) leaf (the split
-        // entered the bound into the index before disarming its log).
-        let target = if key >= bound.borrow() { new.g } else { leaf };
-        Ok((target, self.set().load_u64(target + L_BITMAP, Ordering::Acquire)?))
-    }
-
-    /// Runs a modification; a failure other than a clean `PoolFull` poisons the handle
-    /// (conventions §4: after a failed persist or a broken invariant mid-operation, every call
-    /// returns `Poisoned` until the tree is reopened, which runs recovery).
-    fn guarded<T>(&mut self, f: impl FnOnce(&mut Self) -> StorageResult<T>) -> StorageResult<T> {
-        if self.poisoned {
-            return Err(StorageError::Poisoned);
-        }
-        let r = f(self);
+    /// Runs a modification on the locked leaf `leaf` and releases it: with a new version if
+    /// `f` changed it, unchanged otherwise. A failure other than a clean `PoolFull` poisons
+    /// the handle (conventions §4: after a failed persist or a broken invariant
+    /// mid-operation, every call returns `Poisoned` until the tree is reopened, which runs
+    /// recovery); the leaf is then released with a new version (readers retry and see the
+    /// poisoned handle on their next call).
+    fn locked_step<T>(
+        &self,
+        leaf: u64,
+        l: Locked,
+        f: impl FnOnce(&Self, &mut Option<Locked>) -> StorageResult<Step<T>>,
+    ) -> StorageResult<Step<T>> {
+        let w = self.leaf_word(leaf)?;
+        let mut held = Some(l);
+        let r = f(self, &mut held);
         if let Err(e) = &r
             && !matches!(e, StorageError::PoolFull { .. })
         {
-            self.poisoned = true;
+            self.poisoned.store(true, Ordering::Relaxed);
+        }
+        // `None`: the step released the lock itself (a deleted leaf, unlocked obsolete).
+        if let Some(l) = held {
+            match &r {
+                Ok(Step::Unchanged(_) | Step::Retry) => w.unlock_unchanged(l)?,
+                _ => {
+                    w.unlock(l)?;
+                }
+            }
         }
         r
     }
 
-    fn insert_k(&mut self, key: &K::Key, value: u64) -> StorageResult<bool> {
-        if self.poisoned {
+    /// Runs `op` on the locked leaf of `key` until it finishes (a split or a lost race for a
+    /// neighbour releases the leaf and starts over from the lookup).
+    fn modify<T>(
+        &self,
+        key: &K::Key,
+        op: impl Fn(&Self, u64, &mut Option<Locked>) -> StorageResult<Step<T>>,
+    ) -> StorageResult<T> {
+        if self.is_poisoned() {
             return Err(StorageError::Poisoned);
         }
         K::validate(key)?; // before anything is written (K4); not a reason to poison
-        self.guarded(|t| {
-            let leaf = t.route(key)?;
-            if K::find(t, leaf, key)?.is_some() {
-                return Ok(false);
+        self.ensure_counted();
+        let mut round = 0u32;
+        loop {
+            if self.is_poisoned() {
+                return Err(StorageError::Poisoned);
             }
-            let (target, bitmap) = t.make_room(leaf, key)?;
+            let (leaf, l) = self.lock_leaf(key)?;
+            match self.locked_step(leaf, l, |t, held| op(t, leaf, held))? {
+                Step::Done(v) | Step::Unchanged(v) | Step::Deleted(v) => return Ok(v),
+                Step::Split => round = 0,
+                Step::Retry => pause(&mut round),
+            }
+        }
+    }
+
+    /// Splits the full, locked `leaf` under the SMO lock (the new leaf is linked and in the
+    /// index when this returns; the caller unlocks `leaf` and retries).
+    fn split_locked(&self, leaf: u64) -> StorageResult<Step<bool>> {
+        let _smo = self.smo();
+        self.split(self.leaf_at(leaf)?)?;
+        Ok(Step::Split)
+    }
+
+    fn insert_k(&self, key: &K::Key, value: u64) -> StorageResult<bool> {
+        self.modify(key, |t, leaf, _| {
+            if K::find(t, leaf, key)?.is_some() {
+                return Ok(Step::Unchanged(false));
+            }
+            let bitmap = t.set().load_u64(leaf + L_BITMAP, Ordering::Acquire)?;
+            if bitmap & FULL == FULL {
+                return t.split_locked(leaf);
+            }
             let slot = (!bitmap & FULL).trailing_zeros() as usize;
-            K::write_new(t, target, slot, key, value)?;
-            t.publish_bitmap(target, bitmap | (1 << slot), "P-FPT-2")?;
+            K::write_new(t, leaf, slot, key, value)?;
+            t.publish_bitmap(leaf, bitmap | (1 << slot), "P-FPT-2")?;
             t.add_len(1);
-            Ok(true)
+            Ok(Step::Done(true))
         })
     }
 
-    fn update_k(&mut self, key: &K::Key, value: u64) -> StorageResult<bool> {
-        if self.poisoned {
-            return Err(StorageError::Poisoned);
-        }
-        K::validate(key)?;
-        self.guarded(|t| {
-            let leaf = t.route(key)?;
-            let Some(prev_slot) = K::find(t, leaf, key)? else { return Ok(false) };
-            // A split keeps slot positions (the key's slot is in the half it goes to), so
-            // prev_slot is right in the target leaf.
-            let (target, bitmap) = t.make_room(leaf, key)?;
+    fn update_k(&self, key: &K::Key, value: u64) -> StorageResult<bool> {
+        self.modify(key, |t, leaf, _| {
+            let Some(prev_slot) = K::find(t, leaf, key)? else {
+                return Ok(Step::Unchanged(false));
+            };
+            let bitmap = t.set().load_u64(leaf + L_BITMAP, Ordering::Acquire)?;
+            if bitmap & FULL == FULL {
+                // Out of place needs a free slot: split, then retry in the key's half.
+                return t.split_locked(leaf);
+            }
             let slot = (!bitmap & FULL).trailing_zeros() as usize;
-            K::write_moved(t, target, slot, prev_slot, key, value)?;
-            t.publish_bitmap(target, (bitmap & !(1 << prev_slot)) | (1 << slot), "P-FPT-2")?;
-            K::release_moved(t, target, prev_slot)?;
-            Ok(true)
+            K::write_moved(t, leaf, slot, prev_slot, key, value)?;
+            t.publish_bitmap(leaf, (bitmap & !(1 << prev_slot)) | (1 << slot), "P-FPT-2")?;
+            K::release_moved(t, leaf, prev_slot)?;
+            Ok(Step::Done(true))
         })
     }
 
-    fn delete_k(&mut self, key: &K::Key) -> StorageResult<bool> {
-        if self.poisoned {
-            return Err(StorageError::Poisoned);
-        }
-        K::validate(key)?;
-        self.guarded(|t| {
-            let leaf = t.route(key)?;
-            let Some(slot) = K::find(t, leaf, key)? else { return Ok(false) };
+    fn delete_k(&self, key: &K::Key) -> StorageResult<bool> {
+        self.modify(key, |t, leaf, held| {
+            let Some(slot) = K::find(t, leaf, key)? else { return Ok(Step::Unchanged(false)) };
             let bitmap = t.set().load_u64(leaf + L_BITMAP, Ordering::Acquire)?;
             if bitmap.count_ones() == 1 && !t.only_leaf(leaf)? {
                 // The leaf empties: unlink and free it instead (its last key goes with it).
-                let (bound, _) = t.route_bound(key)?;
-                let prev = match t.index.prev(&t.set, bound.borrow())? {
-                    Some(g) => Some(t.leaf_at(g)?),
-                    None => None,
-                };
-                t.delete_leaf(t.leaf_at(leaf)?, prev, bound.borrow())?;
-            } else {
-                t.publish_bitmap(leaf, bitmap & !(1 << slot), "P-FPT-9")?;
-                K::release_deleted(t, leaf, slot)?;
+                let smo = t.smo();
+                if !t.only_leaf(leaf)? {
+                    return match t.delete_locked_leaf(key, leaf, held)? {
+                        true => {
+                            drop(smo);
+                            t.add_len(-1);
+                            Ok(Step::Deleted(true))
+                        }
+                        false => Ok(Step::Retry),
+                    };
+                }
             }
+            t.publish_bitmap(leaf, bitmap & !(1 << slot), "P-FPT-9")?;
+            K::release_deleted(t, leaf, slot)?;
             t.add_len(-1);
-            Ok(true)
+            Ok(Step::Done(true))
         })
+    }
+
+    /// Leaf deletion under the leaf's lock and the SMO lock: the predecessor is locked with
+    /// `try_lock` (busy: `false`, the caller releases everything and retries); the leaf is
+    /// unlocked obsolete before it is freed, the predecessor after the unlink.
+    fn delete_locked_leaf(
+        &self,
+        key: &K::Key,
+        leaf: u64,
+        held: &mut Option<Locked>,
+    ) -> StorageResult<bool> {
+        // Bounds change only under the SMO lock, which is held.
+        let (bound, g) = self.route_bound(key)?;
+        if g != leaf {
+            return Err(corrupt("a locked leaf no longer routes its key", self.root));
+        }
+        let prev = match self.index.prev(&self.set, bound.borrow())? {
+            Some(g) => {
+                let w = self.leaf_word(g)?;
+                match w.try_lock()? {
+                    TryLock::Acquired(l) => Some((self.leaf_at(g)?, l)),
+                    TryLock::Busy | TryLock::Obsolete => return Ok(false),
+                }
+            }
+            None => None,
+        };
+        let leaf = self.leaf_at(leaf)?;
+        if let Some((p, _)) = &prev
+            && self.set().load_pptr(p.g + L_NEXT)? != leaf.p
+        {
+            return Err(corrupt("the index's predecessor does not link the leaf", leaf.p));
+        }
+        let r = self.delete_leaf(leaf, prev.as_ref().map(|(p, _)| *p), bound.borrow(), held);
+        if let Some((p, l)) = prev {
+            self.leaf_word(p.g)?.unlock(l)?;
+        }
+        r.map(|()| true)
     }
 
     /// Whether the leaf at `leaf` is the tree's only leaf (the head, with no next leaf).
@@ -1042,7 +1209,7 @@ impl<K: IndexKey> Tree<K> {
     // ----- split (Algorithm 4.3) -----
 
     /// Splits the full `leaf`: returns the new right leaf's bound and the new leaf.
-    fn split(&mut self, leaf: Leaf) -> StorageResult<(K::Owned, Leaf)> {
+    fn split(&self, leaf: Leaf) -> StorageResult<(K::Owned, Leaf)> {
         let set = self.alloc.pool().clone();
         if let Index::Persistent(_) = self.index {
             // The bound the split will produce (the separator of the 16th and 17th smallest
@@ -1070,12 +1237,30 @@ impl<K: IndexKey> Tree<K> {
 
     /// From the copy on: write the new leaf from `leaf` (full), then the bitmaps, link, reset.
     /// Returns the new leaf's bound.
-    fn split_from_copy(&mut self, leaf: Leaf, new: Leaf) -> StorageResult<K::Owned> {
+    ///
+    /// In a running tree (not in recovery, which runs before the epoch is set) the new leaf
+    /// is locked from the copy until the split log is disarmed: the index names it from
+    /// P-FPT-27 on, and a change to it while the log is armed would be undone by a recovery
+    /// that redoes the split from the logical split (the old leaf's bitmap is recomputed as
+    /// the complement of the new leaf's).
+    fn split_from_copy(&self, leaf: Leaf, new: Leaf) -> StorageResult<K::Owned> {
         let (left_max, right_min, right) = K::split_copy(self, leaf, new)?;
         let bound = K::separator(left_max.borrow(), right_min.borrow())
             .ok_or_else(|| corrupt("the halves of a split overlap", leaf.p))?;
-        self.split_from_bitmaps(leaf, new, right, Some(bound.clone()))?;
-        Ok(bound)
+        let held = if self.epoch != 0 {
+            // Unreachable until the index insert: the lock is free (born unlocked).
+            match self.leaf_word(new.g)?.try_lock()? {
+                TryLock::Acquired(l) => Some(l),
+                _ => return Err(corrupt("a new leaf is locked before it is linked", new.p)),
+            }
+        } else {
+            None
+        };
+        let r = self.split_from_bitmaps(leaf, new, right, Some(bound.clone()));
+        if let Some(l) = held {
+            self.leaf_word(new.g)?.unlock(l)?;
+        }
+        r.map(|()| bound)
     }
 
     /// From the logical split on: the old leaf keeps the complement, gives up its references
@@ -1086,7 +1271,7 @@ impl<K: IndexKey> Tree<K> {
     /// armed, also redoes the (idempotent) index insert. `bound` is `None` in recovery: it is
     /// recomputed from the two halves (the left's largest key, the right's smallest).
     fn split_from_bitmaps(
-        &mut self,
+        &self,
         leaf: Leaf,
         new: Leaf,
         right: u64,
@@ -1134,7 +1319,17 @@ impl<K: IndexKey> Tree<K> {
 
     /// Deletes `leaf` (whose index bound is `bound`): arm, unlink, release its key blocks,
     /// remove its index entry (P-FPT-28: after the unlink, before the free), free it.
-    fn delete_leaf(&mut self, leaf: Leaf, prev: Option<Leaf>, bound: &K::Key) -> StorageResult<()> {
+    ///
+    /// The leaf's lock (`held`) is released obsolete after the index removal and before the
+    /// free: after the free the block may belong to another owner, whose word must not be
+    /// written, and every thread that reached the leaf restarts.
+    fn delete_leaf(
+        &self,
+        leaf: Leaf,
+        prev: Option<Leaf>,
+        bound: &K::Key,
+        held: &mut Option<Locked>,
+    ) -> StorageResult<()> {
         self.arm_delete_log(leaf, prev.map_or(PPtr::NULL, |p| p.p))?;
         let next = self.set().load_pptr(leaf.g + L_NEXT)?;
         match prev {
@@ -1143,6 +1338,9 @@ impl<K: IndexKey> Tree<K> {
         }
         K::release_leaf_keys(self, leaf)?;
         self.index.remove(bound)?; // P-FPT-28: the entry goes before the leaf is freed
+        if let Some(l) = held.take() {
+            self.leaf_word(leaf.g)?.unlock_obsolete(l)?;
+        }
         self.free_logged_leaf() // the free disarms the log (P-FPT-12)
     }
 
@@ -1174,7 +1372,7 @@ impl<K: IndexKey> Tree<K> {
 
     /// Frees the leaf named by the delete log; the allocator nulls the log entry durably, which
     /// disarms the log (P-FPT-12).
-    fn free_logged_leaf(&mut self) -> StorageResult<()> {
+    fn free_logged_leaf(&self) -> StorageResult<()> {
         self.alloc.deallocate(field(self.root, R_DEL_CUR))
     }
 
@@ -1282,18 +1480,18 @@ impl<K: IndexKey> Tree<K> {
 impl Tree<U64Key> {
     /// Inserts `key → value`; `Ok(false)` (and no change) if `key` is present. `PoolFull` when
     /// a split needs a leaf the allocator cannot give (the tree is unchanged and usable).
-    pub fn insert(&mut self, key: u64, value: u64) -> StorageResult<bool> {
+    pub fn insert(&self, key: u64, value: u64) -> StorageResult<bool> {
         self.insert_k(&key, value)
     }
 
     /// Replaces the value of `key` out of place (Algorithm 4.8); `Ok(false)` if absent.
     /// `PoolFull` as for [`FPTree::insert`] (the old value stays).
-    pub fn update(&mut self, key: u64, value: u64) -> StorageResult<bool> {
+    pub fn update(&self, key: u64, value: u64) -> StorageResult<bool> {
         self.update_k(&key, value)
     }
 
     /// Deletes `key`; `Ok(false)` if absent (checked first: DEFECT-10). Never needs space.
-    pub fn delete(&mut self, key: u64) -> StorageResult<bool> {
+    pub fn delete(&self, key: u64) -> StorageResult<bool> {
         self.delete_k(&key)
     }
 
@@ -1370,7 +1568,10 @@ impl Tree<U64Key> {
     /// half's largest key, the right half's smallest and the right half's bitmap.
     fn fixed_split_copy(&self, leaf: Leaf, new: Leaf) -> StorageResult<(u64, u64, u64)> {
         let set = self.set();
-        let l = self.read_leaf(leaf)?;
+        let mut l = self.read_leaf(leaf)?;
+        // DEFECT-2: the copy must not carry the old leaf's lock word (held by this split):
+        // the new leaf is born unlocked (0 reads as count 0 of this epoch, VL5).
+        l.lock = 0;
         set.write_struct(new.g, &l)?;
         set.persist_rule("P-FPT-4", new.g, LEAF_SIZE)?; // ORDER(P-FPT-4): a full copy of the leaf
         let mut keys = [0u64; M];
@@ -1391,12 +1592,11 @@ impl Tree<U64Key> {
         Ok((split_key, right_min, right))
     }
 
-    /// One leaf of the rebuild: reset its lock word, check its bitmap, find its key range.
+    /// One leaf of the rebuild: check its bitmap, find its key range. Its lock word is left
+    /// as it is: a word of an earlier open reads unlocked in this open's epoch (VL5,
+    /// P-FPT-30), so the walk dirties no line.
     fn fixed_rebuild_leaf(&self, leaf: Leaf) -> StorageResult<LeafSummary<u64>> {
         let l = self.read_leaf(leaf)?;
-        if l.lock != 0 {
-            self.set().store_u64(leaf.g + L_LOCK, 0, Ordering::Relaxed)?;
-        }
         if l.bitmap & !FULL != 0 {
             return Err(corrupt(
                 format!("bitmap {:#x} has bits beyond slot {M}", l.bitmap),
@@ -1453,18 +1653,18 @@ impl Tree<ByteKey> {
     /// `InvalidArgument` for a key longer than [`MAX_KEY_LEN`] (nothing written). `PoolFull`
     /// when a split or the key's block needs space the allocator cannot give (the tree is
     /// unchanged and usable).
-    pub fn insert(&mut self, key: &[u8], value: u64) -> StorageResult<bool> {
+    pub fn insert(&self, key: &[u8], value: u64) -> StorageResult<bool> {
         self.insert_k(key, value)
     }
 
     /// Replaces the value of `key` out of place; `Ok(false)` if absent. The key (inline or its
     /// block) is reused, never copied. `PoolFull` only when a split needs a leaf.
-    pub fn update(&mut self, key: &[u8], value: u64) -> StorageResult<bool> {
+    pub fn update(&self, key: &[u8], value: u64) -> StorageResult<bool> {
         self.update_k(key, value)
     }
 
     /// Deletes `key` and frees its key block; `Ok(false)` if absent (checked first).
-    pub fn delete(&mut self, key: &[u8]) -> StorageResult<bool> {
+    pub fn delete(&self, key: &[u8]) -> StorageResult<bool> {
         self.delete_k(key)
     }
 
@@ -1494,6 +1694,13 @@ impl Tree<ByteKey> {
         self.needs_split_k(key)
     }
 }
+
+/// The tree is shared by reference between threads (`&self` operations).
+const _: () = {
+    const fn sync<T: Send + Sync>() {}
+    sync::<FPTree>();
+    sync::<FPTreeVar>();
+};
 
 #[cfg(test)]
 mod tests {

@@ -21,27 +21,29 @@
 //! copy (conventions §2 rule 2); a damaged leaf (bitmap bits beyond the last slot, a slot that
 //! does not decode) is `Corrupted`, never a panic.
 //!
+//! - S-SCAN-4 (validated leaves): a leaf is emitted only from a copy taken between its lock
+//!   word's snapshot and a successful validation (conventions §2 rule 4), while the key that
+//!   routed the step still routes to it (the index pin); the leaf's reach (the next bound
+//!   forward, its own bound backward) is read from the index inside that window. A failed
+//!   validation redoes the step from the index; a later leaf emits only keys beyond the last
+//!   key emitted. So every key present for the scan's whole duration is emitted once, in
+//!   order, and each leaf's part is the state of one instant.
+//!
 //! # Concurrency
-//! The tree is single-threaded (`&self` methods exclude every writer by Rust's borrow rules), so
-//! a scan sees one state. The concurrent tree must, per leaf, read the leaf's version, copy the
-//! leaf, validate the version (conventions §2 rule 4) and retry the leaf on a mismatch, and
-//! re-route from the last key emitted when the leaf it stands on was split or removed; that is
-//! not built here (see the design doc).
+//! Scans run beside writers (the tree is `Sync`) and take no lock: see S-SCAN-4 and
+//! [`Tree::scan_leaves`]. What is read before a validation is garbage: an error from it is a
+//! retry; only an error read from a validated copy is returned.
 
 use std::borrow::Borrow;
-use std::collections::VecDeque;
 use std::ops::Bound::{self, Excluded, Included, Unbounded};
 use std::ops::{ControlFlow, RangeBounds};
 
-use super::index::Index;
 use super::layout::{FULL, LeafImage, M};
 use super::layout_var::{SlotKey, VarLeafImage, decode_slot};
 use super::olc::IndexKey;
+use super::vlock::VersionLock;
 use super::{ByteKey, Tree, U64Key, corrupt, resolve_block};
 use crate::storage::{StorageError, StorageResult};
-
-/// How many leaves ahead of the one being read a scan prefetches.
-const PREFETCH_DEPTH: usize = 4;
 
 /// The order in which a scan visits keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -84,152 +86,171 @@ fn empty_range<Q: ?Sized + Ord>(lo: Bound<&Q>, hi: Bound<&Q>) -> bool {
     }
 }
 
+/// One call of a scan's leaf visitor ([`Tree::scan_leaves`]).
+enum Visit {
+    /// Copy the in-range entries of the leaf at this global offset that lie beyond the last
+    /// key emitted (in the scan's direction), sorted. The leaf may be changing: what is read
+    /// is garbage until the walk validates it, and an error is a retry unless it validates.
+    Read(u64),
+    /// The last read validated: hand its entries to the caller.
+    Emit,
+}
+
+/// How far up the next leaf of a backward walk must reach.
+enum Reach<O> {
+    /// The first leaf: it holds the key it is routed by, which is the range's upper end.
+    Key,
+    /// The last leaf: nothing may follow it.
+    End,
+    /// Up to the bound of the leaf visited before it.
+    Bound(O),
+}
+
 impl<K: IndexKey> Tree<K> {
-    /// Visits, in `dir` order, the global offsets of the leaves that may hold keys in
-    /// `(lo, hi)` (S-SCAN-3). `visit` returns `Break` to stop. The next leaf of the walk is
-    /// prefetched (its first lines) while the current one is visited.
+    /// Visits, in `dir` order, the leaves that may hold keys in `(lo, hi)` (S-SCAN-3), each
+    /// as a validated snapshot (S-SCAN-4): `visit(Read(g))` copies the leaf between the
+    /// leaf's version snapshot and its validation; only a validated copy is emitted
+    /// (`visit(Emit)`, which returns `Break` to stop). A failed validation reads the same
+    /// step again from the index.
+    ///
+    /// A step is routed by a key `x` (pinned lookup: the key routes to the leaf for the whole
+    /// read), and learns inside the read the leaf's reach: forward, the next bound
+    /// (`successor(x)`), where the next step starts; backward, the leaf's own bound (the next
+    /// step is its predecessor, which must reach up to it, else a split came between and the
+    /// step is redone). An unlocked leaf's keys are exactly the tree's keys in its index
+    /// range (every index change that moves a leaf's range is made under that leaf's lock),
+    /// so consecutive validated steps cover the range without a gap.
     fn scan_leaves(
         &self,
         lo: Bound<&K::Key>,
         hi: Bound<&K::Key>,
         dir: Direction,
-        mut visit: impl FnMut(u64) -> StorageResult<ControlFlow<()>>,
+        mut visit: impl FnMut(Visit) -> StorageResult<ControlFlow<()>>,
     ) -> StorageResult<()> {
         let set = self.set();
-        let no_leaf = || corrupt("the index has no leaf with the lowest bound", self.root);
         // Leaves lie scattered in the pool (allocated in split order), so a scan is bound by
-        // memory latency: every line of the leaves `PREFETCH_DEPTH` steps ahead is requested
-        // while the current one is sorted (measured in `docs/benchmarks.md`, "FPTree II").
+        // memory latency: the next leaf's lines are requested as soon as the index names it,
+        // before the current leaf is validated and emitted (`docs/benchmarks.md`, "FPTree II").
         let prefetch = |g: u64| {
             for line in 0..K::LEAF_SIZE.div_ceil(64) {
                 set.prefetch(g + 64 * line);
             }
         };
-        let index = match &self.index {
-            Index::Dram(m) => m,
-            Index::Persistent(_) => return self.scan_leaves_persistent(lo, hi, dir, visit),
-        };
-        // The entries `PREFETCH_DEPTH` steps ahead of the walk, taken from the index one
-        // neighbour query at a time (one allocation per scan, none per leaf).
-        let mut ahead: VecDeque<(K::Owned, u64)> = VecDeque::with_capacity(PREFETCH_DEPTH);
+        let limit = super::walk_limit(set, K::LEAF_SIZE);
+        let mut steps = 0u64;
+        let mut round = 0u32;
         match dir {
             Direction::Forward => {
-                // The leaf routing the first key of the range (T5), then every later leaf
-                // until one starts above the range.
-                let start = match lo {
-                    Included(l) | Excluded(l) => index.lookup_with_bound(l),
-                    Unbounded => index.first(),
+                let mut x: K::Owned = match lo {
+                    Included(l) | Excluded(l) => K::to_owned_key(l),
+                    Unbounded => K::lowest(),
                 };
-                let (mut bound, mut g) = start.ok_or_else(no_leaf)?;
-                let mut more = true; // whether the index may hold further entries in range
                 loop {
-                    // A leaf's keys are ≥ its bound: past the range once the bound is.
-                    if !below(hi, bound.borrow()) {
+                    let (g, pin) = self.index.lookup_pinned(set, x.borrow())?;
+                    let w = self.leaf_word(g)?;
+                    let Some(v) = w.read_begin()? else {
+                        super::pause(&mut round);
+                        continue;
+                    };
+                    let read = visit(Visit::Read(g));
+                    let next = self.index.next_entry(set, x.borrow());
+                    if let Ok(Some((_, n))) = &next {
+                        prefetch(*n);
+                    }
+                    if !w.validate(v)? || !self.index.still_valid(&pin) {
+                        super::pause(&mut round);
+                        continue;
+                    }
+                    if read?.is_break() {
+                        return Ok(());
+                    }
+                    let next = next?;
+                    if visit(Visit::Emit)?.is_break() {
+                        return Ok(());
+                    }
+                    match next {
+                        // A leaf's keys are ≥ its bound: past the range once the bound is.
+                        Some((b, _)) if below(hi, b.borrow()) => x = b,
+                        _ => return Ok(()),
+                    }
+                    steps += 1;
+                    if steps > limit {
                         break;
-                    }
-                    while more && ahead.len() < PREFETCH_DEPTH {
-                        let from = ahead.back().map_or(bound.borrow(), |(b, _)| b.borrow());
-                        match index.successor(from) {
-                            Some((b, n)) if below(hi, b.borrow()) => {
-                                prefetch(n);
-                                ahead.push_back((b, n));
-                            }
-                            _ => more = false,
-                        }
-                    }
-                    if visit(g)?.is_break() {
-                        break;
-                    }
-                    match ahead.pop_front() {
-                        Some((b, n)) => (bound, g) = (b, n),
-                        None => break,
                     }
                 }
             }
             Direction::Backward => {
-                // The leaf routing the last key of the range, then its predecessors until the
-                // one that routes the range's lower bound (earlier leaves hold smaller keys).
-                let start = match hi {
-                    Included(h) | Excluded(h) => index.lookup_with_bound(h),
-                    Unbounded => index.last(),
+                let (mut x, mut reach): (K::Owned, Reach<K::Owned>) = match hi {
+                    Included(h) | Excluded(h) => (K::to_owned_key(h), Reach::Key),
+                    Unbounded => (self.index.last_entry(set)?.0, Reach::End),
                 };
-                let last = |bound: &K::Key| match lo {
-                    Included(l) | Excluded(l) => bound <= l,
-                    Unbounded => false,
-                };
-                let (mut bound, mut g) = start.ok_or_else(no_leaf)?;
-                let mut more = !last(bound.borrow());
                 loop {
-                    while more && ahead.len() < PREFETCH_DEPTH {
-                        let from = ahead.back().map_or(bound.borrow(), |(b, _)| b.borrow());
-                        match index.predecessor(from) {
-                            Some((b, n)) => {
-                                prefetch(n);
-                                more = !last(b.borrow());
-                                ahead.push_back((b, n));
+                    let (g, pin) = self.index.lookup_pinned(set, x.borrow())?;
+                    let w = self.leaf_word(g)?;
+                    let Some(v) = w.read_begin()? else {
+                        super::pause(&mut round);
+                        continue;
+                    };
+                    let read = visit(Visit::Read(g));
+                    let own = self.index.route_bound(set, x.borrow());
+                    let up = match reach {
+                        Reach::Key => Ok(None),
+                        _ => self.index.next_entry(set, x.borrow()),
+                    };
+                    if !w.validate(v)? || !self.index.still_valid(&pin) {
+                        super::pause(&mut round);
+                        continue;
+                    }
+                    if read?.is_break() {
+                        return Ok(());
+                    }
+                    let (bound, own_g) = own?;
+                    let up = up?;
+                    let reaches = match (&reach, &up) {
+                        (Reach::Key, _) | (Reach::End, None) | (Reach::Bound(_), None) => true,
+                        (Reach::End, Some(_)) => false,
+                        (Reach::Bound(b), Some((ub, _))) => ub >= b,
+                    };
+                    if own_g != g || !reaches {
+                        // A split came between this leaf and the one visited before: the
+                        // predecessor is asked again.
+                        if let Reach::Bound(b) = &reach {
+                            match self.index.prev_entry(set, b.borrow())? {
+                                Some((pb, _)) => x = pb,
+                                None => return Ok(()),
                             }
-                            None => more = false,
+                        } else if let Reach::End = reach {
+                            x = self.index.last_entry(set)?.0;
                         }
+                        super::pause(&mut round);
+                        continue;
                     }
-                    if visit(g)?.is_break() || last(bound.borrow()) {
+                    if visit(Visit::Emit)?.is_break() {
+                        return Ok(());
+                    }
+                    // The leaf holds every key from its bound up: done once that is at or
+                    // below the range's lower end.
+                    if let Included(l) | Excluded(l) = lo
+                        && bound.borrow() <= l
+                    {
+                        return Ok(());
+                    }
+                    match self.index.prev_entry(set, bound.borrow())? {
+                        Some((pb, n)) => {
+                            prefetch(n);
+                            x = pb;
+                            reach = Reach::Bound(bound);
+                        }
+                        None => return Ok(()),
+                    }
+                    steps += 1;
+                    if steps > limit {
                         break;
-                    }
-                    match ahead.pop_front() {
-                        Some((b, n)) => (bound, g) = (b, n),
-                        None => break,
                     }
                 }
             }
         }
-        Ok(())
-    }
-
-    /// [`Tree::scan_leaves`] for a tree whose index is in PM (S-SCAN-3 with the persistent
-    /// index): the first leaf is routed as for the DRAM index, every further one is the index's
-    /// successor (forward) or predecessor (backward) of the current bound: one index descent
-    /// per leaf, no prefetch (the next leaf is known only after that descent).
-    fn scan_leaves_persistent(
-        &self,
-        lo: Bound<&K::Key>,
-        hi: Bound<&K::Key>,
-        dir: Direction,
-        mut visit: impl FnMut(u64) -> StorageResult<ControlFlow<()>>,
-    ) -> StorageResult<()> {
-        let set = self.set();
-        let limit = super::walk_limit(set, K::LEAF_SIZE);
-        let (mut bound, mut g) = match (dir, lo, hi) {
-            (Direction::Forward, Included(l) | Excluded(l), _) => self.index.route_bound(set, l)?,
-            (Direction::Backward, _, Included(h) | Excluded(h)) => {
-                self.index.route_bound(set, h)?
-            }
-            (Direction::Forward, Unbounded, _) => self.index.first_entry(set)?,
-            (Direction::Backward, _, Unbounded) => self.index.last_entry(set)?,
-        };
-        for _ in 0..limit {
-            // Forward: a leaf's keys are ≥ its bound, so the walk is past the range once the
-            // bound is.
-            if dir == Direction::Forward && !below(hi, bound.borrow()) {
-                return Ok(());
-            }
-            if visit(g)?.is_break() {
-                return Ok(());
-            }
-            // Backward: the leaf whose bound is ≤ the range's lower end is the last one.
-            if let (Direction::Backward, Included(l) | Excluded(l)) = (dir, lo)
-                && bound.borrow() <= l
-            {
-                return Ok(());
-            }
-            let next = match dir {
-                Direction::Forward => self.index.next_entry(set, bound.borrow())?,
-                Direction::Backward => self.index.prev_entry(set, bound.borrow())?,
-            };
-            match next {
-                Some((b, n)) => (bound, g) = (b, n),
-                None => return Ok(()),
-            }
-        }
-        Err(corrupt("the persistent index has more entries than the pool holds leaves", self.root))
+        Err(corrupt("a scan met more leaves than the pool can hold", self.root))
     }
 
     /// Checks the handle and the arguments common to both kinds' scans; `true`: nothing to do.
@@ -239,7 +260,7 @@ impl<K: IndexKey> Tree<K> {
         hi: Bound<&K::Key>,
         limit: usize,
     ) -> StorageResult<bool> {
-        if self.poisoned {
+        if self.is_poisoned() {
             return Err(StorageError::Poisoned);
         }
         Ok(limit == 0 || empty_range(lo, hi))
@@ -287,7 +308,26 @@ impl Tree<U64Key> {
         let mut left = limit;
         // (key, value) of the visited leaf's in-range entries, sorted (S-SCAN-2).
         let mut entries = [(0u64, 0u64); M];
-        self.scan_leaves(lo, hi, dir, |g| {
+        let mut n = 0;
+        // The last key emitted: later leaves emit only beyond it (S-SCAN-4).
+        let mut last: Option<u64> = None;
+        self.scan_leaves(lo, hi, dir, |visit| {
+            let g = match visit {
+                Visit::Emit => {
+                    let e = &entries[..n];
+                    let Some(&(edge, _)) = (match dir {
+                        Direction::Forward => e.last(),
+                        Direction::Backward => e.first(),
+                    }) else {
+                        return Ok(ControlFlow::Continue(()));
+                    };
+                    let r = emit(e, dir, &mut left, |&(k, v)| f(k, v));
+                    last = Some(edge);
+                    return Ok(r);
+                }
+                Visit::Read(g) => g,
+            };
+            n = 0;
             let l: LeafImage = set
                 .read_struct(g)
                 .map_err(|e| corrupt(format!("unreadable leaf: {e}"), self.at(g)))?;
@@ -297,20 +337,23 @@ impl Tree<U64Key> {
                     self.at(g),
                 ));
             }
-            let mut n = 0;
+            let beyond = |k: u64| match (dir, last) {
+                (_, None) => true,
+                (Direction::Forward, Some(x)) => k > x,
+                (Direction::Backward, Some(x)) => k < x,
+            };
             let mut bits = l.bitmap;
             while bits != 0 {
                 let s = bits.trailing_zeros() as usize;
                 bits &= bits - 1;
                 let [k, v] = l.kv[s];
-                if above(lo, &k) && below(hi, &k) {
+                if above(lo, &k) && below(hi, &k) && beyond(k) {
                     entries[n] = (k, v);
                     n += 1;
                 }
             }
-            let e = &mut entries[..n];
-            sort_pairs(e);
-            Ok(emit(e, dir, &mut left, |&(k, v)| f(k, v)))
+            sort_pairs(&mut entries[..n]);
+            Ok(ControlFlow::Continue(()))
         })?;
         Ok(limit - left)
     }
@@ -375,9 +418,31 @@ impl Tree<ByteKey> {
         let set = self.set.clone();
         let mut left = limit;
         let mut entries = [VarEntry::default(); M];
+        let mut n = 0;
         // The visited leaf's key bytes (one buffer for the whole scan: S-SCAN-2).
         let mut scratch: Vec<u8> = Vec::new();
-        self.scan_leaves(lo, hi, dir, |g| {
+        // The last key emitted (`None` before the first): later leaves emit only beyond it.
+        let mut last: Option<Vec<u8>> = None;
+        self.scan_leaves(lo, hi, dir, |visit| {
+            let g = match visit {
+                Visit::Emit => {
+                    let key = |e: &VarEntry| &scratch[e.start as usize..(e.start + e.len) as usize];
+                    let e = &entries[..n];
+                    let Some(edge) = (match dir {
+                        Direction::Forward => e.last(),
+                        Direction::Backward => e.first(),
+                    }) else {
+                        return Ok(ControlFlow::Continue(()));
+                    };
+                    let r = emit(e, dir, &mut left, |x| f(key(x), x.value));
+                    let l = last.get_or_insert_with(Vec::new);
+                    l.clear();
+                    l.extend_from_slice(key(edge));
+                    return Ok(r);
+                }
+                Visit::Read(g) => g,
+            };
+            n = 0;
             let at = || set.to_pptr(g).unwrap_or(ferrite_pmem::PPtr::NULL);
             let l: VarLeafImage =
                 set.read_struct(g).map_err(|e| corrupt(format!("unreadable leaf: {e}"), at()))?;
@@ -388,7 +453,6 @@ impl Tree<ByteKey> {
                 ));
             }
             scratch.clear();
-            let mut n = 0;
             let mut bits = l.bitmap;
             while bits != 0 {
                 let s = bits.trailing_zeros() as usize;
@@ -410,7 +474,12 @@ impl Tree<ByteKey> {
                     }
                 }
                 let key = &scratch[start..];
-                if above(lo, key) && below(hi, key) {
+                let beyond = match (dir, &last) {
+                    (_, None) => true,
+                    (Direction::Forward, Some(x)) => key > &x[..],
+                    (Direction::Backward, Some(x)) => key < &x[..],
+                };
+                if above(lo, key) && below(hi, key) && beyond {
                     let (start, len) = (start as u32, key.len() as u32);
                     entries[n] = VarEntry { head: head_of(key), start, len, value };
                     n += 1;
@@ -419,9 +488,9 @@ impl Tree<ByteKey> {
                 }
             }
             let key = |e: &VarEntry| &scratch[e.start as usize..(e.start + e.len) as usize];
-            let e = &mut entries[..n];
-            e.sort_unstable_by(|a, b| a.head.cmp(&b.head).then_with(|| key(a).cmp(key(b))));
-            Ok(emit(e, dir, &mut left, |x| f(key(x), x.value)))
+            entries[..n]
+                .sort_unstable_by(|a, b| a.head.cmp(&b.head).then_with(|| key(a).cmp(key(b))));
+            Ok(ControlFlow::Continue(()))
         })?;
         Ok(limit - left)
     }

@@ -32,7 +32,10 @@
 //!   (P-FPT-8).
 //!
 //! # Concurrency
-//! Single-threaded, as the tree. Every slot word is read and written whole (conventions §2
+//! Every step runs under the leaf's lock (`mod.rs`, "Concurrency"); lock-free readers copy
+//! slots and validate the leaf's version after. Key blocks are freed only under the leaf's
+//! lock, before its unlock, so a reader that followed a freed pointer fails its validation
+//! (reads stay inside the mapped pool set and are bounds-checked). Every slot word is read and written whole (conventions §2
 //! rule 3); `w0` alone decides the slot's form, so no torn slot reads as a pointer.
 
 use std::ops::Bound;
