@@ -14,8 +14,12 @@ fn fptree_var_passes_and_every_persist_site_is_needed() {
     // `fptree-fixed` detects its loss in tests/tester.rs) and the allocator's lazy disarm
     // (P-ALLOC-3 outside recovery, detected by `alloc-small` in tests/tester.rs). Every other
     // site must be detected, benign with a reason, or without effect.
+    // The lock-word epoch's persist at open (P-FPT-30, fptree/mod.rs) is not always shown
+    // needed by this single-threaded run either (the root line holding it is written back by
+    // the split log's persists soon after creation); `fptree-threads` (which reopens) and
+    // `fptree-persistent` detect its loss.
     let elsewhere = |s: &str| {
-        (s.contains("fptree/mod.rs") && s.ends_with("#P-FPT-3"))
+        (s.contains("fptree/mod.rs") && (s.ends_with("#P-FPT-3") || s.ends_with("#P-FPT-30")))
             || (s.contains("alloc/redo.rs") && s.ends_with("#P-ALLOC-3"))
     };
     common::assert_every_site_needed(&m, elsewhere);
