@@ -99,7 +99,7 @@ proptest! {
         let t = new_tree(&dir);
         let mut model = BTreeMap::new();
         for (i, (op, key)) in ops.into_iter().enumerate() {
-            fixed_step(&mut t, &mut model, op, key, i as u64 + 1)?;
+            fixed_step(&t, &mut model, op, key, i as u64 + 1)?;
         }
         t.check().unwrap();
         let t = reopen(&dir, t);

@@ -83,7 +83,7 @@ fn assert_same(t: &FPTree, model: &BTreeMap<u64, u64>) {
 fn random_run(fanout: u32, steps: u64, space: u64) {
     let dir = TestDir::new("fptree-persistent-random");
     let t = new_tree(&dir, fanout);
-    let (mut t, mut model) =
+    let (t, mut model) =
         fixed_random_ops(seed(), t, steps, space, |t| reopen(&dir, t), assert_same);
     // Delete everything: leaf deletions at every position, index detaches and shrinks.
     let keys: Vec<u64> = model.keys().copied().collect();
@@ -118,7 +118,7 @@ proptest! {
         let t = new_tree(&dir, 4);
         let mut model = BTreeMap::new();
         for (i, (op, key)) in ops.into_iter().enumerate() {
-            fixed_step(&mut t, &mut model, op, key, i as u64 + 1)?;
+            fixed_step(&t, &mut model, op, key, i as u64 + 1)?;
         }
         t.check().unwrap();
         let t = reopen(&dir, t);

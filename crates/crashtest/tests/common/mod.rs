@@ -18,20 +18,21 @@ pub const BUDGET: u64 = 40_000;
 /// asserts that the unmutated run is a complete smoke run (its image floor reached, not
 /// stopped).
 pub fn mutate(name: &str, dir: &str) -> MutationReport {
-    mutate_within(name, dir, BUDGET)
+    mutate_with(name, dir, |_| {})
 }
 
-/// [`mutate`] with another image budget (for targets whose images cost more, e.g. the
-/// threaded one).
-pub fn mutate_within(name: &str, dir: &str, budget: u64) -> MutationReport {
+/// [`mutate`] with settings changed by `tweak` after the defaults are filled in (e.g. a
+/// smaller budget for a target whose images cost more).
+pub fn mutate_with(name: &str, dir: &str, tweak: impl FnOnce(&mut Config)) -> MutationReport {
     let dir = TestDir::new(dir);
     let t = find(name).expect("registered");
-    let cfg = Config {
+    let mut cfg = Config {
         out_dir: dir.path().to_path_buf(),
-        budget: Some(budget),
+        budget: Some(BUDGET),
         time: None,
         ..Config::default()
     };
+    tweak(&mut cfg);
     let m = t.mutate(&cfg);
     eprintln!("{}\n{m}", m.base);
     assert!(m.base.smoke_problem(t.min_images()).is_none(), "{}", m.base);

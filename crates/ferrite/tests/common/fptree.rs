@@ -67,7 +67,7 @@ pub fn shuffle<T>(r: &mut SplitMix64, v: &mut [T]) {
 /// One operation of a short random sequence on a fixed-key tree and its model: `op` 0 or 1
 /// inserts, 2 updates, 3 deletes `key` with value `v`; the returned flag must agree.
 pub fn fixed_step(
-    t: &mut FPTree,
+    t: &FPTree,
     model: &mut BTreeMap<u64, u64>,
     op: u8,
     key: u64,
