@@ -72,6 +72,7 @@ fn nulls(a: &PAllocator, p: PPtr, len: u64) {
         let w = if i % 2 == 0 { u64::MAX } else { 0 };
         a.pool().store_u64(g + i * 8, w, Ordering::Relaxed).expect("store");
     }
+    // ORDER(P-APP-1): the block's contents durable before the benchmark counts it as written
     a.pool().persist(g, len).expect("persist");
 }
 

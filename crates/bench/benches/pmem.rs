@@ -38,6 +38,7 @@ fn persist_lines(c: &mut Criterion) {
                     for l in 0..lines {
                         p.store_u64(base + l * 64, slot, Ordering::Relaxed).unwrap();
                     }
+                    // ORDER(P-APP-1): the persist is what this benchmark measures
                     p.persist(base, lines * 64).unwrap();
                 });
             });

@@ -242,8 +242,9 @@ impl Target for Misbehaving {
         if n >= 2 {
             if self.hang {
                 loop {
-                    // A deliberately hung recovery for the watchdog: nothing waits on this sleep.
-                    std::thread::sleep(Duration::from_millis(50));
+                    // A deliberately hung recovery for the watchdog: nothing ever unparks this
+                    // thread (the loop absorbs spurious wake-ups).
+                    std::thread::park();
                 }
             }
             panic!("recovery cannot handle counter {n}");

@@ -276,8 +276,8 @@ impl PAllocator {
         let a = self.addr(PPtr::new(0, 0), anchor_end(self.slots))?;
         if !finish {
             Self::write_v2_areas(s, a, self.slots, false)?;
-            // ORDER(P-ALLOC-5): the new areas before the version that makes them meaningful
             let from = records_base(self.slots);
+            // ORDER(P-ALLOC-5): the new areas before the version that makes them meaningful
             s.persist_rule("P-ALLOC-5", a + from, anchor_end(self.slots) - from)?;
         }
         let v2 = anchor.with_version(ANCHOR_VERSION);
