@@ -49,6 +49,16 @@ pub(crate) const GARBAGE_FILL: (&str, &str) = (
     "the workload's own durable garbage in recycled blocks: without its persist the blocks are zeroed, which only makes the test weaker",
 );
 
+/// The sites every single-threaded FPTree target explains the same way: the workload's
+/// garbage fill and the allocator's sites that only a second thread or a later operation
+/// could expose.
+pub(crate) const SINGLE_THREAD_BENIGN: &[(&str, &str)] = &[
+    GARBAGE_FILL,
+    crate::alloc::REPLAY_DISARM,
+    crate::alloc::SINGLE_THREAD_SYNC_DISARM,
+    crate::alloc::SINGLE_THREAD_COMMITTED,
+];
+
 /// The options of a target's pool set: segment 0 of [`SEG0`], room for one `seg` more.
 pub(crate) fn opts(layout: &str, seg: u64) -> Options {
     Options::default().layout(layout).segment_size(SEG0).max_pool_size(SEG0 + seg)

@@ -219,12 +219,7 @@ impl Target for FptreePindex {
         200
     }
     fn benign_sites(&self) -> &'static [(&'static str, &'static str)] {
-        &[
-            crate::fptree_common::GARBAGE_FILL,
-            crate::alloc::REPLAY_DISARM,
-            crate::alloc::SINGLE_THREAD_SYNC_DISARM,
-            crate::alloc::SINGLE_THREAD_COMMITTED,
-        ]
+        crate::fptree_common::SINGLE_THREAD_BENIGN
     }
 
     fn workload(&self, ctx: &mut Ctx<IndexOp>) -> Result<(), String> {

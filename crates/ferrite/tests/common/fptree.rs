@@ -144,6 +144,35 @@ pub fn fixed_random_ops(
     (t, model)
 }
 
+/// The content of the fixed-key fixtures: keys `i * 7` for `i < 300`, value `k * 3 + 1`,
+/// the multiples of 5 deleted again.
+pub fn fixed_fixture_model() -> BTreeMap<u64, u64> {
+    (0..300u64).map(|i| i * 7).filter(|k| k % 5 != 0).map(|k| (k, k * 3 + 1)).collect()
+}
+
+/// Writes [`fixed_fixture_model`] into `t` the way the stored fixed-key fixtures were made
+/// (shuffled inserts with seed 1, then the deletes), so that a regenerated fixture is the same
+/// tree.
+pub fn fill_fixed_fixture(t: &FPTree) {
+    let mut keys: Vec<u64> = (0..300u64).map(|i| i * 7).collect();
+    shuffle(&mut SplitMix64::new(1), &mut keys);
+    for &k in &keys {
+        t.insert(k, k * 3 + 1).unwrap();
+    }
+    for &k in &keys {
+        if k % 5 == 0 {
+            t.delete(k).unwrap();
+        }
+    }
+}
+
+/// Drops the tree and closes its allocator's pool set (the last handle on it).
+pub fn close_tree<K: ferrite::fptree::olc::IndexKey>(t: ferrite::fptree::Tree<K>) {
+    let a = t.allocator().clone();
+    drop(t);
+    Arc::try_unwrap(a).unwrap().close().unwrap();
+}
+
 /// The stored fixture format of a closed pool set in `set_dir`: `header` (comment lines), then
 /// per segment file `file NAME LEN` and one `OFFSET HEX` line per non-zero 64-byte line;
 /// written to `path`.
