@@ -11,12 +11,10 @@
 //! # Invariants
 //! - I1 (both): every leaf of the list has exactly one entry, in list order; a key routes to the
 //!   entry with the greatest bound ≤ key.
-//! - I2 (DRAM): the head's bound is the lowest key (re-keyed when the head leaf is deleted).
-//! - I2 (persistent): the head's bound may be above keys stored in the head (the head's entry
-//!   is removed with the head leaf and the next leaf keeps its own bound: moving a bound would
-//!   be two index operations, not one atomic step); a key below every bound routes to the
-//!   first entry. Every other leaf's bound is ≤ its smallest key and above the previous leaf's
-//!   largest key.
+//! - I2 (both): the head's bound is the lowest key (re-keyed when the head leaf is deleted).
+//!   Every other leaf's bound is ≤ its smallest key and above the previous leaf's largest
+//!   key. (The persistent placement once kept the next leaf's own bound, which let a later
+//!   split's separator fall below it and lose keys: `docs/design/fptree.md`.)
 //!
 //! # Ordering
 //! The index's own persist order is P-FPT-14..19 (`persistent.rs`). The tree calls
@@ -37,9 +35,11 @@
 //!   is the (even) version read under the read lock; it is still valid while `ver` holds that
 //!   value. Coarse (any split anywhere fails every older pin), but pins are only rechecked
 //!   after a leaf lock or a leaf read, so a stale pin costs one retry.
-//! - Head re-key (DRAM, I2): the lowest bound is first pointed at the new head (an in-place
+//! - Head re-key (I2), DRAM: the lowest bound is first pointed at the new head (an in-place
 //!   value replacement), then the new head's own bound is removed; between the two steps
-//!   both entries name the new head, so no lookup ever finds no leaf.
+//!   both entries name the new head, so no lookup ever finds no leaf. Persistent: the old
+//!   head's entry removed and the new first entry re-keyed within one change (readers wait
+//!   on the lock; the version moves).
 
 use std::borrow::Borrow;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -366,8 +366,10 @@ impl<K: IndexKey> Index<K> {
         }
     }
 
-    /// Removes the entry `bound` of a deleted leaf (absent: nothing). DRAM: the head's bound
-    /// moves to the next leaf (I2); persistent: it does not.
+    /// Removes the entry `bound` of a deleted leaf (absent: nothing). The head's bound moves
+    /// to the next leaf (I2; the tree's T5): DRAM by replacing the lowest entry; persistent by
+    /// re-keying the new first entry to the lowest bound in the same change
+    /// ([`PersistentIndex::lower_first`]), which is a no-op unless the head went.
     pub(super) fn remove(&self, bound: &K::Key) -> StorageResult<()> {
         match self {
             Index::Dram(m) => {
@@ -393,8 +395,25 @@ impl<K: IndexKey> Index<K> {
             }
             Index::Persistent(s) => {
                 let k = K::index_bound(bound).ok_or_else(no_bound::<K>)?;
-                s.change(|ix| ix.remove(k))?;
+                let low = K::index_bound(K::lowest().borrow()).ok_or_else(no_bound::<K>)?;
+                s.change(|ix| {
+                    ix.remove(k)?;
+                    ix.lower_first(low)
+                })?;
                 Ok(())
+            }
+        }
+    }
+
+    /// Re-keys the head leaf's entry to the lowest bound if it is above it (persistent; DRAM
+    /// keeps it there always): the redo of [`Index::remove`]'s second step in delete
+    /// recovery. A no-op when nothing is above the lowest bound.
+    pub(super) fn lower_head(&self) -> StorageResult<()> {
+        match self {
+            Index::Dram(_) => Ok(()),
+            Index::Persistent(s) => {
+                let low = K::index_bound(K::lowest().borrow()).ok_or_else(no_bound::<K>)?;
+                s.change(|ix| ix.lower_first(low)).map(drop)
             }
         }
     }

@@ -31,10 +31,12 @@
 //! - T3: only the only leaf may be empty (the last key of any other leaf removes the leaf).
 //! - T4: when no operation is in flight both micro-logs are disarmed: the split log's new
 //!   leaf and the delete log's leaf are null (their other pointers are stale and ignored).
-//! - T5: the inner index maps each leaf's lower bound to the leaf: the head's bound is 0 (DRAM;
-//!   with a persistent index any bound, and keys below every bound go to the first entry),
-//!   another leaf's bound is a key no greater than its smallest key and greater than every key
-//!   of the leaf before it. A key belongs to the leaf with the greatest bound ≤ key.
+//! - T5: the inner index maps each leaf's lower bound to the leaf: the head's bound is the
+//!   lowest key (a persistent index re-keys the next leaf's entry in the same index change
+//!   that removes a deleted head's, redone by delete recovery), another leaf's bound is a key
+//!   no greater than its smallest key and greater than every key of the leaf before it. A key
+//!   belongs to the leaf with the greatest bound ≤ key. (A head bound above keys routed to
+//!   the head let a split's separator fall below the leaf's own bound: keys were lost.)
 //! - T6: every block the allocator has handed out to the tree is its root or a leaf in the list
 //!   (no leak). The logs guarantee it by construction; [`FPTree::blocks`] lets a caller that
 //!   knows every user of the allocator verify it against [`PAllocator::check`].
@@ -729,6 +731,7 @@ impl<K: IndexKey> Tree<K> {
         K::release_leaf_keys(self, cur)?;
         if let Index::Persistent(_) = self.index {
             self.remove_entry_of(cur)?; // P-FPT-28, redone: idempotent
+            self.index.lower_head()?; // the new head's bound the lowest (T5), redone
         }
         self.free_logged_leaf().map_err(|e| match e {
             StorageError::InvalidArgument(why) => {
@@ -1445,10 +1448,10 @@ impl<K: IndexKey> Tree<K> {
             return Err(corrupt("the index and the leaf list name different leaves", self.root));
         }
         // T5 on the bounds themselves: every leaf but the head starts at or above its bound,
-        // and every leaf ends below the next leaf's bound; the DRAM head's bound is the lowest.
+        // and every leaf ends below the next leaf's bound; the head's bound is the lowest.
         for (i, (bound, _)) in entries.iter().enumerate() {
             let low_ok = match &spans[i] {
-                _ if i == 0 => matches!(self.index, Index::Persistent(_)) || *bound == K::lowest(),
+                _ if i == 0 => *bound == K::lowest(),
                 Some((mn, _)) => bound <= mn,
                 None => false,
             };

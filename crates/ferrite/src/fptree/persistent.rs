@@ -1110,13 +1110,45 @@ impl PersistentIndex {
         self.publish_bitmap(n, n.img.bitmap | (1 << s))
     }
 
-    /// Lowers the leftmost separator of `n` (slot `slot`) to `key`: one 8-byte store in a valid
-    /// slot, persisted before the key is inserted below it (P-FPT-14). Routing ignores the
-    /// leftmost separator, so either value is correct after a crash.
+    /// Lowers the leftmost key of `n` (slot `slot`) to `key`: one 8-byte store in a valid slot,
+    /// persisted before what relies on it (an insert below it; a head leaf's free, see
+    /// [`PersistentIndex::lower_first`]) (P-FPT-14). Routing ignores the leftmost separator and
+    /// sends keys below every bound to the first entry, so either value routes alike after a
+    /// crash.
     fn lower_separator(&self, n: &Node, slot: usize, key: u64) -> StorageResult<()> {
         let at = n.g + N_KEYS + slot as u64 * 8;
         self.set.store_u64(at, key, Ordering::Release)?;
-        Ok(self.set.persist_rule("P-FPT-14", at, 8)?) // ORDER(P-FPT-14): the lowered separator before the insert below it
+        Ok(self.set.persist_rule("P-FPT-14", at, 8)?) // ORDER(P-FPT-14): the lowered leftmost key before what relies on it
+    }
+
+    /// Re-keys the entry with the smallest bound to `key` if its bound is above it (the tree
+    /// calls it when its head leaf is deleted: the next leaf becomes the head, whose bound
+    /// must be the lowest, T5 of the tree). Top-down along the leftmost path, each node's
+    /// leftmost key is lowered (one 8-byte store, persisted, P-FPT-14), the bottom one last:
+    /// N2 holds after every store, and routing does not change (keys below every bound
+    /// already went to the first entry), so a crash between the stores leaves a valid index
+    /// and the call can be redone. `Ok(false)`: nothing was above `key` (or the index is
+    /// empty). Never needs space.
+    pub fn lower_first(&mut self, key: u64) -> StorageResult<bool> {
+        self.guarded(|ix| {
+            let mut cur = ix.root_node()?;
+            let mut is_root = true;
+            let mut lowered = false;
+            loop {
+                let es = ix.entries(&cur, is_root)?;
+                let Some(&(k0, child, slot)) = es.first() else { return Ok(lowered) };
+                if k0 > key {
+                    ix.lower_separator(&cur, slot, key)?;
+                    lowered = true;
+                }
+                if cur.img.level == 0 {
+                    return Ok(lowered);
+                }
+                // Levels strictly decrease (checked by `node`): at most PN_MAX_LEVEL steps.
+                cur = ix.node(child, Some(cur.img.level - 1))?;
+                is_root = false;
+            }
+        })
     }
 
     /// The commit store of a node insert or remove (P-FPT-14).
