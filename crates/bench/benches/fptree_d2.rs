@@ -21,11 +21,18 @@ use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::ops::Bound::{Included, Unbounded};
 use std::ops::ControlFlow;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use crossbeam_skiplist::SkipMap;
+use ferrite::fptree::olc::IndexKey;
+
 use ferrite::alloc::PAllocator;
-use ferrite::fptree::{Direction, FPTree, FPTreeVar, LEAF_SIZE, VAR_LEAF_SIZE, read_all_pairs};
+use ferrite::fptree::{
+    ByteKey, Direction, FPTree, FPTreeVar, IndexPlacement, LEAF_SIZE, Tree, TreeOptions, U64Key,
+    VAR_LEAF_SIZE, read_all_pairs,
+};
 use ferrite::pmem::internals::testing::TestDir;
 use ferrite::pmem::{Counters, Options, PoolSet, SplitMix64};
 
@@ -340,6 +347,297 @@ fn restart_row(op: &'static str, leaves: usize, t: Duration) -> Row {
     Row { op, ops: leaves, tree: Pass { t, lines: 0, fences: 0 }, map: None }
 }
 
+/// A tree of kind `K` in `placement` on a prefaulted allocator of about `bytes`; `None` (with a
+/// printed note) when this build refuses the combination.
+fn new_tree<K: IndexKey>(
+    dir: &TestDir,
+    name: &str,
+    bytes: u64,
+    placement: IndexPlacement,
+) -> Option<Tree<K>> {
+    static MADE: AtomicUsize = AtomicUsize::new(0);
+    let unique = format!("{name}-{}", MADE.fetch_add(1, Ordering::Relaxed));
+    let a = allocator(dir, &unique, bytes);
+    let slot = a.root_location();
+    let opts = TreeOptions { index: placement, ..TreeOptions::default() };
+    match Tree::<K>::create_with(a, slot, opts) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            println!("\n({name}, {placement:?} placement: not run: {e})");
+            None
+        }
+    }
+}
+
+fn placement_name(p: IndexPlacement) -> &'static str {
+    match p {
+        IndexPlacement::Dram => "hybrid: inner nodes in DRAM",
+        IndexPlacement::Persistent => "fully persistent: inner nodes in PM",
+    }
+}
+
+/// Drops `t` without a clean close, recovers the allocator and opens the tree again (swapped
+/// into `t`); returns (allocator recovery + open, allocator recovery, open).
+fn restart<K: IndexKey>(t: &mut Tree<K>, n: usize) -> (Duration, Duration, Duration) {
+    let set = t.allocator().pool().clone();
+    let root_slot = t.root_slot();
+    let total = Instant::now();
+    let alloc = Arc::new(PAllocator::open(set).unwrap());
+    let alloc_t = total.elapsed();
+    let s = Instant::now();
+    let mut t2 = Tree::<K>::open(alloc, root_slot).unwrap();
+    let open_t = s.elapsed();
+    let total_t = total.elapsed();
+    assert_eq!(t2.len(), n as u64);
+    std::mem::swap(t, &mut t2);
+    drop(t2);
+    (total_t, alloc_t, open_t)
+}
+
+/// The restart rows and summary line of one tree (`reinsert`: the time to rebuild a DRAM map
+/// by reinsertion, where measured).
+fn restart_rows(
+    leaves: usize,
+    (total_t, alloc_t, open_t): (Duration, Duration, Duration),
+    reinsert: Option<Duration>,
+    rows: &mut Vec<Row>,
+    extra: &mut Vec<String>,
+) {
+    rows.push(restart_row("restart: allocator recovery + tree open (per leaf)", leaves, total_t));
+    rows.push(restart_row("restart: allocator recovery alone (per leaf)", leaves, alloc_t));
+    rows.push(restart_row("restart: tree open alone (per leaf)", leaves, open_t));
+    let mut line = format!(
+        "restart {:.1} ms (allocator {:.1} ms, tree {:.1} ms)",
+        total_t.as_secs_f64() * 1e3,
+        alloc_t.as_secs_f64() * 1e3,
+        open_t.as_secs_f64() * 1e3
+    );
+    if let Some(re) = reinsert {
+        rows.push(restart_row(
+            "rebuild a BTreeMap by reinsertion from the leaves (per leaf)",
+            leaves,
+            re,
+        ));
+        line += &format!(
+            "; reinsertion {:.1} ms = {:.1}× the restart",
+            re.as_secs_f64() * 1e3,
+            re.as_secs_f64() / total_t.as_secs_f64()
+        );
+    }
+    extra.push(line);
+}
+
+fn index_line(t_leaves: u64, idx: u64, n: usize, data: u64) -> String {
+    format!(
+        "leaves {t_leaves} ({:.1} keys per leaf); inner index ≈ {idx} B of DRAM = {:.2} % of the data ({data} B of keys and values)",
+        n as f64 / t_leaves as f64,
+        idx as f64 * 100.0 / data as f64
+    )
+}
+
+fn string_keys(n: usize, width: usize) -> Vec<Vec<u8>> {
+    let mut r = SplitMix64::new(42);
+    (0..n)
+        .map(|_| {
+            (0..width.div_ceil(8)).flat_map(|_| r.next_u64().to_le_bytes()).take(width).collect()
+        })
+        .collect()
+}
+
+// ----- two threads -----
+
+/// An ordered map that several threads use at once.
+trait Shared<K>: Sync {
+    fn insert(&self, k: &K, v: u64);
+    fn get(&self, k: &K) -> Option<u64>;
+    fn update(&self, k: &K, v: u64);
+    fn delete(&self, k: &K);
+    /// Up to `n` pairs from `k` on, forward; returns a checksum.
+    fn scan_from(&self, k: &K, n: usize) -> u64;
+}
+
+impl Shared<u64> for FPTree {
+    fn insert(&self, k: &u64, v: u64) {
+        assert!(FPTree::insert(self, *k, v).unwrap());
+    }
+    fn get(&self, k: &u64) -> Option<u64> {
+        FPTree::get(self, *k).unwrap()
+    }
+    fn update(&self, k: &u64, v: u64) {
+        assert!(FPTree::update(self, *k, v).unwrap());
+    }
+    fn delete(&self, k: &u64) {
+        assert!(FPTree::delete(self, *k).unwrap());
+    }
+    fn scan_from(&self, k: &u64, n: usize) -> u64 {
+        let mut sum = 0u64;
+        self.scan((Included(*k), Unbounded), Direction::Forward, n, |k, v| {
+            sum = sum.wrapping_add(k ^ v);
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+        sum
+    }
+}
+
+impl Shared<Vec<u8>> for FPTreeVar {
+    fn insert(&self, k: &Vec<u8>, v: u64) {
+        assert!(FPTreeVar::insert(self, k, v).unwrap());
+    }
+    fn get(&self, k: &Vec<u8>) -> Option<u64> {
+        FPTreeVar::get(self, k).unwrap()
+    }
+    fn update(&self, k: &Vec<u8>, v: u64) {
+        assert!(FPTreeVar::update(self, k, v).unwrap());
+    }
+    fn delete(&self, k: &Vec<u8>) {
+        assert!(FPTreeVar::delete(self, k).unwrap());
+    }
+    fn scan_from(&self, k: &Vec<u8>, n: usize) -> u64 {
+        let mut sum = 0u64;
+        self.scan((Included(&k[..]), Unbounded), Direction::Forward, n, |k, v| {
+            sum = sum.wrapping_add(u64::from(k[0]) ^ v);
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+        sum
+    }
+}
+
+impl<K: KeyBytes + Send + Sync + 'static> Shared<K> for SkipMap<K, u64> {
+    fn insert(&self, k: &K, v: u64) {
+        SkipMap::insert(self, k.clone(), v);
+    }
+    fn get(&self, k: &K) -> Option<u64> {
+        SkipMap::get(self, k).map(|e| *e.value())
+    }
+    fn update(&self, k: &K, v: u64) {
+        // A skip list entry's value is immutable: an update replaces the entry.
+        SkipMap::insert(self, k.clone(), v);
+    }
+    fn delete(&self, k: &K) {
+        assert!(SkipMap::remove(self, k).is_some());
+    }
+    fn scan_from(&self, k: &K, n: usize) -> u64 {
+        self.range(k.clone()..)
+            .take(n)
+            .fold(0u64, |s, e| s.wrapping_add(e.key().word() ^ e.value()))
+    }
+}
+
+/// Runs `f(thread, key)` over `keys` split among `threads` threads (thread i takes every
+/// key at an index ≡ i mod threads), all started at a barrier; returns the wall time from the
+/// barrier to the last thread's end and the flushed lines and fences of all threads.
+fn parallel<K: Sync>(threads: usize, keys: &[K], f: &(dyn Fn(&K) + Sync)) -> Pass {
+    let barrier = Barrier::new(threads + 1);
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|i| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    barrier.wait();
+                    let c = Counters::snapshot();
+                    keys.iter().skip(i).step_by(threads).for_each(f);
+                    Counters::snapshot() - c
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        let cs: Vec<Counters> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        let t = start.elapsed();
+        Pass {
+            t,
+            lines: cs.iter().map(Counters::lines_flushed).sum(),
+            fences: cs.iter().map(|c| c.fences).sum(),
+        }
+    })
+}
+
+/// An operation's name, its count and its pass.
+type OpPass = (&'static str, usize, Pass);
+
+/// Insert, point lookup, scan of 100, update and delete on `map` with `threads` threads; one
+/// pass each (lookups and scans: best of `reps`).
+fn threaded_ops<K: Sync + Clone, M: Shared<K>>(
+    map: &M,
+    keys: &[K],
+    threads: usize,
+    reps: usize,
+) -> Vec<OpPass> {
+    let probe = shuffled(keys, 7);
+    let starts: Vec<K> = probe.iter().take(keys.len().min(100_000)).cloned().collect();
+    let n = keys.len();
+    let mut out = Vec::new();
+    out.push(("insert (random order, empty)", n, parallel(threads, keys, &|k| map.insert(k, 5))));
+    let look = (0..reps)
+        .map(|_| parallel(threads, &probe, &|k| assert!(black_box(map.get(k)).is_some())))
+        .min_by_key(|p| p.t)
+        .unwrap();
+    out.push(("point lookup (random order)", n, look));
+    let scan = (0..reps)
+        .map(|_| {
+            parallel(threads, &starts, &|k| {
+                black_box(map.scan_from(k, 100));
+            })
+        })
+        .min_by_key(|p| p.t)
+        .unwrap();
+    out.push(("scan of 100 from a random start (per key)", starts.len() * 100, scan));
+    out.push(("update (random order)", n, parallel(threads, &probe, &|k| map.update(k, 1))));
+    out.push((
+        "delete (random order, down to empty)",
+        n,
+        parallel(threads, &probe, &|k| map.delete(k)),
+    ));
+    out
+}
+
+/// The two-thread table of one key kind: each tree placement and the skip list, with 1 and 2
+/// threads, ns per operation of aggregate throughput (wall time / operations).
+fn threads_table<K: Sync + Clone + KeyBytes + Send + 'static, T: Shared<K>>(
+    kind: &str,
+    keys: &[K],
+    reps: usize,
+    mut tree: impl FnMut(IndexPlacement) -> Option<T>,
+) {
+    let mut cols: Vec<(String, Vec<OpPass>)> = Vec::new();
+    for placement in [IndexPlacement::Dram, IndexPlacement::Persistent] {
+        for threads in [1, 2] {
+            if let Some(t) = tree(placement) {
+                let name = match placement {
+                    IndexPlacement::Dram => "FPTree hybrid",
+                    IndexPlacement::Persistent => "FPTree persistent",
+                };
+                cols.push((format!("{name}, {threads}T"), threaded_ops(&t, keys, threads, reps)));
+            }
+        }
+    }
+    for threads in [1, 2] {
+        let m: SkipMap<K, u64> = SkipMap::new();
+        cols.push((format!("SkipMap, {threads}T"), threaded_ops(&m, keys, threads, reps)));
+    }
+    println!(
+        "\n## {kind}, {} keys: 1 and 2 threads (ns per operation of aggregate throughput)",
+        keys.len()
+    );
+    print!("| operation |");
+    for (c, _) in &cols {
+        print!(" {c} |");
+    }
+    println!(" lines/op (tree 2T) |");
+    println!("|---|{}---|", "---|".repeat(cols.len()));
+    for row in 0..cols[0].1.len() {
+        let (op, ops, _) = cols[0].1[row];
+        print!("| {op} |");
+        for (_, r) in &cols {
+            print!(" {:.1} |", r[row].2.t.as_nanos() as f64 / ops as f64);
+        }
+        let two = &cols[1].1[row].2;
+        println!(" {:.2} |", two.lines as f64 / ops as f64);
+    }
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return; // `cargo test --benches` lists benchmarks: nothing to list in a plain main.
@@ -347,153 +645,113 @@ fn main() {
     let n: usize = env_or("FERRITE_BENCH_KEYS", 1_000_000);
     let reps: usize = env_or("FERRITE_BENCH_REPS", 3);
     let kinds: String = env_or("FERRITE_BENCH_KINDS", "u64,s16,s64".to_string());
+    let parts: String = env_or("FERRITE_BENCH_PARTS", "hybrid,persistent,threads".to_string());
+    let placements: Vec<IndexPlacement> =
+        [("hybrid", IndexPlacement::Dram), ("persistent", IndexPlacement::Persistent)]
+            .into_iter()
+            .filter(|(name, _)| parts.split(',').any(|p| p == *name))
+            .map(|(_, p)| p)
+            .collect();
     let dir = TestDir::new("bench-fptree-d2");
     println!("# FPTree II benchmark: {n} keys, best of {reps} (lookups, scans)");
     let mut r = SplitMix64::new(42);
     let u64_keys: Vec<u64> = (0..n).map(|_| r.next_u64()).collect();
 
-    if kinds.contains("u64") {
-        let a = allocator(&dir, "u64", n as u64 / 10 * LEAF_SIZE);
-        let slot = a.root_location();
-        let mut t = FPTree::create(a.clone(), slot).unwrap();
-        let mut m = BTreeMap::new();
-        let mut leaves = 0;
-        let mut extra = Vec::new();
-        run("8-byte keys (FPTree)", &u64_keys, &mut t, &mut m, reps, |t, rows| {
-            leaves = t.leaves() as usize;
-            let idx = t.index_dram_bytes();
-            let data = n as u64 * 16;
-            extra.push(format!(
-                "leaves {leaves} ({:.1} keys per leaf); inner index ≈ {idx} B of DRAM = {:.2} % of the data ({data} B of keys and values)",
-                n as f64 / leaves as f64,
-                idx as f64 * 100.0 / data as f64
-            ));
-            // Restart: drop without a clean close, recover the allocator, open the tree.
-            let set = t.allocator().pool().clone();
-            let root_slot = t.root_slot();
-            let total = Instant::now();
-            let alloc = Arc::new(PAllocator::open(set.clone()).unwrap());
-            let alloc_t = total.elapsed();
-            let s = Instant::now();
-            let mut t2 = FPTree::open(alloc, root_slot).unwrap();
-            let open_t = s.elapsed();
-            let total_t = total.elapsed();
-            assert_eq!(t2.len(), n as u64);
-            std::mem::swap(t, &mut t2);
-            drop(t2);
-            // The DRAM-only design: read every pair back from the leaves, insert one by one.
-            let s = Instant::now();
-            let mut re = BTreeMap::new();
-            for (k, v) in read_all_pairs(&set, root_slot).unwrap() {
-                re.insert(k, v);
+    if kinds.split(',').any(|k| k == "u64") {
+        for &placement in &placements {
+            let Some(mut t) = new_tree::<U64Key>(&dir, "u64", n as u64 / 10 * LEAF_SIZE, placement)
+            else {
+                continue;
+            };
+            let mut m = BTreeMap::new();
+            let mut leaves = 0;
+            let mut extra = Vec::new();
+            let kind = format!("8-byte keys (FPTree, {})", placement_name(placement));
+            run(&kind, &u64_keys, &mut t, &mut m, reps, |t, rows| {
+                leaves = t.leaves() as usize;
+                extra.push(index_line(t.leaves(), t.index_dram_bytes(), n, n as u64 * 16));
+                let times = restart(t, n);
+                // The DRAM-only design: read every pair back from the leaves, insert one by one.
+                let s = Instant::now();
+                let mut re = BTreeMap::new();
+                for (k, v) in read_all_pairs(t.allocator().pool(), t.root_slot()).unwrap() {
+                    re.insert(k, v);
+                }
+                let reinsert_t = s.elapsed();
+                assert_eq!(re.len(), n);
+                drop(re);
+                restart_rows(leaves, times, Some(reinsert_t), rows, &mut extra);
+            });
+            for e in &extra {
+                println!("{e}");
             }
-            let reinsert_t = s.elapsed();
-            assert_eq!(re.len(), n);
-            drop(re);
-            rows.push(restart_row(
-                "restart: allocator recovery + tree open (per leaf)",
-                leaves,
-                total_t,
-            ));
-            rows.push(restart_row("restart: allocator recovery alone (per leaf)", leaves, alloc_t));
-            rows.push(restart_row("restart: tree open alone (per leaf)", leaves, open_t));
-            rows.push(restart_row(
-                "rebuild a BTreeMap by reinsertion from the leaves (per leaf)",
-                leaves,
-                reinsert_t,
-            ));
-            extra.push(format!(
-                "restart {:.1} ms (allocator {:.1} ms, tree {:.1} ms); reinsertion {:.1} ms = {:.1}× the restart",
-                total_t.as_secs_f64() * 1e3,
-                alloc_t.as_secs_f64() * 1e3,
-                open_t.as_secs_f64() * 1e3,
-                reinsert_t.as_secs_f64() * 1e3,
-                reinsert_t.as_secs_f64() / total_t.as_secs_f64()
-            ));
-        });
-        for e in &extra {
-            println!("{e}");
+            drop(t);
+            if placement != IndexPlacement::Dram {
+                continue;
+            }
+            // The leaf-group question: what share of all inserts is the splits' leaf allocation?
+            let insert_ns_total = {
+                let b = allocator(&dir, "u64-ins", n as u64 / 10 * LEAF_SIZE);
+                let s = b.root_location();
+                let t = FPTree::create(b.clone(), s).unwrap();
+                let p = timed(|| u64_keys.iter().for_each(|&k| assert!(t.insert(k, k).unwrap())));
+                p.t.as_nanos() as f64
+            };
+            let b = allocator(&dir, "u64-alloc", leaves as u64 * LEAF_SIZE);
+            let (ns, lines, fences) = leaf_allocation(&b, LEAF_SIZE, leaves);
+            println!(
+                "leaf allocation into a log slot: {ns:.0} ns, {lines:.2} lines, {fences:.2} fences each; \
+                 {leaves} splits × {ns:.0} ns = {:.1} ms = {:.1} % of {:.1} ms of inserts",
+                leaves as f64 * ns / 1e6,
+                leaves as f64 * ns * 100.0 / insert_ns_total,
+                insert_ns_total / 1e6
+            );
         }
-        drop(t);
-        // The leaf-group question: what share of all inserts is the splits' leaf allocation?
-        let insert_ns_total = {
-            let b = allocator(&dir, "u64-ins", n as u64 / 10 * LEAF_SIZE);
-            let s = b.root_location();
-            let t = FPTree::create(b.clone(), s).unwrap();
-            let p = timed(|| u64_keys.iter().for_each(|&k| assert!(t.insert(k, k).unwrap())));
-            p.t.as_nanos() as f64
-        };
-        let b = allocator(&dir, "u64-alloc", leaves as u64 * LEAF_SIZE);
-        let (ns, lines, fences) = leaf_allocation(&b, LEAF_SIZE, leaves);
-        println!(
-            "leaf allocation into a log slot: {ns:.0} ns, {lines:.2} lines, {fences:.2} fences each; \
-             {leaves} splits × {ns:.0} ns = {:.1} ms = {:.1} % of {:.1} ms of inserts",
-            leaves as f64 * ns / 1e6,
-            leaves as f64 * ns * 100.0 / insert_ns_total,
-            insert_ns_total / 1e6
-        );
     }
 
     for (name, width) in [("s16", 16usize), ("s64", 64)] {
-        if !kinds.contains(name) {
+        if !kinds.split(',').any(|k| k == name) {
             continue;
         }
-        let mut r = SplitMix64::new(42);
-        let keys: Vec<Vec<u8>> = (0..n)
-            .map(|_| {
-                (0..width.div_ceil(8))
-                    .flat_map(|_| r.next_u64().to_le_bytes())
-                    .take(width)
-                    .collect()
-            })
-            .collect();
+        let keys = string_keys(n, width);
         let bytes =
             n as u64 / 10 * VAR_LEAF_SIZE + if width > 23 { n as u64 * width as u64 } else { 0 };
-        let a = allocator(&dir, name, bytes);
-        let slot = a.root_location();
-        let mut t = FPTreeVar::create(a.clone(), slot).unwrap();
-        let mut m = BTreeMap::new();
-        let mut extra = Vec::new();
-        let kind = if width == 16 {
-            "16-byte keys (FPTreeVar, inline)"
-        } else {
-            "64-byte keys (FPTreeVar, key blocks)"
-        };
-        run(kind, &keys, &mut t, &mut m, reps, |t, rows| {
-            let leaves = t.leaves() as usize;
-            let idx = t.index_dram_bytes();
-            let data = n as u64 * (width as u64 + 8);
-            extra.push(format!(
-                "leaves {leaves}; inner index ≈ {idx} B of DRAM = {:.2} % of the data ({data} B)",
-                idx as f64 * 100.0 / data as f64
-            ));
-            let set = t.allocator().pool().clone();
-            let root_slot = t.root_slot();
-            let total = Instant::now();
-            let alloc = Arc::new(PAllocator::open(set).unwrap());
-            let alloc_t = total.elapsed();
-            let s = Instant::now();
-            let mut t2 = FPTreeVar::open(alloc, root_slot).unwrap();
-            let open_t = s.elapsed();
-            let total_t = total.elapsed();
-            assert_eq!(t2.len(), n as u64);
-            std::mem::swap(t, &mut t2);
-            drop(t2);
-            rows.push(restart_row(
-                "restart: allocator recovery + tree open (per leaf)",
-                leaves,
-                total_t,
-            ));
-            rows.push(restart_row("restart: tree open alone (per leaf)", leaves, open_t));
-            extra.push(format!(
-                "restart {:.1} ms (allocator {:.1} ms, tree {:.1} ms)",
-                total_t.as_secs_f64() * 1e3,
-                alloc_t.as_secs_f64() * 1e3,
-                open_t.as_secs_f64() * 1e3
-            ));
-        });
-        for e in &extra {
-            println!("{e}");
+        for &placement in &placements {
+            let Some(mut t) = new_tree::<ByteKey>(&dir, name, bytes, placement) else { continue };
+            let mut m = BTreeMap::new();
+            let mut extra = Vec::new();
+            let form = if width == 16 { "inline" } else { "key blocks" };
+            let kind =
+                format!("{width}-byte keys (FPTreeVar, {form}, {})", placement_name(placement));
+            run(&kind, &keys, &mut t, &mut m, reps, |t, rows| {
+                let leaves = t.leaves() as usize;
+                let data = n as u64 * (width as u64 + 8);
+                extra.push(index_line(t.leaves(), t.index_dram_bytes(), n, data));
+                let times = restart(t, n);
+                restart_rows(leaves, times, None, rows, &mut extra);
+            });
+            for e in &extra {
+                println!("{e}");
+            }
+        }
+    }
+
+    if parts.split(',').any(|p| p == "threads") {
+        if kinds.split(',').any(|k| k == "u64") {
+            threads_table("8-byte keys", &u64_keys, reps, |p| {
+                new_tree::<U64Key>(&dir, "u64-mt", n as u64 / 10 * LEAF_SIZE, p)
+            });
+        }
+        for (name, width) in [("s16", 16usize), ("s64", 64)] {
+            if !kinds.split(',').any(|k| k == name) {
+                continue;
+            }
+            let keys = string_keys(n, width);
+            let bytes = n as u64 / 10 * VAR_LEAF_SIZE
+                + if width > 23 { n as u64 * width as u64 } else { 0 };
+            threads_table(&format!("{width}-byte keys"), &keys, reps, |p| {
+                new_tree::<ByteKey>(&dir, &format!("{name}-mt"), bytes, p)
+            });
         }
     }
 }
