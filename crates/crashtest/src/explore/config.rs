@@ -76,6 +76,11 @@ pub struct Config {
     pub stop_at_first_failure: bool,
     /// Called after every tested image.
     pub progress: Option<ProgressFn>,
+    /// How many mutated runs of a mutation check run at once (each on its own thread, with
+    /// its own `out_dir` and `current_dir` below the configured ones). Default: the
+    /// environment variable `FERRITE_CRASHTEST_JOBS` if set, else the machine's available
+    /// parallelism, at most 4. Results do not depend on it.
+    pub mutation_jobs: usize,
 }
 
 impl fmt::Debug for Config {
@@ -92,6 +97,7 @@ impl fmt::Debug for Config {
             .field("corrupt_samples", &self.corrupt_samples)
             .field("drop_sites", &self.drop_sites)
             .field("out_dir", &self.out_dir)
+            .field("mutation_jobs", &self.mutation_jobs)
             .finish_non_exhaustive()
     }
 }
@@ -126,6 +132,12 @@ impl Default for Config {
             },
             stop_at_first_failure: true,
             progress: None,
+            mutation_jobs: std::env::var("FERRITE_CRASHTEST_JOBS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| {
+                    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
+                }),
         }
     }
 }

@@ -5,10 +5,15 @@
 //!   the target's written reason; everything else is `Undetected`.
 //!
 //! # Concurrency
-//! Runs are sequential; each is an ordinary exploration.
+//! The unmutated run comes first; the mutated runs (one per site) are independent ordinary
+//! explorations and run `Config::mutation_jobs` at a time on scoped threads, each with its
+//! own output and current-image directories (a run's images and verdict depend only on its
+//! configuration and seed, so the report is the same for any number of jobs; it lists sites
+//! in the unmutated run's order).
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use super::{Config, Report, Stop, Verdict, explore};
 use crate::target::Target;
@@ -111,42 +116,87 @@ impl fmt::Display for MutationReport {
 /// nothing durable in the unmutated run is reported as having no effect without a mutated run.
 pub fn mutate<T: Target>(target: Arc<T>, cfg: &Config) -> MutationReport {
     let base = explore(target.clone(), cfg);
-    let mut sites = Vec::new();
-    if base.passed() {
-        for (site, stats) in &base.sites {
-            if stats.effective == 0 {
-                sites.push((site.clone(), MutationOutcome::NoEffect));
-                continue;
-            }
-            let mut c = Config { drop_sites: vec![site.clone()], progress: None, ..cfg.clone() };
-            if stats.matters_only_in_recovery() {
-                c.nested = true;
-                c.nested_rate = 1.0;
-                c.nested_by_outer = true;
-                c.nested_after_drop = true;
-            }
-            let r = explore(target.clone(), &c);
-            // Benign patterns match the site key, followed by ` [recovery only]` for a site
-            // only recoveries reach (so a pattern can excuse the recovery-only site of a rule
-            // without excusing the workload's).
-            let matched = if stats.recovery_only() {
-                format!("{site} [recovery only]")
-            } else {
-                site.clone()
-            };
-            let outcome = if r.failed() {
-                MutationOutcome::Detected
-            } else if let Some((_, why)) =
-                target.benign_sites().iter().find(|(pat, _)| matched.contains(pat))
-            {
-                MutationOutcome::Benign((*why).to_owned())
-            } else if let Verdict::Stopped(s) = r.verdict() {
-                MutationOutcome::Unchecked(s)
-            } else {
-                MutationOutcome::Undetected
-            };
-            sites.push((site.clone(), outcome));
-        }
+    if !base.passed() {
+        return MutationReport { target: target.name().to_owned(), base, sites: Vec::new() };
     }
+    let listed: Vec<(&String, &super::SiteStats)> = base.sites.iter().collect();
+    let outcomes: Vec<Mutex<Option<MutationOutcome>>> =
+        listed.iter().map(|_| Mutex::new(None)).collect();
+    let next = AtomicUsize::new(0);
+    let work = || {
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some((site, stats)) = listed.get(i) else { return };
+            let o = mutated_run(&target, cfg, i, site, stats);
+            *outcomes[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(o);
+        }
+    };
+    let jobs = cfg.mutation_jobs.clamp(1, listed.len().max(1));
+    std::thread::scope(|s| {
+        for _ in 1..jobs {
+            s.spawn(work);
+        }
+        work();
+    });
+    if cfg.save_each {
+        // The mutated runs' current-image directories were below this one.
+        let _ = std::fs::remove_dir(&cfg.current_dir);
+    }
+    let sites = listed
+        .iter()
+        .zip(outcomes)
+        .map(|((site, _), o)| {
+            let o = o.into_inner().unwrap_or_else(|p| p.into_inner());
+            ((*site).clone(), o.expect("every site was run by a worker"))
+        })
+        .collect();
     MutationReport { target: target.name().to_owned(), base, sites }
+}
+
+/// The outcome of mutating `site` (the `i`-th of the unmutated run): no run for a site
+/// without effect, else one exploration with the site dropped, in directories of its own.
+fn mutated_run<T: Target>(
+    target: &Arc<T>,
+    cfg: &Config,
+    i: usize,
+    site: &str,
+    stats: &super::SiteStats,
+) -> MutationOutcome {
+    if stats.effective == 0 {
+        return MutationOutcome::NoEffect;
+    }
+    // A mutated run does not write every image out before recovering it (`save_each` is
+    // for diagnosing a recovery that kills the process; it was a tenth of a mutation
+    // check's profile); its failures are saved as usual.
+    let mut c = Config {
+        drop_sites: vec![site.to_owned()],
+        progress: None,
+        save_each: false,
+        out_dir: cfg.out_dir.join(format!("mutant-{i}")),
+        current_dir: cfg.current_dir.join(format!("mutant-{i}")),
+        ..cfg.clone()
+    };
+    if stats.matters_only_in_recovery() {
+        c.nested = true;
+        c.nested_rate = 1.0;
+        c.nested_by_outer = true;
+        c.nested_after_drop = true;
+    }
+    let r = explore(target.clone(), &c);
+    // Benign patterns match the site key, followed by ` [recovery only]` for a site only
+    // recoveries reach (so a pattern can excuse the recovery-only site of a rule without
+    // excusing the workload's).
+    let matched =
+        if stats.recovery_only() { format!("{site} [recovery only]") } else { site.to_owned() };
+    if r.failed() {
+        MutationOutcome::Detected
+    } else if let Some((_, why)) =
+        target.benign_sites().iter().find(|(pat, _)| matched.contains(pat))
+    {
+        MutationOutcome::Benign((*why).to_owned())
+    } else if let Verdict::Stopped(s) = r.verdict() {
+        MutationOutcome::Unchecked(s)
+    } else {
+        MutationOutcome::Undetected
+    }
 }

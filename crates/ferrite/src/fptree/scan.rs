@@ -86,6 +86,11 @@ fn empty_range<Q: ?Sized + Ord>(lo: Bound<&Q>, hi: Bound<&Q>) -> bool {
     }
 }
 
+/// Leaf steps a scan takes before it computes its bound on the walk (the pool's capacity in
+/// leaves): below it the walk is bounded anyway, and a damaged tree's cycle is still caught
+/// at max(this, the capacity) steps.
+const SHORT_WALK: u64 = 1024;
+
 /// One call of a scan's leaf visitor ([`Tree::scan_leaves`]).
 enum Visit {
     /// Copy the in-range entries of the leaf at this global offset that lie beyond the last
@@ -136,7 +141,14 @@ impl<K: IndexKey> Tree<K> {
                 set.prefetch(g + 64 * line);
             }
         };
-        let limit = super::walk_limit(set, K::LEAF_SIZE);
+        // The walk's bound (a cycle in a damaged tree must not run forever) costs a pass over
+        // the pool set's segment table: computed only once a walk is long enough to need it,
+        // not for every short scan.
+        let mut limit: Option<u64> = None;
+        let mut too_long = |steps: u64| {
+            steps > SHORT_WALK
+                && steps > *limit.get_or_insert_with(|| super::walk_limit(set, K::LEAF_SIZE))
+        };
         let mut steps = 0u64;
         let mut round = 0u32;
         match dir {
@@ -174,7 +186,7 @@ impl<K: IndexKey> Tree<K> {
                         _ => return Ok(()),
                     }
                     steps += 1;
-                    if steps > limit {
+                    if too_long(steps) {
                         break;
                     }
                 }
@@ -244,7 +256,7 @@ impl<K: IndexKey> Tree<K> {
                         None => return Ok(()),
                     }
                     steps += 1;
-                    if steps > limit {
+                    if too_long(steps) {
                         break;
                     }
                 }

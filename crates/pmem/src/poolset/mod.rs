@@ -116,6 +116,8 @@ pub struct PoolSet {
     mode_reason: String,
     was_clean: bool,
     slots: Box<[Slot]>,
+    /// One above the highest segment id ever published (bounds the walks of `segments`).
+    slots_used: AtomicU64,
     by_addr: RwLock<BTreeMap<u64, SegmentId>>,
     inner: Mutex<Inner>,
     /// Test hook: the next segment mapping fails as a failing `MAP_FIXED` can (see
@@ -453,7 +455,11 @@ impl PoolSet {
         let cfg = PersistCfg { mode: decision.mode, flush, eadr: opts.is_eadr() };
         let emu = Emulator::new(opts.latency()).map(Arc::new);
         let prefault = opts.is_prefault() && sim.is_none();
-        let slots = (0..MAX_SEGMENTS).map(|_| Slot::default()).collect();
+        let slots =
+            <[Slot] as zerocopy::FromZeros>::new_box_zeroed_with_elems(MAX_SEGMENTS as usize)
+                .map_err(|_| {
+                    Error::InvalidArgument("no memory for the segment table".to_string())
+                })?;
         if let Some(lock) = lock {
             reservation.hold_lock(lock);
         }
@@ -473,6 +479,7 @@ impl PoolSet {
             mode_reason: decision.reason,
             was_clean,
             slots,
+            slots_used: AtomicU64::new(0),
             by_addr: RwLock::new(BTreeMap::new()),
             inner: Mutex::new(Inner {
                 next_voff: 0,

@@ -24,6 +24,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use zerocopy::{FromZeros, KnownLayout};
+
 use crate::error::{Error, Result};
 use crate::header::HEADER_AREA;
 use crate::pptr::{PPtr, SegmentId};
@@ -32,7 +34,9 @@ use super::PoolSet;
 
 /// Where a live segment sits: `base` is its global offset + 1 (0 = not live), `len` the length
 /// of its data area. Published len-then-base (`Release`), read base-then-len (`Acquire`).
-#[derive(Default)]
+/// All zeros is a free slot: the table of [`MAX_SEGMENTS`](crate::MAX_SEGMENTS) slots is
+/// allocated zeroed, so opening a pool set touches only the pages of the slots it uses.
+#[derive(Default, FromZeros, KnownLayout)]
 pub(super) struct Slot {
     pub(super) base: AtomicU64,
     pub(super) len: AtomicU64,
@@ -56,6 +60,7 @@ impl PoolSet {
         let slot = &self.slots[id as usize];
         slot.len.store(file_size - HEADER_AREA, Ordering::Relaxed);
         slot.base.store(voff + 1, Ordering::Release);
+        self.slots_used.fetch_max(id + 1, Ordering::AcqRel);
         let mut m = self.by_addr.write().unwrap_or_else(|p| p.into_inner());
         m.insert(voff, id);
     }
@@ -127,9 +132,11 @@ impl PoolSet {
         Ok(PPtr::new(id, global - data))
     }
 
-    /// The live segments, by id.
+    /// The live segments, by id (a pass over the slots up to the highest id ever published,
+    /// not over the whole table).
     pub fn segments(&self) -> Vec<SegmentInfo> {
-        self.slots
+        let used = usize::try_from(self.slots_used.load(Ordering::Acquire)).unwrap_or(usize::MAX);
+        self.slots[..used.min(self.slots.len())]
             .iter()
             .enumerate()
             .filter_map(|(id, s)| {
