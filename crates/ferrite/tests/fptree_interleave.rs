@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::sync::mpsc;
 
 use ferrite::alloc::PAllocator;
-use ferrite::fptree::hooks::{self, Installed, Point};
+use ferrite::fptree::hooks::{self, Point};
 use ferrite::fptree::{CheckReport, Direction, FPTree, FPTreeVar, TreeOptions};
 use ferrite::pmem::internals::testing::TestDir;
 use ferrite::pmem::{Options, PoolSet};
@@ -138,13 +138,41 @@ impl Kind for FPTreeVar {
     }
 }
 
-/// Runs `$scenario::<Kind>(options, what)` for `u64` keys in both placements and byte keys.
+/// Runs every case (each to its end, under `catch_unwind`), then fails naming every case that
+/// failed: one run shows which variants a mutation breaks.
+fn run_cases(cases: Vec<(String, Box<dyn FnOnce()>)>) {
+    let failed: Vec<String> = cases
+        .into_iter()
+        .filter_map(|(name, case)| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(case)).is_err().then_some(name)
+        })
+        .collect();
+    assert!(failed.is_empty(), "failed cases: {failed:?}");
+}
+
+/// Runs `$scenario::<Kind>(options, what, arg)` for `u64` keys in both placements and byte
+/// keys, for each `arg` (the scan direction; `()` where there is none).
 macro_rules! every_variant {
     ($scenario:ident) => {
-        $scenario::<FPTree>(TreeOptions::default(), "u64 keys, DRAM index");
-        $scenario::<FPTree>(TreeOptions::persistent(), "u64 keys, persistent index");
-        $scenario::<FPTreeVar>(TreeOptions::default(), "byte keys, DRAM index");
+        every_variant!($scenario, [()])
     };
+    ($scenario:ident, [$($arg:expr),*]) => {{
+        let mut cases: Vec<(String, Box<dyn FnOnce()>)> = Vec::new();
+        for arg in [$($arg),*] {
+            for (topts, kind) in [
+                (TreeOptions::default(), "u64 keys, DRAM index"),
+                (TreeOptions::persistent(), "u64 keys, persistent index"),
+            ] {
+                let what = format!("{kind} {arg:?}");
+                let f = move || $scenario::<FPTree>(topts, &what, arg);
+                cases.push((format!("{kind} {arg:?}"), Box::new(f)));
+            }
+            let what = format!("byte keys, DRAM index {arg:?}");
+            let f = move || $scenario::<FPTreeVar>(TreeOptions::default(), &what, arg);
+            cases.push((format!("byte keys, DRAM index {arg:?}"), Box::new(f)));
+        }
+        run_cases(cases);
+    }};
 }
 
 /// A tree and its model: every change goes through both.
@@ -249,27 +277,35 @@ impl<T: Kind> Handle<T> {
     }
 }
 
-/// Installs, for this thread, a hook that runs `f(g)` the first time the thread passes `at`
-/// (about leaf `leaf`, or any leaf if `None`; `g` is the leaf the point is about); the
-/// returned cell says about which leaf it ran, if it did.
-fn once_at(
-    at: Point,
-    leaf: Option<u64>,
-    f: impl FnOnce(u64) + 'static,
-) -> (Installed, Rc<Cell<Option<u64>>>) {
-    let fired = Rc::new(Cell::new(None));
-    let seen = fired.clone();
-    let mut f = Some(f);
-    let guard = hooks::install(move |p, g| {
-        if p == at
-            && leaf.is_none_or(|l| l == g)
-            && let Some(f) = f.take()
-        {
-            seen.set(Some(g));
-            f(g);
-        }
-    });
-    (guard, fired)
+impl<T: Kind> Fixture<T> {
+    /// Runs `op` on the tree with `interfere` run (by this thread, unhooked) the first time
+    /// the thread passes `at` (about leaf `leaf`, or any leaf if `None`); asserts that it ran
+    /// and returns `op`'s result and the leaf the point was about.
+    fn hooked<R>(
+        &self,
+        at: Point,
+        leaf: Option<u64>,
+        interfere: impl FnOnce(&Handle<T>, u64) + 'static,
+        op: impl FnOnce(&T) -> R,
+    ) -> (R, u64) {
+        let fired = Rc::new(Cell::new(None));
+        let seen = fired.clone();
+        let h = self.handle();
+        let mut interfere = Some(interfere);
+        let guard = hooks::install(move |p, g| {
+            if p == at
+                && leaf.is_none_or(|l| l == g)
+                && let Some(f) = interfere.take()
+            {
+                seen.set(Some(g));
+                f(&h, g);
+            }
+        });
+        let r = op(&self.t);
+        drop(guard);
+        let g = fired.get().unwrap_or_else(|| panic!("the operation never passed {at:?}"));
+        (r, g)
+    }
 }
 
 // ----- writers -----
@@ -280,14 +316,12 @@ fn once_at(
 /// old leaf, where the index does not route it: `check()` and `get` fail.)
 #[test]
 fn a_split_between_a_writers_lookup_and_lock_sends_the_key_to_the_new_leaf() {
-    fn scenario<T: Kind>(topts: TreeOptions, what: &str) {
+    fn scenario<T: Kind>(topts: TreeOptions, what: &str, _: ()) {
         let f = Fixture::<T>::four_leaves(topts);
         let leaf2 = f.t.leaf_offsets()[1];
-        let h = f.handle();
-        let (guard, fired) = once_at(Point::WriterRouted, None, move |_| h.split_leaf_2());
-        f.insert(301, val(301, 9));
-        drop(guard);
-        assert_eq!(fired.get(), Some(leaf2), "{what}: the writer was routed to leaf 2");
+        let split = |h: &Handle<T>, _| h.split_leaf_2();
+        let (_, g) = f.hooked(Point::WriterRouted, None, split, |_| f.insert(301, val(301, 9)));
+        assert_eq!(g, leaf2, "{what}: the writer was routed to leaf 2");
         assert_eq!(f.t.leaf_count(), 5, "{what}");
         assert_ne!(f.t.leaf_offsets()[2], leaf2, "{what}: the new leaf follows leaf 2");
         f.assert_matches_model(what);
@@ -302,28 +336,24 @@ fn a_split_between_a_writers_lookup_and_lock_sends_the_key_to_the_new_leaf() {
 /// wrong leaf). Either way the key ends in leaf 1, which took over leaf 2's range.
 #[test]
 fn a_leaf_deleted_between_a_writers_lookup_and_lock_is_left_for_the_right_leaf() {
-    fn scenario<T: Kind>(topts: TreeOptions, what: &str) {
-        for reuse in [false, true] {
-            let what = &format!("{what}, block reused: {reuse}");
-            let f = Fixture::<T>::four_leaves(topts);
-            let leaf2 = f.t.leaf_offsets()[1];
-            let h = f.handle();
-            let (guard, fired) = once_at(Point::WriterRouted, None, move |g| {
-                if reuse {
-                    h.delete_leaf_2_and_reuse_it(g, None);
-                } else {
-                    for i in 17..=32 {
-                        h.delete(10 * i);
-                    }
+    /// `reuse`: whether the freed block becomes a leaf again before the writer locks it.
+    fn scenario<T: Kind>(topts: TreeOptions, what: &str, reuse: bool) {
+        let f = Fixture::<T>::four_leaves(topts);
+        let leaf2 = f.t.leaf_offsets()[1];
+        let delete = move |h: &Handle<T>, g| {
+            if reuse {
+                h.delete_leaf_2_and_reuse_it(g, None);
+            } else {
+                for i in 17..=32 {
+                    h.delete(10 * i);
                 }
-            });
-            f.insert(205, val(205, 9));
-            drop(guard);
-            assert_eq!(fired.get(), Some(leaf2), "{what}: the writer was routed to leaf 2");
-            f.assert_matches_model(what);
-        }
+            }
+        };
+        let (_, g) = f.hooked(Point::WriterRouted, None, delete, |_| f.insert(205, val(205, 9)));
+        assert_eq!(g, leaf2, "{what}: the writer was routed to leaf 2");
+        f.assert_matches_model(what);
     }
-    every_variant!(scenario);
+    every_variant!(scenario, [false, true]);
 }
 
 /// A write aimed at the new leaf of a split whose log is still armed waits: the splitter is
@@ -333,7 +363,7 @@ fn a_leaf_deleted_between_a_writers_lookup_and_lock_is_left_for_the_right_leaf()
 /// lose or revive keys). Released, both finish and the tree equals the model.
 #[test]
 fn a_write_to_a_split_new_leaf_waits_until_the_split_log_is_disarmed() {
-    fn scenario<T: Kind>(topts: TreeOptions, what: &str) {
+    fn scenario<T: Kind>(topts: TreeOptions, what: &str, _: ()) {
         let f = Fixture::<T>::four_leaves(topts);
         f.handle().fill_leaf_2();
         let (linked_tx, linked_rx) = mpsc::channel::<u64>();
@@ -394,18 +424,15 @@ fn a_write_to_a_split_new_leaf_waits_until_the_split_log_is_disarmed() {
 /// returns the other key's value for a deleted key.)
 #[test]
 fn a_leaf_change_between_a_readers_search_and_validation_makes_it_retry() {
-    fn scenario<T: Kind>(topts: TreeOptions, what: &str) {
+    fn scenario<T: Kind>(topts: TreeOptions, what: &str, _: ()) {
         let f = Fixture::<T>::four_leaves(topts);
         // Leaf 2 full: the next insert takes the lowest free slot, the one key 200 frees.
         f.handle().fill_leaf_2();
-        let h = f.handle();
-        let (guard, fired) = once_at(Point::ReaderSearched, None, move |_| {
+        let change = |h: &Handle<T>, _| {
             h.delete(200);
             h.insert(201, val(201, 2));
-        });
-        let got = f.t.get(200);
-        drop(guard);
-        assert!(fired.get().is_some(), "{what}");
+        };
+        let (got, _) = f.hooked(Point::ReaderSearched, None, change, |t| t.get(200));
         assert_eq!(got, None, "{what}: key 200 was deleted while the reader read it");
         f.assert_matches_model(what);
     }
@@ -419,14 +446,10 @@ fn a_leaf_change_between_a_readers_search_and_validation_makes_it_retry() {
 /// check: "absent".)
 #[test]
 fn a_leaf_deleted_and_reused_between_a_readers_lookup_and_snapshot_is_not_read() {
-    fn scenario<T: Kind>(topts: TreeOptions, what: &str) {
+    fn scenario<T: Kind>(topts: TreeOptions, what: &str, _: ()) {
         let f = Fixture::<T>::four_leaves(topts);
-        let h = f.handle();
-        let (guard, fired) =
-            once_at(Point::ReaderRouted, None, move |g| h.delete_leaf_2_and_reuse_it(g, Some(200)));
-        let got = f.t.get(200);
-        drop(guard);
-        assert!(fired.get().is_some(), "{what}");
+        let reuse = |h: &Handle<T>, g| h.delete_leaf_2_and_reuse_it(g, Some(200));
+        let (got, _) = f.hooked(Point::ReaderRouted, None, reuse, |t| t.get(200));
         assert_eq!(got, Some(val(200, 2)), "{what}: key 200, put back in leaf 1");
         f.assert_matches_model(what);
     }
@@ -449,11 +472,7 @@ fn scan_with<T: Kind>(
 ) {
     let before = f.model.borrow().clone();
     let leaf2 = f.t.leaf_offsets()[1];
-    let h = f.handle();
-    let (guard, fired) = once_at(at, Some(leaf2), move |g| interfere(&h, g));
-    let got = f.t.scan_all(dir);
-    drop(guard);
-    assert!(fired.get().is_some(), "{what}: the scan reached leaf 2");
+    let (got, _) = f.hooked(at, Some(leaf2), interfere, |t| t.scan_all(dir));
     let keys: Vec<u64> = got.iter().map(|e| e.0).collect();
     let ordered = match dir {
         Direction::Forward => keys.windows(2).all(|w| w[0] < w[1]),
@@ -488,13 +507,11 @@ fn scan_with<T: Kind>(
 /// backward: the reach check also sends it to the new leaf first). Every key once, in order.
 #[test]
 fn a_split_of_a_scans_leaf_between_copy_and_validation_is_read_again() {
-    fn scenario<T: Kind>(topts: TreeOptions, what: &str) {
-        for dir in [Direction::Forward, Direction::Backward] {
-            let f = Fixture::<T>::four_leaves(topts);
-            scan_with(&f, dir, Point::ScanCopied, |h, _| h.split_leaf_2(), what);
-        }
+    fn scenario<T: Kind>(topts: TreeOptions, what: &str, dir: Direction) {
+        let f = Fixture::<T>::four_leaves(topts);
+        scan_with(&f, dir, Point::ScanCopied, |h, _| h.split_leaf_2(), what);
     }
-    every_variant!(scenario);
+    every_variant!(scenario, [Direction::Forward, Direction::Backward]);
 }
 
 /// The scan's current leaf changes (values updated, a key deleted, another inserted) between
@@ -502,19 +519,17 @@ fn a_split_of_a_scans_leaf_between_copy_and_validation_is_read_again() {
 /// state.
 #[test]
 fn a_change_of_a_scans_leaf_between_copy_and_validation_is_read_again() {
-    fn scenario<T: Kind>(topts: TreeOptions, what: &str) {
-        for dir in [Direction::Forward, Direction::Backward] {
-            let f = Fixture::<T>::four_leaves(topts);
-            let change = |h: &Handle<T>, _| {
-                h.delete(200);
-                h.insert(205, val(205, 3));
-                assert!(h.t.delete(300) && h.t.insert(300, val(300, 3)));
-                h.model.borrow_mut().insert(300, val(300, 3));
-            };
-            scan_with(&f, dir, Point::ScanCopied, change, what);
-        }
+    fn scenario<T: Kind>(topts: TreeOptions, what: &str, dir: Direction) {
+        let f = Fixture::<T>::four_leaves(topts);
+        let change = |h: &Handle<T>, _| {
+            h.delete(200);
+            h.insert(205, val(205, 3));
+            assert!(h.t.delete(300) && h.t.insert(300, val(300, 3)));
+            h.model.borrow_mut().insert(300, val(300, 3));
+        };
+        scan_with(&f, dir, Point::ScanCopied, change, what);
     }
-    every_variant!(scenario);
+    every_variant!(scenario, [Direction::Forward, Direction::Backward]);
 }
 
 /// The scan's next leaf is deleted and its block reused as another leaf between the step's
@@ -523,31 +538,40 @@ fn a_change_of_a_scans_leaf_between_copy_and_validation_is_read_again() {
 /// then skips every key below them.
 #[test]
 fn a_leaf_deleted_and_reused_under_a_scan_step_is_not_read() {
-    fn scenario<T: Kind>(topts: TreeOptions, what: &str) {
-        for dir in [Direction::Forward, Direction::Backward] {
-            let f = Fixture::<T>::four_leaves(topts);
-            let reuse = |h: &Handle<T>, g| h.delete_leaf_2_and_reuse_it(g, None);
-            scan_with(&f, dir, Point::ScanRouted, reuse, what);
-        }
+    fn scenario<T: Kind>(topts: TreeOptions, what: &str, dir: Direction) {
+        let f = Fixture::<T>::four_leaves(topts);
+        let reuse = |h: &Handle<T>, g| h.delete_leaf_2_and_reuse_it(g, None);
+        scan_with(&f, dir, Point::ScanRouted, reuse, what);
     }
-    every_variant!(scenario);
+    every_variant!(scenario, [Direction::Forward, Direction::Backward]);
 }
 
 /// Byte keys: a key block named by the scan's copy of a leaf is freed and reused by another
 /// key of the same length (in another leaf) before the scan reads it: the copy is torn (a
 /// slot of leaf 2 with another leaf's key bytes). The validation fails and the step is read
-/// again. (Without it the scan emits a key that is not in the tree, out of order.)
+/// again. (Without it the scan emits another leaf's key in leaf 2's place, and forward skips
+/// every key below it.)
 #[test]
 fn a_key_block_reused_under_a_byte_key_scans_copy_is_not_emitted() {
-    for dir in [Direction::Forward, Direction::Backward] {
-        let f = Fixture::<FPTreeVar>::four_leaves(TreeOptions::default());
-        let reuse = |h: &Handle<FPTreeVar>, _| {
-            // Leaf 2's long keys go (their blocks are freed), long keys of leaf 4 take them.
-            for n in (170..=320).step_by(10).filter(|n| n % 3 == 0) {
-                h.delete(n);
-                h.insert(n + 333, val(n + 333, 4));
-            }
+    let case = |dir: Direction| -> (String, Box<dyn FnOnce()>) {
+        let f = move || {
+            let f = Fixture::<FPTreeVar>::four_leaves(TreeOptions::default());
+            let reuse = move |h: &Handle<FPTreeVar>, _| {
+                // Leaf 2's long keys go (their blocks are freed) and long keys of a leaf the
+                // scan has yet to visit take the blocks (leaf 4 forward, leaf 1 backward), so
+                // that only the validation can refuse the torn copy.
+                for n in (170..=320).step_by(10).filter(|n| n % 3 == 0) {
+                    let other = match dir {
+                        Direction::Forward => n + 333,
+                        Direction::Backward => n - 177,
+                    };
+                    h.delete(n);
+                    h.insert(other, val(other, 4));
+                }
+            };
+            scan_with(&f, dir, Point::ScanKeyBlock, reuse, "byte keys");
         };
-        scan_with(&f, dir, Point::ScanKeyBlock, reuse, "byte keys");
-    }
+        (format!("byte keys {dir:?}"), Box::new(f))
+    };
+    run_cases(vec![case(Direction::Forward), case(Direction::Backward)]);
 }
