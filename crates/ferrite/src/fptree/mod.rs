@@ -78,7 +78,9 @@
 //! advanced durably at every open, so no lock word of an earlier process reads locked.
 //! The allocator may be shared with other structures used by other threads.
 //! `PAllocator::defragment` and `release_free_segments` (which unmap) must not run while a
-//! tree operation is in flight.
+//! tree operation is in flight. The named points of `hooks.rs` (writer routed / locked / busy,
+//! reader routed / searched, scan routed / copied / key block, split linked) are where the
+//! interleaving tests stop a thread (cargo feature `test-hooks`; nothing without it).
 
 #[cfg(feature = "test-hooks")]
 pub mod hooks;
