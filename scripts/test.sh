@@ -7,6 +7,10 @@ export PROPTEST_CASES="${PROPTEST_CASES:-64}"
 export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
 cargo test --workspace --profile ci --locked "$@"
 
+# Step-by-step interleavings of the concurrent FPTree: they need ferrite's step hooks (cargo
+# feature `test-hooks`, compiled to nothing without it), so the target is skipped above.
+cargo test -p ferrite --profile ci --locked --features test-hooks --test fptree_interleave "$@"
+
 # Model checks of the FPTree's version lock and leaf-lock protocol (crates/ferrite,
 # fptree/vlock.rs) under loom: its own cfg, so its own target directory (preemptions are
 # bounded in the tests; well under a minute once built).

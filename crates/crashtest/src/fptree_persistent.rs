@@ -34,17 +34,17 @@ use crate::target::{Ctx, ModelView, Target};
 
 /// Header page + four 64 KiB pages: the table's class, the roots' class (tree root and index
 /// root), the leaves' class, the index nodes' class.
-const SEG: u64 = 4 * 64 * 1024 + 64 * 1024 + 4096;
+pub(crate) const SEG: u64 = 4 * 64 * 1024 + 64 * 1024 + 4096;
 const TREE_SLOT: u64 = ROOT_SLOT;
-const READY: u64 = 0x5245_4144_595f_5450;
+pub(crate) const READY: u64 = 0x5245_4144_595f_5450;
 /// Index fan-out: the smallest, for a deep index from few leaves.
 const FANOUT: u32 = 4;
 
-fn opts() -> Options {
+pub(crate) fn opts() -> Options {
     crate::fptree_common::opts("crashtest-fptree-p", SEG)
 }
 
-fn tree_opts() -> TreeOptions {
+pub(crate) fn tree_opts() -> TreeOptions {
     TreeOptions { index: IndexPlacement::Persistent, index_fanout: FANOUT }
 }
 

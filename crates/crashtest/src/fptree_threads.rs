@@ -1,8 +1,10 @@
-//! Crash target `fptree-threads`: the concurrent FPTree (fixed keys, DRAM inner index) with
-//! two workload threads on shared leaves.
+//! Crash targets `fptree-threads` and `fptree-threads-persistent`: the concurrent FPTree
+//! (fixed keys; the DRAM inner index, or the persistent one at fan-out 4) with two workload
+//! threads on shared leaves.
 //!
-//! The pool set and the table are `fptree-fixed`'s (its recovery and integrity checks are
-//! reused). The workload creates the allocator, the table and the tree, prefills it from one
+//! The pool set and the table are `fptree-fixed`'s, or `fptree-persistent`'s for the
+//! persistent index (their recovery and integrity checks are reused, including the
+//! persistent one's placement check). The workload creates the allocator, the table and the tree, prefills it from one
 //! thread (several leaves), then runs rounds in which both threads meet at a barrier and each
 //! runs a batch of operations on its own keys (thread t owns the keys ≡ t mod 2, so the two
 //! threads' keys share leaves): inserts that split shared leaves, updates, deletes, and in
@@ -14,7 +16,9 @@
 //! word right after `begin` (the caution of `docs/design/crash-testing.md` §13).
 //!
 //! The check: `fptree-fixed`'s recovery (allocator, micro-logs, index rebuild, `check()`,
-//! leak check: allocated blocks = table + the tree's blocks), then per key: the committed
+//! leak check: allocated blocks = table + the tree's blocks; `fptree-persistent`'s for the
+//! persistent index: its logs instead of the rebuild, the index's blocks in the leak check),
+//! then per key: the committed
 //! value, or the result of the one in-flight operation on that key (keys of different
 //! threads are disjoint, so at most one is in flight per key). Recovery reads every pair by a
 //! scan, which takes each leaf's lock-word snapshot: a word left odd in the epoch recovery
@@ -24,12 +28,13 @@ use std::collections::BTreeMap;
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use ferrite::fptree::FPTree;
+use ferrite::fptree::{FPTree, TreeOptions};
 use ferrite::storage::StorageError as Error;
 use ferrite_pmem::{CrashImage, PPtr};
 
-use crate::fptree::{FptreeFixed, READY, Recovered, SEG, TREE_SLOT, TreeOp, leak_check, opts};
+use crate::fptree::{FptreeFixed, Recovered, TREE_SLOT, TreeOp, leak_check};
 use crate::fptree_common::{SLOTS, TABLE, create_table, slot};
+use crate::fptree_persistent::FptreePersistent;
 use crate::target::{Ctx, ModelView, Target};
 
 /// Keys 0..KEYS; thread t owns the keys ≡ t (mod 2).
@@ -41,9 +46,30 @@ const BATCH: u64 = 8;
 /// words stay null, so recovery sees empty slots).
 const SCRATCH: u64 = SLOTS - 3;
 
-/// The target.
+/// The target, with the tree's inner index in DRAM (`fptree-threads`, the default) or in PM
+/// (`fptree-threads-persistent`).
 #[derive(Debug, Default)]
-pub struct FptreeThreads;
+pub struct FptreeThreads {
+    persistent: bool,
+}
+
+impl FptreeThreads {
+    /// `fptree-threads-persistent`: the same workload on a tree whose index is in PM.
+    pub fn persistent() -> FptreeThreads {
+        FptreeThreads { persistent: true }
+    }
+
+    /// The pool options, segment size, table marker and tree options of the variant.
+    fn layout(&self) -> (ferrite_pmem::Options, u64, u64, TreeOptions) {
+        if self.persistent {
+            use crate::fptree_persistent as p;
+            (p::opts(), p::SEG, p::READY, p::tree_opts())
+        } else {
+            use crate::fptree as f;
+            (f::opts(), f::SEG, f::READY, TreeOptions::default())
+        }
+    }
+}
 
 /// P-ALLOC-7 here: the tree allocates and frees blocks only in splits and leaf deletions,
 /// under its SMO lock, through the allocator's one slot: its allocator transactions never
@@ -106,16 +132,28 @@ impl Target for FptreeThreads {
     type Recovered = Recovered;
 
     fn name(&self) -> &'static str {
-        "fptree-threads"
+        if self.persistent { "fptree-threads-persistent" } else { "fptree-threads" }
     }
     fn summary(&self) -> &'static str {
-        "the concurrent FPTree (fixed keys, DRAM index): two threads on shared leaves, splits and leaf deletions under contention, a reopen (new lock-word epoch)"
+        if self.persistent {
+            "the concurrent FPTree (fixed keys, index in PM at fan-out 4): two threads on shared leaves, splits and leaf deletions under contention, a reopen (new lock-word epoch)"
+        } else {
+            "the concurrent FPTree (fixed keys, DRAM index): two threads on shared leaves, splits and leaf deletions under contention, a reopen (new lock-word epoch)"
+        }
     }
     fn rules(&self) -> &'static [&'static str] {
-        &[
-            "P-FPT-1", "P-FPT-2", "P-FPT-3", "P-FPT-4", "P-FPT-5", "P-FPT-6", "P-FPT-7", "P-FPT-8",
-            "P-FPT-9", "P-FPT-10", "P-FPT-11", "P-FPT-13", "P-FPT-30",
-        ]
+        if self.persistent {
+            &[
+                "P-FPT-1", "P-FPT-2", "P-FPT-3", "P-FPT-4", "P-FPT-5", "P-FPT-6", "P-FPT-7",
+                "P-FPT-8", "P-FPT-9", "P-FPT-10", "P-FPT-11", "P-FPT-13", "P-FPT-14", "P-FPT-15",
+                "P-FPT-16", "P-FPT-17", "P-FPT-18", "P-FPT-19", "P-FPT-30",
+            ]
+        } else {
+            &[
+                "P-FPT-1", "P-FPT-2", "P-FPT-3", "P-FPT-4", "P-FPT-5", "P-FPT-6", "P-FPT-7",
+                "P-FPT-8", "P-FPT-9", "P-FPT-10", "P-FPT-11", "P-FPT-13", "P-FPT-30",
+            ]
+        }
     }
     fn min_images(&self) -> u64 {
         200
@@ -132,13 +170,14 @@ impl Target for FptreeThreads {
         for i in (1..prefill.len()).rev() {
             prefill.swap(i, (ctx.rng().next_u64() % (i as u64 + 1)) as usize);
         }
+        let (o, seg, ready, topts) = self.layout();
         let tok = ctx.begin(TreeOp::Setup);
-        let (a, table) = create_table(ctx, &opts(), SEG, READY)?;
+        let (a, table) = create_table(ctx, &o, seg, ready)?;
         let set = a.pool().clone();
         let g = set.resolve_range(table, TABLE).map_err(pe)?;
         ctx.done(tok);
         let tok = ctx.begin(TreeOp::Create);
-        let mut tree = FPTree::create(a.clone(), slot(table, TREE_SLOT)).map_err(e)?;
+        let mut tree = FPTree::create_with(a.clone(), slot(table, TREE_SLOT), topts).map_err(e)?;
         ctx.done(tok);
         for k in prefill {
             let tok = ctx.begin(TreeOp::Insert(k, k + 1));
@@ -208,7 +247,7 @@ impl Target for FptreeThreads {
     }
 
     fn recover(&self, image: &CrashImage) -> Result<Recovered, String> {
-        FptreeFixed.recover(image)
+        if self.persistent { FptreePersistent.recover(image) } else { FptreeFixed.recover(image) }
     }
 
     fn check(&self, r: &Recovered, m: &ModelView<TreeOp>) -> Result<(), String> {

@@ -56,7 +56,8 @@ pub fn registry() -> Vec<Box<dyn DynTarget>> {
     v.push(Box::new(std::sync::Arc::new(fptree_pindex::FptreePindex)));
     v.push(Box::new(std::sync::Arc::new(fptree_persistent::FptreePersistent)));
     v.push(Box::new(std::sync::Arc::new(fptree_var::FptreeVar)));
-    v.push(Box::new(std::sync::Arc::new(fptree_threads::FptreeThreads)));
+    v.push(Box::new(std::sync::Arc::new(fptree_threads::FptreeThreads::default())));
+    v.push(Box::new(std::sync::Arc::new(fptree_threads::FptreeThreads::persistent())));
     v.push(Box::new(std::sync::Arc::new(alloc::AllocSmall)));
     v.push(Box::new(std::sync::Arc::new(alloc_big::AllocBig)));
     v.push(Box::new(std::sync::Arc::new(alloc_huge::AllocHuge)));

@@ -78,8 +78,14 @@
 //! advanced durably at every open, so no lock word of an earlier process reads locked.
 //! The allocator may be shared with other structures used by other threads.
 //! `PAllocator::defragment` and `release_free_segments` (which unmap) must not run while a
-//! tree operation is in flight.
+//! tree operation is in flight. The named points of `hooks.rs` (writer routed / locked / busy,
+//! reader routed / searched, scan routed / copied / key block, split linked) are where the
+//! interleaving tests stop a thread (cargo feature `test-hooks`; nothing without it).
 
+#[cfg(feature = "test-hooks")]
+pub mod hooks;
+#[cfg(not(feature = "test-hooks"))]
+mod hooks;
 mod index;
 mod key;
 mod layout;
@@ -99,6 +105,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use ferrite_pmem::{PPtr, PoolSet};
 
+use self::hooks::Point;
 use self::index::Index;
 use self::olc::{IndexKey, OlcIndex};
 use self::persistent::PersistentIndex;
@@ -897,12 +904,16 @@ impl<K: IndexKey> Tree<K> {
         let mut round = 0u32;
         loop {
             let (g, pin) = self.index.lookup_pinned(&self.set, key)?;
+            hooks::at(Point::WriterRouted, g);
             let w = self.leaf_word(g)?;
             if let TryLock::Acquired(l) = w.try_lock()? {
+                hooks::at(Point::WriterLocked, g);
                 if self.index.still_valid(&pin) {
                     return Ok((g, l));
                 }
                 w.unlock_unchanged(l)?;
+            } else {
+                hooks::at(Point::WriterBusy, g);
             }
             pause(&mut round);
         }
@@ -933,9 +944,12 @@ impl<K: IndexKey> Tree<K> {
         let mut round = 0u32;
         loop {
             let (leaf, pin) = self.index.lookup_pinned(&self.set, key)?;
+            hooks::at(Point::ReaderRouted, leaf);
             let w = self.leaf_word(leaf)?;
             if let Some(v) = w.read_begin()? {
-                let r = match K::find(self, leaf, key) {
+                let found = K::find(self, leaf, key);
+                hooks::at(Point::ReaderSearched, leaf);
+                let r = match found {
                     Ok(Some(slot)) => K::value(self, leaf, slot).map(Some),
                     other => other.map(|_| None),
                 };
@@ -1306,6 +1320,7 @@ impl<K: IndexKey> Tree<K> {
         if let Some(b) = bound {
             self.index.insert(b, new.g, new.p)?; // P-FPT-27: after the link, before the disarm
         }
+        hooks::at(Point::SplitLinked, new.g);
         self.reset_split_log()
     }
 

@@ -38,6 +38,7 @@ use std::borrow::Borrow;
 use std::ops::Bound::{self, Excluded, Included, Unbounded};
 use std::ops::{ControlFlow, RangeBounds};
 
+use super::hooks::{self, Point};
 use super::layout::{FULL, LeafImage, M};
 use super::layout_var::{SlotKey, VarLeafImage, decode_slot};
 use super::olc::IndexKey;
@@ -159,6 +160,7 @@ impl<K: IndexKey> Tree<K> {
                 };
                 loop {
                     let (g, pin) = self.index.lookup_pinned(set, x.borrow())?;
+                    hooks::at(Point::ScanRouted, g);
                     let w = self.leaf_word(g)?;
                     let Some(v) = w.read_begin()? else {
                         super::pause(&mut round);
@@ -169,6 +171,7 @@ impl<K: IndexKey> Tree<K> {
                     if let Ok(Some((_, n))) = &next {
                         prefetch(*n);
                     }
+                    hooks::at(Point::ScanCopied, g);
                     if !w.validate(v)? || !self.index.still_valid(&pin) {
                         super::pause(&mut round);
                         continue;
@@ -198,6 +201,7 @@ impl<K: IndexKey> Tree<K> {
                 };
                 loop {
                     let (g, pin) = self.index.lookup_pinned(set, x.borrow())?;
+                    hooks::at(Point::ScanRouted, g);
                     let w = self.leaf_word(g)?;
                     let Some(v) = w.read_begin()? else {
                         super::pause(&mut round);
@@ -209,6 +213,7 @@ impl<K: IndexKey> Tree<K> {
                         Reach::Key => Ok(None),
                         _ => self.index.next_entry(set, x.borrow()),
                     };
+                    hooks::at(Point::ScanCopied, g);
                     if !w.validate(v)? || !self.index.still_valid(&pin) {
                         super::pause(&mut round);
                         continue;
@@ -480,6 +485,7 @@ impl Tree<ByteKey> {
                         scratch.extend_from_slice(&bytes[..usize::from(len)]);
                     }
                     SlotKey::Pointer { block, len, .. } => {
+                        hooks::at(Point::ScanKeyBlock, g);
                         let bg = resolve_block(&set, block, u64::from(len), "key block")?;
                         scratch.resize(start + usize::from(len), 0);
                         set.read_into(bg, &mut scratch[start..])?;
