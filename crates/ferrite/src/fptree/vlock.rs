@@ -51,9 +51,12 @@
 //!   access layer returns `Err`, never panics, on an offset read that way;
 //! - a leaf removed from the list is unlocked obsolete ([`VersionLock::unlock_obsolete`]) so
 //!   readers and writers that reached it restart from the index;
-//! - recovery stores 0 into the word of every leaf it walks ([`VersionLock::reset`]) before
-//!   any thread uses the tree: a word written back while odd never leaves a leaf locked.
-//!   Versions restart at 0 in each process; no version outlives the process that read it.
+//! - no recovery writes a leaf's word: the tree's words are [`EpochWord`]s (VL5), and every
+//!   open moves the tree's epoch on durably before any thread locks a leaf (P-FPT-30), so a
+//!   word written back while odd reads unlocked, count 0 of the new epoch. Only when the epoch
+//!   field wraps does an open store 0 into every leaf's word (and persist it), before
+//!   any thread uses the tree. No version outlives the open that read it. (An earlier design
+//!   reset every word in the recovery walk; the persistent placement walks no leaf.)
 //!
 //! # Concurrency
 //! Every method takes `&self`; the word types are `Send + Sync`. [`VersionLock::lock`] and
