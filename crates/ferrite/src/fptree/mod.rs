@@ -85,6 +85,7 @@ mod key;
 mod layout;
 mod layout_var;
 pub mod olc;
+mod pbound;
 pub mod persistent;
 mod scan;
 mod stats;

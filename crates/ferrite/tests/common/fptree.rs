@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use ferrite::alloc::PAllocator;
 use ferrite::fptree::FPTree;
+use ferrite::fptree::persistent::{BoundForm, PIndex};
 use ferrite::pmem::internals::testing::TestDir;
 use ferrite::pmem::{Counters, Options, PPtr, PoolSet, SplitMix64};
 use proptest::test_runner::TestCaseError;
@@ -48,6 +49,28 @@ pub fn assert_allocated(a: &PAllocator, mut owned: Vec<PPtr>, msg: &str) {
     allocated.sort_by_key(key_of);
     owned.sort_by_key(key_of);
     assert_eq!(allocated, owned, "{msg}");
+}
+
+/// A new persistent index (either bound form) of `fanout` in a new pool set in `dir/set`.
+pub fn create_pindex<B: BoundForm>(dir: &TestDir, o: &Options, fanout: u32) -> PIndex<B> {
+    let a = create_alloc(dir, o);
+    let slot = a.root_location();
+    PIndex::create_with_fanout(a, slot, fanout).unwrap()
+}
+
+/// Drops the index, its allocator and pool set without a clean close (as after a crash) and
+/// opens them again.
+pub fn reopen_pindex<B: BoundForm>(dir: &TestDir, o: &Options, ix: PIndex<B>) -> PIndex<B> {
+    drop(ix);
+    let a = open_alloc(dir, o);
+    let slot = a.root_location();
+    PIndex::open(a, slot).unwrap()
+}
+
+/// N5: the allocator's allocated blocks are exactly the index's blocks.
+pub fn assert_pindex_no_leak<B: BoundForm>(ix: &PIndex<B>) {
+    let owned = ix.blocks().unwrap();
+    assert_allocated(ix.allocator(), owned, "allocated blocks differ from the index's blocks");
 }
 
 /// The persistence counters' difference over one call of `f` (this thread's).
