@@ -24,7 +24,7 @@ use proptest::prelude::*;
 
 mod common;
 use common::fptree::{
-    assert_allocated, close_tree, cost, create_alloc, open_alloc, seed, shuffle, write_fixture,
+    assert_allocated, close_tree, cost, create_alloc, open_alloc, seed, write_fixture,
 };
 
 const SEG: u64 = 1 << 20;
@@ -589,23 +589,7 @@ fn fixture_key(i: u64) -> Vec<u8> {
 /// The content: every key inserted in a scrambled order, then every key with `i % 5 == 0`
 /// deleted and every key with `i % 3 == 0` updated to `i × 11`.
 fn fixture_model() -> Model {
-    let mut m = Model::new();
-    for i in 0..120u64 {
-        m.entry(fixture_key(i)).or_insert(i * 3 + 1);
-    }
-    for i in 0..120u64 {
-        if i % 5 == 0 {
-            m.remove(&fixture_key(i));
-        }
-    }
-    for i in 0..120u64 {
-        if i % 3 == 0
-            && let Some(v) = m.get_mut(&fixture_key(i))
-        {
-            *v = i * 11;
-        }
-    }
-    m
+    common::fptree::var_fixture_model(120, fixture_key)
 }
 
 /// Regenerates the fixture (run by hand, only for a new format version:
@@ -619,21 +603,7 @@ fn generate_fptree_bytekeys_fixture() {
         let a = create_alloc(&dir, &fixture_opts());
         let slot = a.root_location();
         let t = FPTreeVar::create(a, slot).unwrap();
-        let mut order: Vec<u64> = (0..120).collect();
-        shuffle(&mut SplitMix64::new(1), &mut order);
-        for &i in &order {
-            t.insert(&fixture_key(i), i * 3 + 1).unwrap();
-        }
-        for &i in &order {
-            if i % 5 == 0 {
-                t.delete(&fixture_key(i)).unwrap();
-            }
-        }
-        for &i in &order {
-            if i % 3 == 0 {
-                t.update(&fixture_key(i), i * 11).unwrap();
-            }
-        }
+        common::fptree::fill_var_fixture(&t, 120, fixture_key);
         assert_same(&t, &fixture_model());
         t
     };

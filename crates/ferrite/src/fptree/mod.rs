@@ -102,8 +102,8 @@ use ferrite_pmem::{PPtr, PoolSet};
 
 use self::index::Index;
 use self::olc::{IndexKey, OlcIndex};
-use self::persistent::PersistentIndex;
-use self::vlock::{EpochWord, Locked, PmWord, TryLock, VersionLock};
+use self::persistent::PIndex;
+use self::vlock::{EPOCH_SHIFT, EpochWord, Locked, MAX_EPOCH, PmWord, TryLock, VersionLock};
 use crate::alloc::PAllocator;
 use crate::storage::{StorageError, StorageResult};
 
@@ -185,8 +185,7 @@ enum RootState {
 }
 
 /// The incompatible-feature flags this build knows: a key kind's leaf format (bit 0), the
-/// persistent inner index (bit 1). Of their combinations, byte keys with a persistent index
-/// is not built and is `Incompatible`.
+/// persistent inner index (bit 1), in any combination.
 const KNOWN_INCOMPAT: u64 = INCOMPAT_BYTE_KEYS | INCOMPAT_PERSISTENT_INDEX;
 
 /// The placement a root's flags record.
@@ -198,21 +197,13 @@ fn placement_of(incompat: u64) -> IndexPlacement {
     }
 }
 
-/// The root flags of a tree of kind `K` with `placement`; `Incompatible` for a combination
-/// this build does not make (a persistent index of byte keys).
+/// The root flags of a tree of kind `K` with `placement` (every combination is built: byte
+/// keys with a persistent index have flags 0b11). A `Result` so that a combination a later
+/// format drops can be refused here.
 fn flags_of<K: KeyKind>(placement: IndexPlacement) -> StorageResult<u64> {
     match placement {
         IndexPlacement::Dram => Ok(K::INCOMPAT),
-        IndexPlacement::Persistent if K::index_bound(K::lowest().borrow()).is_some() => {
-            Ok(K::INCOMPAT | INCOMPAT_PERSISTENT_INDEX)
-        }
-        IndexPlacement::Persistent => Err(StorageError::Incompatible {
-            what: format!(
-                "a persistent inner index for {} (byte separators are not built)",
-                K::NAME
-            ),
-            at: "fptree".into(),
-        }),
+        IndexPlacement::Persistent => Ok(K::INCOMPAT | INCOMPAT_PERSISTENT_INDEX),
     }
 }
 
@@ -498,7 +489,7 @@ impl<K: IndexKey> Tree<K> {
                 if placement_of(h.incompat) == IndexPlacement::Persistent {
                     // Open order: allocator (done) → the index's logs → the tree's logs,
                     // which may insert or remove index entries (idempotently).
-                    let ix = PersistentIndex::open(t.alloc.clone(), field(root, R_INDEX))?;
+                    let ix = PIndex::open(t.alloc.clone(), field(root, R_INDEX))?;
                     t.index = Index::persistent(ix);
                 }
                 t.recover_split()?;
@@ -639,24 +630,20 @@ impl<K: IndexKey> Tree<K> {
         if persistent {
             let slot = field(self.root, R_INDEX);
             let mut ix = if ix_root.is_null() {
-                PersistentIndex::create_with_fanout(self.alloc.clone(), slot, opts.index_fanout)?
+                PIndex::create_with_fanout(self.alloc.clone(), slot, opts.index_fanout)?
             } else {
-                match PersistentIndex::open(self.alloc.clone(), slot) {
+                match PIndex::open(self.alloc.clone(), slot) {
                     Ok(ix) => ix,
                     Err(StorageError::Corrupted { what, .. })
                         if what.starts_with("no index root header") =>
                     {
                         // The index's creation crashed before its first persist: finish it.
-                        PersistentIndex::create_with_fanout(
-                            self.alloc.clone(),
-                            slot,
-                            opts.index_fanout,
-                        )?
+                        PIndex::create_with_fanout(self.alloc.clone(), slot, opts.index_fanout)?
                     }
                     Err(e) => return Err(e),
                 }
             };
-            ix.insert(0, head)?; // idempotent: a resumed creation may have done it (P-FPT-29)
+            ix.insert_k(K::lowest().borrow(), head)?; // idempotent: a resumed creation may have done it (P-FPT-29)
             self.index = Index::persistent(ix);
         }
         set.store_u64(r, ROOT_MAGIC, Ordering::Release)?;
@@ -886,6 +873,30 @@ impl<K: IndexKey> Tree<K> {
         EpochWord::new(PmWord::new(&self.set, g + L_LOCK), self.epoch)
     }
 
+    /// P-FPT-35, the leak rule at a leaf's first lock in an open of a tree with a persistent
+    /// index (which walks no leaf at open): `l` taken from count 0 of this epoch means no
+    /// lock of this open has held the leaf since its word was last of an earlier epoch (or
+    /// it was released unchanged, and the rule runs again, finding nothing). Runs before the
+    /// leaf is changed in this open; the new leaf of a split is locked without it (it is
+    /// written whole from the split, nothing pending).
+    fn first_lock_repair(&self, g: u64, l: &Locked) -> StorageResult<()> {
+        if matches!(self.index, Index::Persistent(_)) && l.raw() == (self.epoch << EPOCH_SHIFT) | 1
+        {
+            K::repair_leaf(self, self.leaf_at(g)?)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the leak rule of `leaf` may still be pending in this open (P-FPT-35): a tree
+    /// with a persistent index whose leaf word is not of this open's epoch.
+    fn repair_pending(&self, leaf: Leaf) -> StorageResult<bool> {
+        if !matches!(self.index, Index::Persistent(_)) || self.epoch == 0 {
+            return Ok(false);
+        }
+        let raw = self.set.load_u64(leaf.g + L_LOCK, Ordering::Acquire)?;
+        Ok((raw >> EPOCH_SHIFT) & MAX_EPOCH != self.epoch)
+    }
+
     /// The SMO lock (a panic while holding it leaves PM as the logs describe: used as is).
     fn smo(&self) -> MutexGuard<'_, ()> {
         self.smo.lock().unwrap_or_else(|e| e.into_inner())
@@ -901,6 +912,11 @@ impl<K: IndexKey> Tree<K> {
             let w = self.leaf_word(g)?;
             if let TryLock::Acquired(l) = w.try_lock()? {
                 if self.index.still_valid(&pin) {
+                    if let Err(e) = self.first_lock_repair(g, &l) {
+                        self.poisoned.store(true, Ordering::Relaxed);
+                        w.unlock(l)?;
+                        return Err(e);
+                    }
                     return Ok((g, l));
                 }
                 w.unlock_unchanged(l)?;
@@ -1014,6 +1030,11 @@ impl<K: IndexKey> Tree<K> {
             if let Ok(leaf) = self.leaf_at(g) {
                 // A damaged leaf shows as missing blocks in the caller's comparison.
                 let _ = K::key_blocks(self, leaf, &mut out);
+                // Blocks of interrupted inserts and deletes whose leak rule waits for the
+                // leaf's first lock in this open (P-FPT-35) are the tree's.
+                if self.repair_pending(leaf).unwrap_or(false) {
+                    let _ = K::pending_blocks(self, leaf, &mut out);
+                }
             }
         }
         out.extend(self.index.blocks().unwrap_or_default());
@@ -1182,7 +1203,13 @@ impl<K: IndexKey> Tree<K> {
             Some(g) => {
                 let w = self.leaf_word(g)?;
                 match w.try_lock()? {
-                    TryLock::Acquired(l) => Some((self.leaf_at(g)?, l)),
+                    TryLock::Acquired(l) => {
+                        if let Err(e) = self.first_lock_repair(g, &l) {
+                            w.unlock(l)?;
+                            return Err(e);
+                        }
+                        Some((self.leaf_at(g)?, l))
+                    }
                     TryLock::Busy | TryLock::Obsolete => return Ok(false),
                 }
             }
@@ -1232,8 +1259,15 @@ impl<K: IndexKey> Tree<K> {
         store_pptr(&set, self.rg + R_SPLIT_CUR, leaf.p)?;
         set.persist_rule("P-FPT-3", self.rg + R_SPLIT_CUR, 16)?; // ORDER(P-FPT-3): log the leaf being split
         // The allocator durably stores the new leaf's pointer into the log, which arms it. A
-        // `PoolFull` leaves the log's new leaf null (disarmed): nothing was split.
-        let new = self.alloc.allocate(K::LEAF_SIZE, field(self.root, R_SPLIT_NEW))?;
+        // `PoolFull` leaves the log's new leaf null (disarmed): nothing was split, and a key
+        // block the index reserved for the bound is given back.
+        let new = match self.alloc.allocate(K::LEAF_SIZE, field(self.root, R_SPLIT_NEW)) {
+            Ok(new) => new,
+            Err(e) => {
+                self.index.unprepare()?;
+                return Err(e);
+            }
+        };
         let new = self.resolve_leaf(new)?;
         let bound = self.split_from_copy(leaf, new)?;
         Ok((bound, new))
@@ -1408,7 +1442,7 @@ impl<K: IndexKey> Tree<K> {
             }
             let leaf = self.resolve_leaf(at)?;
             self.checked_bitmap(leaf)?;
-            K::check_leaf(self, leaf)?;
+            K::check_leaf(self, leaf, self.repair_pending(leaf)?)?;
             K::key_blocks(self, leaf, &mut key_blocks)?;
             pairs.clear();
             K::leaf_pairs(self, leaf, (Unbounded, Unbounded), &mut pairs)?;

@@ -14,8 +14,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use ferrite::alloc::PAllocator;
-use ferrite::fptree::FPTree;
 use ferrite::fptree::persistent::{BoundForm, PIndex};
+use ferrite::fptree::{FPTree, FPTreeVar};
 use ferrite::pmem::internals::testing::TestDir;
 use ferrite::pmem::{Counters, Options, PPtr, PoolSet, SplitMix64};
 use proptest::test_runner::TestCaseError;
@@ -165,6 +165,31 @@ pub fn fixed_random_ops(
     }
     same(&t, &model);
     (t, model)
+}
+
+/// The content of the byte-key fixtures over keys `key(0..n)` (distinct): every key with
+/// value `i × 3 + 1`, the ones with `i % 5 == 0` deleted, `i % 3 == 0` updated to `i × 11`.
+pub fn var_fixture_model(n: u64, key: fn(u64) -> Vec<u8>) -> BTreeMap<Vec<u8>, u64> {
+    (0..n)
+        .filter(|i| i % 5 != 0)
+        .map(|i| (key(i), if i % 3 == 0 { i * 11 } else { i * 3 + 1 }))
+        .collect()
+}
+
+/// Writes [`var_fixture_model`] into `t` the way the fixtures were made: the keys inserted in
+/// an order scrambled by seed 1, then the deletes, then the updates, each in that order.
+pub fn fill_var_fixture(t: &FPTreeVar, n: u64, key: fn(u64) -> Vec<u8>) {
+    let mut order: Vec<u64> = (0..n).collect();
+    shuffle(&mut SplitMix64::new(1), &mut order);
+    for &i in &order {
+        t.insert(&key(i), i * 3 + 1).unwrap();
+    }
+    for &i in order.iter().filter(|&&i| i % 5 == 0) {
+        t.delete(&key(i)).unwrap();
+    }
+    for &i in order.iter().filter(|&&i| i % 3 == 0) {
+        t.update(&key(i), i * 11).unwrap();
+    }
 }
 
 /// The content of the fixed-key fixtures: keys `i * 7` for `i < 300`, value `k * 3 + 1`,
