@@ -17,15 +17,17 @@ use ferrite::alloc::PAllocator;
 use ferrite::fptree::persistent::{PVNODE_SIZE, PVNODE_TAG};
 use ferrite::fptree::{
     EMPTY_SLOT, FPTree, FPTreeVar, INCOMPAT_BYTE_KEYS, INCOMPAT_PERSISTENT_INDEX, IndexPlacement,
-    L_BITMAP, MAX_KEY_LEN, R_HEAD, R_INDEX, ROOT_SIZE, RootHeader, TreeOptions, VAR_LEAF_SIZE,
-    var_slot_offset,
+    MAX_KEY_LEN, R_INDEX, ROOT_SIZE, RootHeader, TreeOptions,
 };
 use ferrite::pmem::internals::testing::TestDir;
 use ferrite::pmem::{Options, PPtr, PoolSet, SplitMix64};
 use ferrite::storage::StorageError as Error;
 
 mod common;
-use common::fptree::{assert_allocated, close_tree, create_alloc, open_alloc, seed, write_fixture};
+use common::fptree::{
+    assert_allocated, close_tree, create_alloc, leave_interrupted_key_block_work, open_alloc, seed,
+    var_head_leaf, var_slot_words, write_fixture,
+};
 
 const SEG: u64 = 4 << 20;
 
@@ -158,17 +160,6 @@ fn random_operations_with_reopens_match_the_model_at_fanout_32() {
     random_run(seed() ^ 0x32, 32, 3000, 1500, 1000);
 }
 
-fn head_leaf(t: &FPTreeVar) -> u64 {
-    let set = t.allocator().pool();
-    let r = set.resolve(t.root()).unwrap();
-    set.resolve(set.load_pptr(r + R_HEAD).unwrap()).unwrap()
-}
-
-fn slot_words(set: &PoolSet, leaf: u64, slot: usize) -> [u64; 4] {
-    let s = leaf + var_slot_offset(slot);
-    [0, 1, 2, 3].map(|i| set.load_u64(s + 8 * i, Ordering::Acquire).unwrap())
-}
-
 /// The leaf-level leak rule without a walk at open (P-FPT-35): the images a crash leaves inside
 /// a long-key insert (a block in an invalid slot) and inside an update (a block named by a
 /// valid and an invalid slot) stay after open — the tree's blocks include the orphan, so the
@@ -179,39 +170,16 @@ fn the_leaf_leak_rule_runs_at_the_first_lock_after_open() {
     let dir = TestDir::new("fptree-pvar-lazy");
     let t = new_tree(&dir, 4);
     let mut model = Model::new();
-    let kept = vec![b'k'; 200];
-    let lost = vec![b'l'; 300];
-    t.insert(&kept, 1).unwrap();
-    t.insert(&lost, 2).unwrap();
-    t.insert(b"inline", 3).unwrap();
-    model.insert(kept.clone(), 1);
-    model.insert(b"inline".to_vec(), 3);
+    let (_, lost) = leave_interrupted_key_block_work(&t, &mut model);
     let set = t.allocator().pool().clone();
-    let leaf = head_leaf(&t);
-    assert_eq!(slot_words(&set, leaf, 0)[3] & 0xFFFF, 200);
-    let orphan = PPtr::new(slot_words(&set, leaf, 1)[0], slot_words(&set, leaf, 1)[1]);
-    // `lost`'s insert crashed before its commit; `kept`'s update into slot 5 committed but did
-    // not drop the old reference.
-    let bm = set.load_u64(leaf + L_BITMAP, Ordering::Acquire).unwrap();
-    let mut w = slot_words(&set, leaf, 0);
-    w[2] = 7;
-    let s5 = leaf + var_slot_offset(5);
-    for (i, x) in w.iter().enumerate() {
-        set.store_u64(s5 + 8 * i as u64, *x, Ordering::Relaxed).unwrap();
-    }
-    let fp = set.load_u64(leaf, Ordering::Acquire).unwrap().to_le_bytes();
-    let mut fp2 = fp;
-    fp2[5] = fp[0];
-    set.store_u64(leaf, u64::from_le_bytes(fp2), Ordering::Relaxed).unwrap();
-    set.store_u64(leaf + L_BITMAP, (bm & !0b11) | (1 << 5), Ordering::Release).unwrap();
-    set.persist(leaf, VAR_LEAF_SIZE).unwrap();
-    model.insert(kept.clone(), 7);
+    let leaf = var_head_leaf(&t);
+    let orphan = PPtr::new(var_slot_words(&set, leaf, 1)[0], var_slot_words(&set, leaf, 1)[1]);
     drop(set);
     let t = reopen(&dir, t);
     let set = t.allocator().pool().clone();
-    let leaf = head_leaf(&t);
+    let leaf = var_head_leaf(&t);
     // Open walked no leaf: the orphan is still named, and it is the tree's.
-    assert_eq!(slot_words(&set, leaf, 1)[0], orphan.segment);
+    assert_eq!(var_slot_words(&set, leaf, 1)[0], orphan.segment);
     assert!(t.blocks().contains(&orphan));
     assert_same(&t, &model);
     assert_eq!(t.get(&lost).unwrap(), None);
@@ -221,8 +189,8 @@ fn the_leaf_leak_rule_runs_at_the_first_lock_after_open() {
     // The new key took the first free slot (0, whose stale reference was dropped); slot 1's
     // orphan was freed from it. The leaf is of this open's epoch now: `check()` holds it to
     // V1 (no invalid slot names a block), and the leak check no longer counts the orphan.
-    assert_eq!(slot_words(&set, leaf, 1)[0], EMPTY_SLOT[0], "the orphan block is freed");
-    assert!(slot_words(&set, leaf, 0)[0] >> 63 == 1, "slot 0 holds the inline key");
+    assert_eq!(var_slot_words(&set, leaf, 1)[0], EMPTY_SLOT[0], "the orphan block is freed");
+    assert!(var_slot_words(&set, leaf, 0)[0] >> 63 == 1, "slot 0 holds the inline key");
     assert!(!t.blocks().contains(&orphan));
     assert_same(&t, &model);
     drop(set);

@@ -12,8 +12,10 @@
 //!
 //! The inner index is placed at creation ([`Tree::create_with`], `index.rs`): in DRAM, rebuilt
 //! from the leaf list at every open (the hybrid FPTree, the default), or in PM (the fully
-//! persistent variant, `u64` keys only: `persistent.rs`, opened by replaying its logs, no leaf
-//! read). The root records the placement (incompat bit 1 and the index root's pointer).
+//! persistent variant, both key kinds: `persistent.rs`, opened by replaying its logs, no leaf
+//! read; byte keys keep byte separators, `pbound.rs`). The root records the placement (incompat
+//! bit 1 and the index root's pointer). With a persistent index a leaf's leak rule (byte keys,
+//! V1) runs at its first lock in an open instead of at open (P-FPT-35).
 //!
 //! Values are `u64`. A leaf holds up to 32 entries in unsorted slots; a one-byte
 //! fingerprint per slot (packed into `u64` words at the start of the leaf) filters key probes;
@@ -58,7 +60,9 @@
 //! - With a persistent index: P-FPT-27 (a split makes room in the index first, and inserts the
 //!   new leaf's entry after the link and before the disarm), P-FPT-28 (a leaf deletion removes
 //!   the entry after the unlink and before the free), P-FPT-29 (creation nulls the index
-//!   pointer first and creates the index and the head's entry before the magic).
+//!   pointer first and creates the index and the head's entry before the magic), P-FPT-35 (a
+//!   byte-key leaf's leak rule at its first lock in an open), P-FPT-36 (a byte-key leaf
+//!   deletion invalidates the last key and frees the key blocks after the entry's removal).
 //!
 //! Every value read from PM (pointers, bitmaps) is validated before use: a pointer resolves
 //! through the pool set with checked arithmetic, a bitmap's bits ≥ 32 are refused, a walk is
@@ -397,7 +401,7 @@ impl<K: IndexKey> Tree<K> {
 
     /// As [`Tree::create`], with the inner index placed as `opts` says (recorded in the root:
     /// [`Tree::open`] reads it back). [`IndexPlacement::Persistent`] is the fully persistent
-    /// variant (`u64` keys only; byte keys are `Incompatible`). A resumed creation keeps the
+    /// variant (both key kinds: byte keys get byte separators). A resumed creation keeps the
     /// placement its root header records.
     pub fn create_with(
         alloc: Arc<PAllocator>,
@@ -716,11 +720,11 @@ impl<K: IndexKey> Tree<K> {
             let prev = self.resolve_leaf(prev)?;
             self.store_next(prev, next)?;
         }
-        K::release_leaf_keys(self, cur)?;
         if let Index::Persistent(_) = self.index {
             self.remove_entry_of(cur)?; // P-FPT-28, redone: idempotent
             self.index.lower_head()?; // the new head's bound the lowest (T5), redone
         }
+        K::release_leaf_keys(self, cur)?; // after the entry's removal (P-FPT-36)
         self.free_logged_leaf().map_err(|e| match e {
             StorageError::InvalidArgument(why) => {
                 corrupt(format!("the delete log names no allocated leaf: {why}"), cur.p)
@@ -731,8 +735,9 @@ impl<K: IndexKey> Tree<K> {
 
     /// Delete recovery with a persistent index: removes the entry naming the logged `leaf`,
     /// if it is still there. The leaf keeps its last key while the log is armed (DEFECT-5,
-    /// option (b)), so the key routes to the leaf's entry; a leaf with no valid key (not made
-    /// by this build) is looked up among all entries.
+    /// option (b)) until the entry is removed, so the key routes to the leaf's entry; a leaf
+    /// with no valid key had its entry removed already (byte keys invalidate the last key
+    /// after the removal, P-FPT-36; fixed keys never do). No walk: O(the index's height).
     fn remove_entry_of(&mut self, leaf: Leaf) -> StorageResult<()> {
         let mut pairs = Vec::new();
         K::leaf_pairs(self, leaf, (Unbounded, Unbounded), &mut pairs)?;
@@ -741,7 +746,7 @@ impl<K: IndexKey> Tree<K> {
                 let (b, g) = self.route_bound(k.borrow())?;
                 (g == leaf.g).then_some(b)
             }
-            None => self.index.entries(&self.set)?.into_iter().find(|e| e.1 == leaf.g).map(|e| e.0),
+            None => None,
         };
         match found {
             Some(b) => self.index.remove(b.borrow()),
@@ -1374,8 +1379,10 @@ impl<K: IndexKey> Tree<K> {
             None => self.store_head(next)?,
             Some(p) => self.store_next(p, next)?,
         }
-        K::release_leaf_keys(self, leaf)?;
         self.index.remove(bound)?; // P-FPT-28: the entry goes before the leaf is freed
+        // Byte keys: the last key's slot is made invalid (P-FPT-36) and every key block freed
+        // only after the entry is gone: until then delete recovery routes the last key to it.
+        K::release_leaf_keys(self, leaf)?;
         if let Some(l) = held.take() {
             self.leaf_word(leaf.g)?.unlock_obsolete(l)?;
         }

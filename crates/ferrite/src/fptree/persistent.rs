@@ -1,7 +1,10 @@
-//! The persistent inner index of the fully persistent FPTree variant: a B+-tree of `u64`
-//! lower bounds → leaf pointers whose nodes live in persistent memory, so that a tree opens
-//! without rebuilding its inner nodes (design: `docs/design/fptree.md`, "Persistent inner
-//! nodes (part II)"; layout: `docs/design/format.md`).
+//! The persistent inner index of the fully persistent FPTree variant: a B+-tree of lower
+//! bounds → leaf pointers whose nodes live in persistent memory, so that a tree opens without
+//! rebuilding its inner nodes (design: `docs/design/fptree.md`, "Persistent inner nodes (part
+//! II)" and "Byte separators in the persistent index"; layout: `docs/design/format.md`). One
+//! generic body [`PIndex<B>`] serves both stored forms of a bound (`pbound.rs`): `u64` bounds
+//! ([`PersistentIndex`], unchanged on media) and byte bounds ([`PersistentIndexVar`]: 32-byte
+//! key slots, keys over 23 bytes in key blocks allocated into the slot).
 //!
 //! The index maps each leaf's lower bound to the leaf's [`PPtr`] and answers "the leaf with the
 //! greatest bound ≤ key" ([`PersistentIndex::lookup`]), as the hybrid tree's DRAM `BTreeMap`
@@ -44,7 +47,15 @@
 //!   nulling the pointer it was freed from; the last free (from the log) disarms it.
 //! - Creation (P-FPT-19): magic and `root` nulled first, the header with magic 0 and disarmed
 //!   logs, the first (empty, bottom) node allocated into `root` and persisted, the magic last.
-//! - Open replays at most the two logs: O(pending log), no walk of the nodes.
+//! - Byte bounds (rules P-FPT-31..34): a key block is allocated into a slot, or freed from a
+//!   slot whose bit was cleared, only while the root's **slot log** names the slot (offset and
+//!   slot persisted, then the segment word; disarmed after the commit or the free); a split's
+//!   separator block is reserved in the parent before the alloc log is armed; a detach frees
+//!   the parent slot's block after its bit, a chain's and a shrunk root's blocks with their
+//!   nodes; a split drops the old node's references to the moved blocks (nulled, fenced)
+//!   before the disarm; a leftmost key is lowered to the empty key in one step (the block's
+//!   free from the slot, or a null first word). B2: no invalid slot names a block at rest.
+//! - Open replays at most the three logs: O(pending log), no walk of the nodes.
 //! - Lookups scan the valid slots of the nodes on the routed path in place (unsorted nodes, no
 //!   allocation; per level only the node's first five lines and the followed child pointer
 //!   are read) and fall back to a full floor search when separators left above the remaining

@@ -300,6 +300,15 @@ fn free_slot_block(t: &T, leaf: Leaf, slot: usize) -> StorageResult<()> {
 
 pub(super) fn release_leaf_keys(t: &T, leaf: Leaf) -> StorageResult<()> {
     let set = t.set();
+    // P-FPT-36 (persistent index): the last key's slot becomes invalid (durably) before any
+    // block is freed, so that delete recovery, which routes that key to the leaf's index entry,
+    // never finds a valid slot without its key, and an empty bitmap tells it that the entry is
+    // gone (the caller removed it first). The hybrid tree's recovery routes nothing.
+    let bm = leaf.g + super::L_BITMAP;
+    if matches!(t.index, super::Index::Persistent(_)) && set.load_u64(bm, Ordering::Acquire)? != 0 {
+        set.store_u64(bm, 0, Ordering::Release)?;
+        set.persist_rule("P-FPT-36", bm, 8)?; // ORDER(P-FPT-36): the last key invalid before its block is freed
+    }
     let mut freed: Vec<(u64, u64)> = Vec::new();
     for slot in 0..M {
         let w = read_slot(set, leaf.g, slot)?;

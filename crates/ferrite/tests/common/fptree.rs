@@ -167,6 +167,56 @@ pub fn fixed_random_ops(
     (t, model)
 }
 
+/// The global offset of a byte-key tree's head leaf.
+pub fn var_head_leaf(t: &FPTreeVar) -> u64 {
+    let set = t.allocator().pool();
+    let r = set.resolve(t.root()).unwrap();
+    set.resolve(set.load_pptr(r + ferrite::fptree::R_HEAD).unwrap()).unwrap()
+}
+
+/// The four words of slot `slot` of the v2 leaf at `leaf`.
+pub fn var_slot_words(set: &PoolSet, leaf: u64, slot: usize) -> [u64; 4] {
+    let s = leaf + ferrite::fptree::var_slot_offset(slot);
+    [0, 1, 2, 3].map(|i| set.load_u64(s + 8 * i, std::sync::atomic::Ordering::Acquire).unwrap())
+}
+
+/// Leaves in the head leaf of a fresh byte-key tree `t` the images a crash leaves inside a
+/// long-key insert (`lost`'s block allocated into slot 1, its bit never set) and inside an
+/// update (`kept`'s block named by valid slot 5, value 7, and by invalid slot 0), durably.
+/// Returns `(kept, lost)`; `model` gets the tree's content (`kept` → 7, `"inline"` → 3).
+pub fn leave_interrupted_key_block_work(
+    t: &FPTreeVar,
+    model: &mut BTreeMap<Vec<u8>, u64>,
+) -> (Vec<u8>, Vec<u8>) {
+    use std::sync::atomic::Ordering;
+    let kept = vec![b'k'; 200];
+    let lost = vec![b'l'; 300];
+    t.insert(&kept, 1).unwrap();
+    t.insert(&lost, 2).unwrap();
+    t.insert(b"inline", 3).unwrap();
+    model.insert(b"inline".to_vec(), 3);
+    let set = t.allocator().pool().clone();
+    let leaf = var_head_leaf(t);
+    // Slots are taken lowest first: kept in 0, lost in 1, inline in 2.
+    assert_eq!(var_slot_words(&set, leaf, 0)[3] & 0xFFFF, 200);
+    let bm = set.load_u64(leaf + ferrite::fptree::L_BITMAP, Ordering::Acquire).unwrap();
+    let mut w = var_slot_words(&set, leaf, 0);
+    w[2] = 7;
+    let s5 = leaf + ferrite::fptree::var_slot_offset(5);
+    for (i, x) in w.iter().enumerate() {
+        set.store_u64(s5 + 8 * i as u64, *x, Ordering::Relaxed).unwrap();
+    }
+    let fp = set.load_u64(leaf, Ordering::Acquire).unwrap().to_le_bytes();
+    let mut fp2 = fp;
+    fp2[5] = fp[0];
+    set.store_u64(leaf, u64::from_le_bytes(fp2), Ordering::Relaxed).unwrap();
+    set.store_u64(leaf + ferrite::fptree::L_BITMAP, (bm & !0b11) | (1 << 5), Ordering::Release)
+        .unwrap();
+    set.persist(leaf, ferrite::fptree::VAR_LEAF_SIZE).unwrap();
+    model.insert(kept.clone(), 7);
+    (kept, lost)
+}
+
 /// The content of the byte-key fixtures over keys `key(0..n)` (distinct): every key with
 /// value `i × 3 + 1`, the ones with `i % 5 == 0` deleted, `i % 3 == 0` updated to `i × 11`.
 pub fn var_fixture_model(n: u64, key: fn(u64) -> Vec<u8>) -> BTreeMap<Vec<u8>, u64> {
