@@ -1,6 +1,9 @@
-//! Crash target `fptree-var`: the single-threaded FPTree with byte-string keys
-//! (`FPTreeVar`, v2 leaves: keys of up to 23 bytes inline, longer ones in key blocks allocated
-//! through PAllocator's leak-free interface) on a simulated pool set ([D2]).
+//! Crash targets `fptree-var` and `fptree-persistent-var`: the single-threaded FPTree with
+//! byte-string keys (`FPTreeVar`, v2 leaves: keys of up to 23 bytes inline, longer ones in key
+//! blocks allocated through PAllocator's leak-free interface) on a simulated pool set ([D2]),
+//! with its inner index in DRAM (`fptree-var`) or in PM at fan-out 4 (`fptree-persistent-var`:
+//! byte separators, long ones in key blocks; the segment has two more pages, for the index
+//! root's and the nodes' classes, and their first blocks hold recycled garbage too).
 //!
 //! The pool set cannot grow past two segments: segment 0 (the header page and the allocator's
 //! anchor) and one segment with one page per size class the workload uses — the table of
@@ -21,7 +24,11 @@
 //!
 //! Recovery opens the image, recovers the allocator, then the tree (micro-logs, the rebuild's
 //! leak rule for key blocks left by an interrupted insert, update or delete); a tree whose
-//! creation had not finished is finished. The check requires: the tree's integrity check passes
+//! creation had not finished is finished. With a persistent index the open walks no leaf: the
+//! leak rule of a leaf runs at its first lock (P-FPT-35), so the orphan blocks of leaves not
+//! locked yet are the tree's (`blocks()`); recovery therefore checks once, then rewrites every
+//! fourth key with its own value (the first lock of most leaves, which repairs them, with
+//! nested crashes inside), and checks again. The check requires: the tree's integrity check passes
 //! (T1–T5, V1–V3); the allocator's allocated blocks are exactly the table and the tree's blocks
 //! including every key block named by a valid slot (T6: no key block leaked, none reachable and
 //! free); the contents equal the committed operations, with the in-flight one fully applied or
@@ -29,7 +36,10 @@
 
 use std::collections::BTreeMap;
 
-use ferrite::fptree::{FPTreeVar, MAX_KEY_LEN, ROOT_SIZE, VAR_LEAF_SIZE};
+use ferrite::fptree::persistent::{PVINDEX_ROOT_SIZE, PVNODE_SIZE};
+use ferrite::fptree::{
+    FPTreeVar, IndexPlacement, MAX_KEY_LEN, ROOT_SIZE, TreeOptions, VAR_LEAF_SIZE,
+};
 use ferrite::storage::StorageError as Error;
 use ferrite_pmem::{CrashImage, Options};
 
@@ -41,17 +51,21 @@ use crate::fptree_common::{
 use crate::target::{Ctx, ModelOp, ModelView, Target};
 
 /// Header page + seven 64 KiB pages: one per class (table, root, leaves, key blocks of 64, 128
-/// and 320 bytes) and one more for the allocator's own use of the segment.
+/// and 320 bytes) and one more for the allocator's own use of the segment; with a persistent
+/// index two more (the index root's class and the nodes').
 const SEG: u64 = 7 * 64 * 1024 + 4096;
+const PSEG: u64 = SEG + 2 * 64 * 1024;
+/// The persistent index's fan-out: the smallest, for a deep index.
+const FANOUT: u32 = 4;
 /// The table's slot of the tree's root (see `fptree_common`).
 const TREE_SLOT: u64 = ROOT_SLOT;
 const OPS: u64 = 300;
 const KEYS: u64 = 140;
+/// `fptree-persistent-var`'s smaller run (its images cost more: index nodes, separator blocks,
+/// the rewrites after recovery).
+const PKEYS: u64 = 84;
+const POPS: u64 = 160;
 const READY: u64 = 0x5245_4144_595f_5642;
-
-fn opts() -> Options {
-    crate::fptree_common::opts("crashtest-fptree-var", SEG)
-}
 
 /// The key of id `i`: id 0 is the empty key; otherwise (for long keys) a stem, the id in four
 /// digits (so keys are distinct), padded to a length chosen by `i % 7` that covers every slot
@@ -62,8 +76,13 @@ pub fn key(i: u64) -> Vec<u8> {
     }
     let len = [2usize, 9, 23, 24, 40, 100, 300][(i % 7) as usize];
     // The stem is shared by all keys of 24 bytes or more: their 6-byte prefixes are equal, so
-    // a lookup must read and compare the key block.
-    let mut k = if len >= 24 { b"stem-of-a-long-key/".to_vec() } else { Vec::new() };
+    // a lookup must read and compare the key block. The 300-byte keys share a longer one, so
+    // that the bounds between their leaves (and the index's separators) are key blocks too.
+    let mut k = match len {
+        300 => b"stem-of-a-long-key/with-a-longer-stem/".to_vec(),
+        24.. => b"stem-of-a-long-key/".to_vec(),
+        _ => Vec::new(),
+    };
     k.extend_from_slice(format!("{i:04}").as_bytes());
     k.resize(len.max(k.len()), b'.');
     debug_assert!(k.len() <= MAX_KEY_LEN);
@@ -136,9 +155,44 @@ pub enum Recovered {
     Tree(Vec<(Vec<u8>, u64)>),
 }
 
-/// The target.
+/// The target: `fptree-var` (default) or, with `persistent`, `fptree-persistent-var`.
 #[derive(Debug, Default)]
-pub struct FptreeVar;
+pub struct FptreeVar {
+    /// The inner index in PM (fan-out 4).
+    pub persistent: bool,
+}
+
+impl FptreeVar {
+    /// `fptree-persistent-var`.
+    pub fn persistent() -> FptreeVar {
+        FptreeVar { persistent: true }
+    }
+
+    fn opts(&self) -> Options {
+        if self.persistent {
+            crate::fptree_common::opts("crashtest-fptree-pvar", PSEG)
+        } else {
+            crate::fptree_common::opts("crashtest-fptree-var", SEG)
+        }
+    }
+
+    fn seg(&self) -> u64 {
+        if self.persistent { PSEG } else { SEG }
+    }
+
+    /// Key ids and churn operations of the run.
+    fn size(&self) -> (u64, u64) {
+        if self.persistent { (PKEYS, POPS) } else { (KEYS, OPS) }
+    }
+
+    fn tree_opts(&self) -> TreeOptions {
+        if self.persistent {
+            TreeOptions { index: IndexPlacement::Persistent, index_fanout: FANOUT }
+        } else {
+            TreeOptions::default()
+        }
+    }
+}
 
 fn modify(ctx: &Ctx<VarOp>, t: &mut FPTreeVar, op: VarOp) -> Result<(), String> {
     let tok = ctx.begin(op);
@@ -158,12 +212,50 @@ impl Target for FptreeVar {
     type Recovered = Recovered;
 
     fn name(&self) -> &'static str {
-        "fptree-var"
+        if self.persistent { "fptree-persistent-var" } else { "fptree-var" }
     }
     fn summary(&self) -> &'static str {
+        if self.persistent {
+            return "FPTree with byte keys and its inner index in PM (fan-out 4, byte separators, long ones in key blocks): inserts, updates, deletes, splits with index inserts, leaf deletions with index removes, the leaf leak rule at the first lock after open";
+        }
         "FPTree with byte keys (inline and key blocks) on PAllocator: inserts, updates, deletes, splits and leaf deletions moving and freeing key blocks"
     }
     fn rules(&self) -> &'static [&'static str] {
+        if self.persistent {
+            // The rules with persist sites of their own that this workload reaches (P-FPT-27,
+            // 28, 33 and 35 are orders between other rules' sites; detaches, P-FPT-18, are
+            // the index target's).
+            return &[
+                "P-FPT-1",
+                "P-FPT-2",
+                "P-FPT-3",
+                "P-FPT-6",
+                "P-FPT-7",
+                "P-FPT-8",
+                "P-FPT-9",
+                "P-FPT-10",
+                "P-FPT-11",
+                "P-FPT-13",
+                "P-FPT-14",
+                "P-FPT-15",
+                "P-FPT-16",
+                "P-FPT-17",
+                "P-FPT-19",
+                "P-FPT-21",
+                "P-FPT-23",
+                "P-FPT-24",
+                "P-FPT-25",
+                "P-FPT-26",
+                "P-FPT-31",
+                "P-FPT-32",
+                "P-FPT-34",
+                "P-FPT-36",
+                "P-ALLOC-1",
+                "P-ALLOC-2",
+                "P-ALLOC-3",
+                "P-ALLOC-4",
+            ];
+        }
         &[
             "P-FPT-1",
             "P-FPT-2",
@@ -205,20 +297,26 @@ impl Target for FptreeVar {
     fn workload(&self, ctx: &mut Ctx<VarOp>) -> Result<(), String> {
         let e = |e: Error| e.to_string();
         let tok = ctx.begin(VarOp::Setup);
-        let (a, table) = create_table(ctx, &opts(), SEG, READY)?;
+        let (a, table) = create_table(ctx, &self.opts(), self.seg(), READY)?;
         // Durable garbage in the blocks the tree gets first (the allocator reuses the most
-        // recently freed block of a class).
-        for (i, size) in [(2, ROOT_SIZE), (3, VAR_LEAF_SIZE), (4, 100)] {
+        // recently freed block of a class), with a persistent index its root and first node.
+        let mut blocks = vec![(2, ROOT_SIZE), (3, VAR_LEAF_SIZE), (4, 100)];
+        if self.persistent {
+            blocks.extend([(5, PVINDEX_ROOT_SIZE), (6, PVNODE_SIZE)]);
+        }
+        for (i, size) in blocks {
             garbage(&a, table, i, size)?;
             a.deallocate(slot(table, i)).map_err(e)?;
         }
         ctx.done(tok);
 
         let tok = ctx.begin(VarOp::Create);
-        let mut t = FPTreeVar::create(a.clone(), slot(table, TREE_SLOT)).map_err(e)?;
+        let mut t = FPTreeVar::create_with(a.clone(), slot(table, TREE_SLOT), self.tree_opts())
+            .map_err(e)?;
         ctx.done(tok);
 
-        let mut keys: Vec<u64> = (0..KEYS).collect();
+        let (keys_n, ops_n) = self.size();
+        let mut keys: Vec<u64> = (0..keys_n).collect();
         shuffle(ctx.rng(), &mut keys);
         let mut ops: Vec<VarOp> = keys.iter().map(|&k| VarOp::Insert(k, k + 1)).collect();
         let kinds: [fn(u64, u64) -> VarOp; 3] = [
@@ -229,12 +327,14 @@ impl Target for FptreeVar {
         // Every key updated once (many updates right after the splits: inline and key-block
         // keys, copies into slots that held other keys).
         ops.extend(keys.iter().map(|&k| VarOp::Update(k, 500 + k)));
-        churn(ctx.rng(), OPS / 2, KEYS, &kinds, &mut ops);
-        for range in [0..35, 60..95, KEYS - 35..KEYS] {
+        churn(ctx.rng(), ops_n / 2, keys_n, &kinds, &mut ops);
+        let ranges =
+            if self.persistent { [0..21, 36..57, 63..84] } else { [0..35, 60..95, 105..140] };
+        for range in ranges {
             ops.extend(range.map(VarOp::Delete));
         }
-        churn(ctx.rng(), OPS / 2, KEYS, &kinds, &mut ops);
-        ops.extend((0..KEYS).filter(|k| k % 40 != 7).map(VarOp::Delete));
+        churn(ctx.rng(), ops_n / 2, keys_n, &kinds, &mut ops);
+        ops.extend((0..keys_n).filter(|k| k % 40 != 7).map(VarOp::Delete));
         for op in ops {
             modify(ctx, &mut t, op)?;
         }
@@ -243,7 +343,7 @@ impl Target for FptreeVar {
     }
 
     fn recover(&self, image: &CrashImage) -> Result<Recovered, String> {
-        let o = match open_table(image, &opts(), READY)? {
+        let o = match open_table(image, &self.opts(), READY)? {
             Ok(o) => o,
             Err(why) => return Ok(Recovered::NoTree(why)),
         };
@@ -252,10 +352,13 @@ impl Target for FptreeVar {
             o.root,
             "no root header",
             || FPTreeVar::open(a.clone(), tree_slot),
-            || FPTreeVar::create(a.clone(), tree_slot),
+            || FPTreeVar::create_with(a.clone(), tree_slot, self.tree_opts()),
         )?;
+        if t.placement() != self.tree_opts().index {
+            return Err(format!("the recovered tree's index is {:?}", t.placement()));
+        }
         t.check().map_err(|x| format!("integrity check after recovery: {x}"))?;
-        let mut owned = o.owned;
+        let mut owned = o.owned.clone();
         owned.extend(t.blocks());
         leak_check(a, owned)?;
         let top = vec![0xFF; MAX_KEY_LEN];
@@ -270,6 +373,21 @@ impl Target for FptreeVar {
             if t.get(k).map_err(|x| x.to_string())? != Some(*v) {
                 return Err(format!("key {k:?} is listed with {v} but its lookup disagrees"));
             }
+        }
+        if self.persistent {
+            // P-FPT-35: the first lock of a leaf in this open runs its leak rule. Every eighth
+            // key rewritten with its value locks most leaves (16 to 32 keys each); then the
+            // tree is checked again (those leaves are held to V1 now) and the orphans they
+            // named must be gone.
+            for (k, v) in pairs.iter().step_by(8) {
+                if !t.update(k, *v).map_err(|x| format!("rewrite after recovery: {x}"))? {
+                    return Err(format!("key {k:?} vanished from its rewrite"));
+                }
+            }
+            t.check().map_err(|x| format!("integrity check after the rewrites: {x}"))?;
+            let mut owned = o.owned;
+            owned.extend(t.blocks());
+            leak_check(a, owned)?;
         }
         Ok(match finished(unfinished, "a tree", pairs)? {
             Some(pairs) => Recovered::Tree(pairs),

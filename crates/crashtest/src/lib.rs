@@ -53,9 +53,11 @@ pub use target::{Axioms, Ctx, Expect, Mode, ModelOp, ModelView, OpToken, Target}
 pub fn registry() -> Vec<Box<dyn DynTarget>> {
     let mut v = toys::toys();
     v.push(Box::new(std::sync::Arc::new(fptree::FptreeFixed)));
-    v.push(Box::new(std::sync::Arc::new(fptree_pindex::FptreePindex)));
+    v.push(Box::new(std::sync::Arc::new(fptree_pindex::FptreePindex::default())));
+    v.push(Box::new(std::sync::Arc::new(fptree_pindex::FptreePindexVar::default())));
     v.push(Box::new(std::sync::Arc::new(fptree_persistent::FptreePersistent)));
-    v.push(Box::new(std::sync::Arc::new(fptree_var::FptreeVar)));
+    v.push(Box::new(std::sync::Arc::new(fptree_var::FptreeVar::default())));
+    v.push(Box::new(std::sync::Arc::new(fptree_var::FptreeVar::persistent())));
     v.push(Box::new(std::sync::Arc::new(fptree_threads::FptreeThreads::default())));
     v.push(Box::new(std::sync::Arc::new(fptree_threads::FptreeThreads::persistent())));
     v.push(Box::new(std::sync::Arc::new(alloc::AllocSmall)));

@@ -191,12 +191,14 @@ struct Case {
     opts: TreeOptions,
 }
 
-/// Both key kinds, both placements (byte keys with a persistent index are not built).
-fn cases() -> [Case; 3] {
+/// Both key kinds, both placements (byte keys with a persistent index at fan-out 4: a deep
+/// index of byte separators, some in key blocks).
+fn cases() -> [Case; 4] {
     [
         Case { var: false, opts: TreeOptions::default() },
         Case { var: false, opts: TreeOptions::persistent() },
         Case { var: true, opts: TreeOptions::default() },
+        Case { var: true, opts: TreeOptions { index_fanout: 4, ..TreeOptions::persistent() } },
     ]
 }
 

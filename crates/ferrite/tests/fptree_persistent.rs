@@ -375,7 +375,9 @@ fn damaged_and_foreign_roots_are_typed_errors() {
     assert!(matches!(t.check(), Err(Error::Corrupted { .. })));
     drop(t);
     s.store_u64(ng, tag, Ordering::Relaxed).unwrap();
-    // The persistent flag with byte keys (an unknown combination), checksum recomputed.
+    // The flags of a byte-key tree with a persistent index over this u64 tree's root,
+    // checksum recomputed: the fixed-key handle refuses the kind, the byte-key handle the
+    // index's bound form (its header's key size).
     let mut h: RootHeader = s.read_struct(rg).unwrap();
     let good = h;
     h.incompat = INCOMPAT_PERSISTENT_INDEX | 1;
@@ -392,15 +394,14 @@ fn damaged_and_foreign_roots_are_typed_errors() {
     let t = fresh(&a).unwrap();
     assert_eq!(t.len(), 500);
     t.check().unwrap();
-    // The hybrid reader of the same root (a byte-key tree) is refused; a byte-key tree cannot
-    // be created with a persistent index; a bad fan-out is refused.
+    // A bad fan-out is refused for both kinds, before anything is allocated.
     drop(t);
     let dir2 = TestDir::new("fptree-persistent-bad2");
     let a2 = create_alloc(&dir2, &opts());
     let slot2 = a2.root_location();
     assert!(matches!(
-        FPTreeVar::create_with(a2.clone(), slot2, popts(32)),
-        Err(Error::Incompatible { .. })
+        FPTreeVar::create_with(a2.clone(), slot2, popts(3)),
+        Err(Error::InvalidArgument(_))
     ));
     assert!(matches!(
         FPTree::create_with(a2.clone(), slot2, popts(5)),

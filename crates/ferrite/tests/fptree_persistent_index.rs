@@ -24,7 +24,8 @@ use proptest::prelude::*;
 
 mod common;
 use common::fptree::{
-    assert_allocated, cost, create_alloc, open_alloc, seed, shuffle, write_fixture,
+    assert_pindex_no_leak, cost, create_alloc, create_pindex, open_alloc, reopen_pindex, seed,
+    shuffle, write_fixture,
 };
 
 const SEG: u64 = 1 << 20;
@@ -34,18 +35,11 @@ fn opts() -> Options {
 }
 
 fn new_index(dir: &TestDir, fanout: u32) -> PersistentIndex {
-    let a = create_alloc(dir, &opts());
-    let slot = a.root_location();
-    PersistentIndex::create_with_fanout(a, slot, fanout).unwrap()
+    create_pindex(dir, &opts(), fanout)
 }
 
-/// Drops the index, its allocator and pool set without a clean close (as after a crash) and
-/// opens them again.
 fn reopen(dir: &TestDir, ix: PersistentIndex) -> PersistentIndex {
-    drop(ix);
-    let a = open_alloc(dir, &opts());
-    let slot = a.root_location();
-    PersistentIndex::open(a, slot).unwrap()
+    reopen_pindex(dir, &opts(), ix)
 }
 
 /// A synthetic leaf pointer (the index never dereferences leaves).
@@ -55,8 +49,7 @@ fn leaf(v: u64) -> PPtr {
 
 /// N5: the allocator's allocated blocks are exactly the index's blocks.
 fn assert_no_leak(ix: &PersistentIndex) {
-    let owned = ix.blocks().unwrap();
-    assert_allocated(ix.allocator(), owned, "allocated blocks differ from the index's blocks");
+    assert_pindex_no_leak(ix);
 }
 
 fn assert_same(ix: &PersistentIndex, model: &BTreeMap<u64, PPtr>) {

@@ -38,9 +38,13 @@ fn fixed_tree_with(dir: &TestDir, o: TreeOptions) -> FPTree {
 }
 
 fn var_tree(dir: &TestDir) -> FPTreeVar {
+    var_tree_with(dir, TreeOptions::default())
+}
+
+fn var_tree_with(dir: &TestDir, o: TreeOptions) -> FPTreeVar {
     let a = alloc(dir, true);
     let slot = a.root_location();
-    FPTreeVar::create(a, slot).unwrap()
+    FPTreeVar::create_with(a, slot, o).unwrap()
 }
 
 /// What the model says a scan returns.
@@ -268,11 +272,22 @@ fn var_key(r: &mut SplitMix64) -> Vec<u8> {
 
 #[test]
 fn byte_key_scans_match_the_model_with_mixed_lengths_and_reopen() {
+    var_model(TreeOptions::default(), "fptree-scan-var");
+}
+
+/// The same byte-key scans on the fully persistent variant (leaves walked through the index's
+/// successor and predecessor over byte separators; fan-out 4 for a deep index).
+#[test]
+fn byte_key_scans_of_the_persistent_variant_match_the_model() {
+    var_model(TreeOptions { index_fanout: 4, ..TreeOptions::persistent() }, "fptree-scan-pvar");
+}
+
+fn var_model(o: TreeOptions, name: &str) {
     let seed = seed();
     println!("seed {seed:#x}");
     let mut r = SplitMix64::new(seed);
-    let dir = TestDir::new("fptree-scan-var");
-    let mut t = var_tree(&dir);
+    let dir = TestDir::new(name);
+    let mut t = var_tree_with(&dir, o);
     let mut m: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
     for round in 0..4 {
         for _ in 0..1200 {

@@ -14,8 +14,8 @@ use std::sync::atomic::Ordering;
 
 use ferrite::alloc::PAllocator;
 use ferrite::fptree::{
-    EMPTY_SLOT, FPTree, FPTreeVar, INCOMPAT_BYTE_KEYS, INLINE_MAX, L_BITMAP, MAX_KEY_LEN, R_HEAD,
-    ROOT_MAGIC, ROOT_SIZE, ROOT_VERSION, VAR_LEAF_SIZE, var_slot_offset,
+    EMPTY_SLOT, FPTree, FPTreeVar, INCOMPAT_BYTE_KEYS, INLINE_MAX, MAX_KEY_LEN, ROOT_MAGIC,
+    ROOT_SIZE, ROOT_VERSION, VAR_LEAF_SIZE, var_slot_offset,
 };
 use ferrite::pmem::internals::testing::TestDir;
 use ferrite::pmem::{Counters, Options, PPtr, PoolSet, SplitMix64};
@@ -24,7 +24,8 @@ use proptest::prelude::*;
 
 mod common;
 use common::fptree::{
-    assert_allocated, close_tree, cost, create_alloc, open_alloc, seed, shuffle, write_fixture,
+    assert_allocated, close_tree, cost, create_alloc, leave_interrupted_key_block_work, open_alloc,
+    seed, var_head_leaf, var_slot_words, write_fixture,
 };
 
 const SEG: u64 = 1 << 20;
@@ -352,17 +353,6 @@ fn splits_and_leaf_deletions_with_long_keys_in_every_position() {
 }
 
 /// The head leaf's global offset.
-fn head_leaf(t: &FPTreeVar) -> u64 {
-    let set = t.allocator().pool();
-    let r = set.resolve(t.root()).unwrap();
-    set.resolve(set.load_pptr(r + R_HEAD).unwrap()).unwrap()
-}
-
-fn slot_words(set: &PoolSet, leaf: u64, slot: usize) -> [u64; 4] {
-    let s = leaf + var_slot_offset(slot);
-    [0, 1, 2, 3].map(|i| set.load_u64(s + 8 * i, Ordering::Acquire).unwrap())
-}
-
 /// The images a crash leaves inside a long-key insert (a block allocated into an invalid slot)
 /// and inside an update (the block named by a valid and an invalid slot of the same leaf) are
 /// repaired at open: the first block is freed, the second is kept and the stale reference
@@ -372,45 +362,15 @@ fn interrupted_key_block_work_is_finished_at_open() {
     let dir = TestDir::new("fptree-var-leftovers");
     let t = new_tree(&dir);
     let mut model = Model::new();
-    let kept = vec![b'k'; 200];
-    let lost = vec![b'l'; 300];
-    t.insert(&kept, 1).unwrap();
-    t.insert(&lost, 2).unwrap();
-    t.insert(b"inline", 3).unwrap();
-    model.insert(kept.clone(), 1);
-    model.insert(b"inline".to_vec(), 3);
-    let set = t.allocator().pool().clone();
-    let leaf = head_leaf(&t);
-    // Slots are taken lowest first: kept in 0, lost in 1, inline in 2.
-    assert_eq!(slot_words(&set, leaf, 0)[3] & 0xFFFF, 200);
-    // An insert of `lost` that crashed before its commit: its bit was never set.
-    let bm = set.load_u64(leaf + L_BITMAP, Ordering::Acquire).unwrap();
-    set.store_u64(leaf + L_BITMAP, bm & !0b10, Ordering::Release).unwrap();
-    set.persist(leaf + L_BITMAP, 8).unwrap();
-    // An update of `kept` into slot 5 that committed but did not drop the old reference: slot 5
-    // names the block, valid; slot 0 names it too, invalid.
-    let mut w = slot_words(&set, leaf, 0);
-    w[2] = 7;
-    let s5 = leaf + var_slot_offset(5);
-    for (i, x) in w.iter().enumerate() {
-        set.store_u64(s5 + 8 * i as u64, *x, Ordering::Relaxed).unwrap();
-    }
-    let fp = set.load_u64(leaf, Ordering::Acquire).unwrap().to_le_bytes();
-    let mut fp2 = fp;
-    fp2[5] = fp[0];
-    set.store_u64(leaf, u64::from_le_bytes(fp2), Ordering::Relaxed).unwrap();
-    set.store_u64(leaf + L_BITMAP, (bm & !0b11) | (1 << 5), Ordering::Release).unwrap();
-    set.persist(leaf, VAR_LEAF_SIZE).unwrap();
-    model.insert(kept.clone(), 7);
+    let (kept, lost) = leave_interrupted_key_block_work(&t, &mut model);
     // Before the repair, the check sees the stale references (V1).
     assert!(matches!(t.check(), Err(Error::Corrupted { .. })));
-    drop(set);
     let t = reopen(&dir, t);
     assert_same(&t, &model);
     let set = t.allocator().pool().clone();
-    let leaf = head_leaf(&t);
-    assert_eq!(slot_words(&set, leaf, 0)[0], EMPTY_SLOT[0], "the stale reference is dropped");
-    assert_eq!(slot_words(&set, leaf, 1)[0], EMPTY_SLOT[0], "the orphan block is freed");
+    let leaf = var_head_leaf(&t);
+    assert_eq!(var_slot_words(&set, leaf, 0)[0], EMPTY_SLOT[0], "the stale reference is dropped");
+    assert_eq!(var_slot_words(&set, leaf, 1)[0], EMPTY_SLOT[0], "the orphan block is freed");
     assert_eq!(t.get(&lost).unwrap(), None);
     assert_eq!(t.get(&kept).unwrap(), Some(7));
 }
@@ -546,7 +506,7 @@ fn damaged_slots_are_typed_errors() {
             t.insert(k, 1).unwrap();
         }
         let set = t.allocator().pool().clone();
-        let h = head_leaf(&t);
+        let h = var_head_leaf(&t);
         drop(t);
         damage(&set, h);
         set.persist(h, VAR_LEAF_SIZE).unwrap();
@@ -589,23 +549,7 @@ fn fixture_key(i: u64) -> Vec<u8> {
 /// The content: every key inserted in a scrambled order, then every key with `i % 5 == 0`
 /// deleted and every key with `i % 3 == 0` updated to `i × 11`.
 fn fixture_model() -> Model {
-    let mut m = Model::new();
-    for i in 0..120u64 {
-        m.entry(fixture_key(i)).or_insert(i * 3 + 1);
-    }
-    for i in 0..120u64 {
-        if i % 5 == 0 {
-            m.remove(&fixture_key(i));
-        }
-    }
-    for i in 0..120u64 {
-        if i % 3 == 0
-            && let Some(v) = m.get_mut(&fixture_key(i))
-        {
-            *v = i * 11;
-        }
-    }
-    m
+    common::fptree::var_fixture_model(120, fixture_key)
 }
 
 /// Regenerates the fixture (run by hand, only for a new format version:
@@ -619,21 +563,7 @@ fn generate_fptree_bytekeys_fixture() {
         let a = create_alloc(&dir, &fixture_opts());
         let slot = a.root_location();
         let t = FPTreeVar::create(a, slot).unwrap();
-        let mut order: Vec<u64> = (0..120).collect();
-        shuffle(&mut SplitMix64::new(1), &mut order);
-        for &i in &order {
-            t.insert(&fixture_key(i), i * 3 + 1).unwrap();
-        }
-        for &i in &order {
-            if i % 5 == 0 {
-                t.delete(&fixture_key(i)).unwrap();
-            }
-        }
-        for &i in &order {
-            if i % 3 == 0 {
-                t.update(&fixture_key(i), i * 11).unwrap();
-            }
-        }
+        common::fptree::fill_var_fixture(&t, 120, fixture_key);
         assert_same(&t, &fixture_model());
         t
     };

@@ -4,9 +4,8 @@
 //! - [`IndexPlacement::Dram`] (the hybrid tree, the default): a DRAM [`OlcIndex`] of lower
 //!   bounds → leaf global offsets, rebuilt from the leaf list at every open.
 //! - [`IndexPlacement::Persistent`]: the [`PersistentIndex`] in PM (bounds → leaf `PPtr`s),
-//!   opened by replaying its own logs: open reads no leaf and rebuilds nothing. `u64` keys only
-//!   (byte separators are not built: `KeyKind::index_bound` is `None` for byte keys, and such a
-//!   tree is refused at creation and at open).
+//!   opened by replaying its own logs: open reads no leaf and rebuilds nothing. Its bounds are
+//!   the key kind's owned form (`u64`, or byte separators in key slots: `pbound.rs`).
 //!
 //! # Invariants
 //! - I1 (both): every leaf of the list has exactly one entry, in list order; a key routes to the
@@ -49,7 +48,8 @@ use ferrite_pmem::{PPtr, PoolSet};
 
 use super::key::KeyKind;
 use super::olc::{IndexKey, OlcIndex, Pin};
-use super::persistent::{PN_DEFAULT_FANOUT, PersistentIndex};
+use super::pbound::BoundForm;
+use super::persistent::{PIndex, PN_DEFAULT_FANOUT};
 use crate::storage::{StorageError, StorageResult};
 
 /// The root's incompatible-feature flag of the fully persistent variant (bit 1): the index
@@ -68,7 +68,7 @@ pub enum IndexPlacement {
     /// DRAM, rebuilt from the leaf list at every open (the hybrid FPTree).
     #[default]
     Dram,
-    /// Persistent memory ([`PersistentIndex`]): nothing is rebuilt at open. `u64` keys only.
+    /// Persistent memory ([`PIndex`]): nothing is rebuilt at open.
     Persistent,
 }
 
@@ -98,27 +98,27 @@ impl TreeOptions {
 /// The inner index of a tree (see the module docs).
 pub(super) enum Index<K: KeyKind> {
     Dram(Box<OlcIndex<K>>),
-    Persistent(Box<Shared>),
+    Persistent(Box<Shared<K::Owned>>),
 }
 
 /// The persistent index shared by the tree's threads (module docs, "Concurrency").
-pub(super) struct Shared {
-    ix: RwLock<PersistentIndex>,
+pub(super) struct Shared<B: BoundForm> {
+    ix: RwLock<PIndex<B>>,
     /// Even while no change runs; +1 before and +1 after every change.
     ver: AtomicU64,
 }
 
-impl Shared {
+impl<B: BoundForm> Shared<B> {
     /// The index for a lookup (shared with other lookups; waits for a change to end).
-    pub(super) fn read(&self) -> RwLockReadGuard<'_, PersistentIndex> {
+    pub(super) fn read(&self) -> RwLockReadGuard<'_, PIndex<B>> {
         // A panic while holding the lock leaves the PM index as its own persist order left
         // it (every change is crash-consistent), so the guard is used as it is.
         self.ix.read().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Runs one change of the index exclusively, with `ver` odd while it runs.
-    fn change<T>(&self, f: impl FnOnce(&mut PersistentIndex) -> T) -> T {
-        let mut g: RwLockWriteGuard<'_, PersistentIndex> =
+    fn change<T>(&self, f: impl FnOnce(&mut PIndex<B>) -> T) -> T {
+        let mut g: RwLockWriteGuard<'_, PIndex<B>> =
             self.ix.write().unwrap_or_else(|e| e.into_inner());
         self.ver.fetch_add(1, Ordering::AcqRel);
         let r = f(&mut g);
@@ -145,13 +145,6 @@ impl<K: KeyKind> std::fmt::Debug for Index<K> {
     }
 }
 
-fn no_bound<K: KeyKind>() -> StorageError {
-    StorageError::Incompatible {
-        what: format!("a persistent inner index for {}", K::NAME),
-        at: "fptree index".into(),
-    }
-}
-
 fn empty() -> StorageError {
     lost("the index is empty")
 }
@@ -174,7 +167,7 @@ fn resolve<K: KeyKind>(set: &PoolSet, p: PPtr) -> StorageResult<u64> {
 
 impl<K: IndexKey> Index<K> {
     /// The persistent placement over `ix`.
-    pub(super) fn persistent(ix: PersistentIndex) -> Self {
+    pub(super) fn persistent(ix: PIndex<K::Owned>) -> Self {
         Index::Persistent(Box::new(Shared { ix: RwLock::new(ix), ver: AtomicU64::new(0) }))
     }
 
@@ -216,15 +209,13 @@ impl<K: IndexKey> Index<K> {
 
     fn persistent_route(
         set: &PoolSet,
-        ix: &PersistentIndex,
+        ix: &PIndex<K::Owned>,
         key: &K::Key,
     ) -> StorageResult<(K::Owned, u64)> {
-        let k = K::index_bound(key).ok_or_else(no_bound::<K>)?;
-        let (b, p) = match ix.lookup_with_bound(k)? {
+        let (b, p) = match ix.lookup_with_bound_k(key)? {
             Some(hit) => hit,
             None => ix.first()?.ok_or_else(|| lost("the persistent index is empty"))?,
         };
-        let b = K::from_index_bound(b).ok_or_else(no_bound::<K>)?;
         Ok((b, resolve::<K>(set, p)?))
     }
 
@@ -266,8 +257,7 @@ impl<K: IndexKey> Index<K> {
         match self {
             Index::Dram(m) => Ok(m.predecessor(bound).map(|(_, g)| g)),
             Index::Persistent(s) => {
-                let k = K::index_bound(bound).ok_or_else(no_bound::<K>)?;
-                s.read().predecessor(k)?.map(|(_, p)| resolve::<K>(set, p)).transpose()
+                s.read().predecessor_k(bound)?.map(|(_, p)| resolve::<K>(set, p)).transpose()
             }
         }
     }
@@ -289,10 +279,7 @@ impl<K: IndexKey> Index<K> {
     ) -> StorageResult<Option<(K::Owned, u64)>> {
         match self {
             Index::Dram(m) => Ok(m.successor(bound)),
-            Index::Persistent(s) => {
-                let k = K::index_bound(bound).ok_or_else(no_bound::<K>)?;
-                Self::persistent_hit(set, s.read().successor(k)?)
-            }
+            Index::Persistent(s) => Self::persistent_hit(set, s.read().successor_k(bound)?),
         }
     }
 
@@ -304,23 +291,16 @@ impl<K: IndexKey> Index<K> {
     ) -> StorageResult<Option<(K::Owned, u64)>> {
         match self {
             Index::Dram(m) => Ok(m.predecessor(bound)),
-            Index::Persistent(s) => {
-                let k = K::index_bound(bound).ok_or_else(no_bound::<K>)?;
-                Self::persistent_hit(set, s.read().predecessor(k)?)
-            }
+            Index::Persistent(s) => Self::persistent_hit(set, s.read().predecessor_k(bound)?),
         }
     }
 
     /// A persistent index's answer as (bound of the key kind, resolved leaf offset).
     fn persistent_hit(
         set: &PoolSet,
-        hit: Option<(u64, PPtr)>,
+        hit: Option<(K::Owned, PPtr)>,
     ) -> StorageResult<Option<(K::Owned, u64)>> {
-        hit.map(|(b, p)| {
-            let b = K::from_index_bound(b).ok_or_else(no_bound::<K>)?;
-            Ok((b, resolve::<K>(set, p)?))
-        })
-        .transpose()
+        hit.map(|(b, p)| Ok((b, resolve::<K>(set, p)?))).transpose()
     }
 
     /// Number of leaves (entries). The persistent index counts them on the first call after
@@ -337,10 +317,16 @@ impl<K: IndexKey> Index<K> {
     pub(super) fn prepare(&self, bound: &K::Key) -> StorageResult<()> {
         match self {
             Index::Dram(_) => Ok(()),
-            Index::Persistent(s) => {
-                let k = K::index_bound(bound).ok_or_else(no_bound::<K>)?;
-                s.change(|ix| ix.prepare_insert(k))
-            }
+            Index::Persistent(s) => s.change(|ix| ix.prepare_insert_k(bound)),
+        }
+    }
+
+    /// Gives back what [`Index::prepare`] reserved and the split did not use (a split that
+    /// failed after the preparation).
+    pub(super) fn unprepare(&self) -> StorageResult<()> {
+        match self {
+            Index::Dram(_) => Ok(()),
+            Index::Persistent(s) => s.change(|ix| ix.release_reserved()),
         }
     }
 
@@ -353,16 +339,13 @@ impl<K: IndexKey> Index<K> {
                 m.insert(bound.borrow(), leaf_g)?;
                 Ok(())
             }
-            Index::Persistent(s) => {
-                let k = K::index_bound(bound.borrow()).ok_or_else(no_bound::<K>)?;
-                match s.change(|ix| ix.insert(k, leaf)) {
-                    Ok(_) => Ok(()),
-                    Err(StorageError::PoolFull { .. }) => {
-                        Err(lost("the index insert of a durable split found no space"))
-                    }
-                    Err(e) => Err(e),
+            Index::Persistent(s) => match s.change(|ix| ix.insert_k(bound.borrow(), leaf)) {
+                Ok(_) => Ok(()),
+                Err(StorageError::PoolFull { .. }) => {
+                    Err(lost("the index insert of a durable split found no space"))
                 }
-            }
+                Err(e) => Err(e),
+            },
         }
     }
 
@@ -394,11 +377,9 @@ impl<K: IndexKey> Index<K> {
                 Ok(())
             }
             Index::Persistent(s) => {
-                let k = K::index_bound(bound).ok_or_else(no_bound::<K>)?;
-                let low = K::index_bound(K::lowest().borrow()).ok_or_else(no_bound::<K>)?;
                 s.change(|ix| {
-                    ix.remove(k)?;
-                    ix.lower_first(low)
+                    ix.remove_k(bound)?;
+                    ix.lower_first_k(K::lowest().borrow())
                 })?;
                 Ok(())
             }
@@ -411,10 +392,7 @@ impl<K: IndexKey> Index<K> {
     pub(super) fn lower_head(&self) -> StorageResult<()> {
         match self {
             Index::Dram(_) => Ok(()),
-            Index::Persistent(s) => {
-                let low = K::index_bound(K::lowest().borrow()).ok_or_else(no_bound::<K>)?;
-                s.change(|ix| ix.lower_first(low)).map(drop)
-            }
+            Index::Persistent(s) => s.change(|ix| ix.lower_first_k(K::lowest().borrow())).map(drop),
         }
     }
 
@@ -434,9 +412,7 @@ impl<K: IndexKey> Index<K> {
                 .read()
                 .entries_in_order()?
                 .into_iter()
-                .map(|(b, p)| {
-                    Ok((K::from_index_bound(b).ok_or_else(no_bound::<K>)?, resolve::<K>(set, p)?))
-                })
+                .map(|(b, p)| Ok((b, resolve::<K>(set, p)?)))
                 .collect(),
         }
     }

@@ -19,12 +19,12 @@
 //! the fixed-key methods in `mod.rs` and to the byte-key functions in `var.rs`, which state
 //! their persist order.
 
-use std::borrow::Borrow;
 use std::fmt::Debug;
 use std::ops::Bound;
 
 use ferrite_pmem::{PPtr, PoolSet};
 
+use super::pbound::BoundForm;
 use super::{Leaf, LeafSummary, Tree};
 use crate::storage::{StorageError, StorageResult};
 
@@ -78,8 +78,9 @@ pub trait KeyKind: sealed::Sealed + Debug + Send + Sync + 'static {
     /// The borrowed key callers pass in (`u64`, `[u8]`).
     type Key: ?Sized + Ord + Debug;
     /// The owned form the DRAM index holds (`u64`, `Box<[u8]>`): never a pointer into PM, so
-    /// freeing a key block cannot leave a dangling bound (DEFECT-4).
-    type Owned: Ord + Clone + Debug + Borrow<Self::Key> + Send + Sync;
+    /// freeing a key block cannot leave a dangling bound (DEFECT-4); also the stored form of
+    /// the persistent index's bounds (`pbound.rs`).
+    type Owned: BoundForm<Ref = Self::Key>;
     /// Name in messages.
     const NAME: &'static str;
     /// The root header's incompatible-feature flag that marks this kind (0 for `u64` keys: the
@@ -100,12 +101,6 @@ pub trait KeyKind: sealed::Sealed + Debug + Send + Sync + 'static {
     fn separator(left_max: &Self::Key, right_min: &Self::Key) -> Option<Self::Owned>;
     /// An owned copy of `key`.
     fn to_owned_key(key: &Self::Key) -> Self::Owned;
-    /// `key` as a bound of the persistent inner index (`persistent.rs`), which holds `u64`
-    /// bounds only: `Some` for `u64` keys, `None` for byte keys (no persistent placement yet).
-    fn index_bound(key: &Self::Key) -> Option<u64>;
-    /// A bound read back from the persistent inner index (`None` for byte keys).
-    fn from_index_bound(bound: u64) -> Option<Self::Owned>;
-
     // ----- the tree's per-kind leaf steps (used by `Tree` only; hidden, not an API) -----
 
     /// The valid slot of `leaf` holding `key`.
@@ -191,9 +186,23 @@ pub trait KeyKind: sealed::Sealed + Debug + Send + Sync + 'static {
     ) -> StorageResult<()>
     where
         Self: Sized;
-    /// Checks the kind's slot invariants of one leaf (fingerprints; V1, V3 for byte keys).
+    /// Checks the kind's slot invariants of one leaf (fingerprints; V1, V3 for byte keys; V1
+    /// not where `pending` says the leaf's leak rule has not run in this open).
     #[doc(hidden)]
-    fn check_leaf(t: &Tree<Self>, leaf: Leaf) -> StorageResult<()>
+    fn check_leaf(t: &Tree<Self>, leaf: Leaf, pending: bool) -> StorageResult<()>
+    where
+        Self: Sized;
+    /// The leaf's leak rule (byte keys, V1): an invalid slot naming a key block that a valid
+    /// slot names drops the reference, any other frees the block. Run by the hybrid tree's
+    /// rebuild and, with a persistent index, at a leaf's first lock in an open.
+    #[doc(hidden)]
+    fn repair_leaf(t: &Tree<Self>, leaf: Leaf) -> StorageResult<()>
+    where
+        Self: Sized;
+    /// Appends the key blocks the leak rule would free (invalid slots naming a block no valid
+    /// slot of the leaf names) to `out`: the tree's until the leaf's first lock in this open.
+    #[doc(hidden)]
+    fn pending_blocks(t: &Tree<Self>, leaf: Leaf, out: &mut Vec<PPtr>) -> StorageResult<()>
     where
         Self: Sized;
     /// Appends the key blocks named by the valid slots of `leaf` to `out`.
@@ -239,14 +248,6 @@ impl KeyKind for U64Key {
 
     fn to_owned_key(key: &u64) -> u64 {
         *key
-    }
-
-    fn index_bound(key: &u64) -> Option<u64> {
-        Some(*key)
-    }
-
-    fn from_index_bound(bound: u64) -> Option<u64> {
-        Some(bound)
     }
 
     #[inline(always)]
@@ -321,8 +322,16 @@ impl KeyKind for U64Key {
         t.fixed_pairs(leaf, bounds, out)
     }
 
-    fn check_leaf(t: &Tree<Self>, leaf: Leaf) -> StorageResult<()> {
+    fn check_leaf(t: &Tree<Self>, leaf: Leaf, _: bool) -> StorageResult<()> {
         t.fixed_check_leaf(leaf)
+    }
+
+    fn repair_leaf(_: &Tree<Self>, _: Leaf) -> StorageResult<()> {
+        Ok(())
+    }
+
+    fn pending_blocks(_: &Tree<Self>, _: Leaf, _: &mut Vec<PPtr>) -> StorageResult<()> {
+        Ok(())
     }
 
     fn key_blocks(_: &Tree<Self>, _: Leaf, _: &mut Vec<PPtr>) -> StorageResult<()> {
@@ -362,14 +371,6 @@ impl KeyKind for ByteKey {
 
     fn to_owned_key(key: &[u8]) -> Box<[u8]> {
         key.into()
-    }
-
-    fn index_bound(_: &[u8]) -> Option<u64> {
-        None
-    }
-
-    fn from_index_bound(_: u64) -> Option<Box<[u8]>> {
-        None
     }
 
     fn find(t: &Tree<Self>, leaf: u64, key: &[u8]) -> StorageResult<Option<usize>> {
@@ -442,8 +443,16 @@ impl KeyKind for ByteKey {
         super::var::leaf_pairs(t, leaf, bounds, out)
     }
 
-    fn check_leaf(t: &Tree<Self>, leaf: Leaf) -> StorageResult<()> {
-        super::var::check_leaf(t, leaf)
+    fn check_leaf(t: &Tree<Self>, leaf: Leaf, pending: bool) -> StorageResult<()> {
+        super::var::check_leaf(t, leaf, pending)
+    }
+
+    fn repair_leaf(t: &Tree<Self>, leaf: Leaf) -> StorageResult<()> {
+        super::var::repair_leaf(t, leaf)
+    }
+
+    fn pending_blocks(t: &Tree<Self>, leaf: Leaf, out: &mut Vec<PPtr>) -> StorageResult<()> {
+        super::var::pending_blocks(t, leaf, out)
     }
 
     fn key_blocks(t: &Tree<Self>, leaf: Leaf, out: &mut Vec<PPtr>) -> StorageResult<()> {

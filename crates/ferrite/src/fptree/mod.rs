@@ -12,8 +12,10 @@
 //!
 //! The inner index is placed at creation ([`Tree::create_with`], `index.rs`): in DRAM, rebuilt
 //! from the leaf list at every open (the hybrid FPTree, the default), or in PM (the fully
-//! persistent variant, `u64` keys only: `persistent.rs`, opened by replaying its logs, no leaf
-//! read). The root records the placement (incompat bit 1 and the index root's pointer).
+//! persistent variant, both key kinds: `persistent.rs`, opened by replaying its logs, no leaf
+//! read; byte keys keep byte separators, `pbound.rs`). The root records the placement (incompat
+//! bit 1 and the index root's pointer). With a persistent index a leaf's leak rule (byte keys,
+//! V1) runs at its first lock in an open instead of at open (P-FPT-35).
 //!
 //! Values are `u64`. A leaf holds up to 32 entries in unsorted slots; a one-byte
 //! fingerprint per slot (packed into `u64` words at the start of the leaf) filters key probes;
@@ -58,7 +60,9 @@
 //! - With a persistent index: P-FPT-27 (a split makes room in the index first, and inserts the
 //!   new leaf's entry after the link and before the disarm), P-FPT-28 (a leaf deletion removes
 //!   the entry after the unlink and before the free), P-FPT-29 (creation nulls the index
-//!   pointer first and creates the index and the head's entry before the magic).
+//!   pointer first and creates the index and the head's entry before the magic), P-FPT-35 (a
+//!   byte-key leaf's leak rule at its first lock in an open), P-FPT-36 (a byte-key leaf
+//!   deletion invalidates the last key and frees the key blocks after the entry's removal).
 //!
 //! Every value read from PM (pointers, bitmaps) is validated before use: a pointer resolves
 //! through the pool set with checked arithmetic, a bitmap's bits ≥ 32 are refused, a walk is
@@ -91,6 +95,7 @@ mod key;
 mod layout;
 mod layout_var;
 pub mod olc;
+mod pbound;
 pub mod persistent;
 mod scan;
 mod stats;
@@ -108,8 +113,8 @@ use ferrite_pmem::{PPtr, PoolSet};
 use self::hooks::Point;
 use self::index::Index;
 use self::olc::{IndexKey, OlcIndex};
-use self::persistent::PersistentIndex;
-use self::vlock::{EpochWord, Locked, PmWord, TryLock, VersionLock};
+use self::persistent::PIndex;
+use self::vlock::{EPOCH_SHIFT, EpochWord, Locked, MAX_EPOCH, PmWord, TryLock, VersionLock};
 use crate::alloc::PAllocator;
 use crate::storage::{StorageError, StorageResult};
 
@@ -191,8 +196,7 @@ enum RootState {
 }
 
 /// The incompatible-feature flags this build knows: a key kind's leaf format (bit 0), the
-/// persistent inner index (bit 1). Of their combinations, byte keys with a persistent index
-/// is not built and is `Incompatible`.
+/// persistent inner index (bit 1), in any combination.
 const KNOWN_INCOMPAT: u64 = INCOMPAT_BYTE_KEYS | INCOMPAT_PERSISTENT_INDEX;
 
 /// The placement a root's flags record.
@@ -204,21 +208,13 @@ fn placement_of(incompat: u64) -> IndexPlacement {
     }
 }
 
-/// The root flags of a tree of kind `K` with `placement`; `Incompatible` for a combination
-/// this build does not make (a persistent index of byte keys).
+/// The root flags of a tree of kind `K` with `placement` (every combination is built: byte
+/// keys with a persistent index have flags 0b11). A `Result` so that a combination a later
+/// format drops can be refused here.
 fn flags_of<K: KeyKind>(placement: IndexPlacement) -> StorageResult<u64> {
     match placement {
         IndexPlacement::Dram => Ok(K::INCOMPAT),
-        IndexPlacement::Persistent if K::index_bound(K::lowest().borrow()).is_some() => {
-            Ok(K::INCOMPAT | INCOMPAT_PERSISTENT_INDEX)
-        }
-        IndexPlacement::Persistent => Err(StorageError::Incompatible {
-            what: format!(
-                "a persistent inner index for {} (byte separators are not built)",
-                K::NAME
-            ),
-            at: "fptree".into(),
-        }),
+        IndexPlacement::Persistent => Ok(K::INCOMPAT | INCOMPAT_PERSISTENT_INDEX),
     }
 }
 
@@ -412,7 +408,7 @@ impl<K: IndexKey> Tree<K> {
 
     /// As [`Tree::create`], with the inner index placed as `opts` says (recorded in the root:
     /// [`Tree::open`] reads it back). [`IndexPlacement::Persistent`] is the fully persistent
-    /// variant (`u64` keys only; byte keys are `Incompatible`). A resumed creation keeps the
+    /// variant (both key kinds: byte keys get byte separators). A resumed creation keeps the
     /// placement its root header records.
     pub fn create_with(
         alloc: Arc<PAllocator>,
@@ -504,7 +500,7 @@ impl<K: IndexKey> Tree<K> {
                 if placement_of(h.incompat) == IndexPlacement::Persistent {
                     // Open order: allocator (done) → the index's logs → the tree's logs,
                     // which may insert or remove index entries (idempotently).
-                    let ix = PersistentIndex::open(t.alloc.clone(), field(root, R_INDEX))?;
+                    let ix = PIndex::open(t.alloc.clone(), field(root, R_INDEX))?;
                     t.index = Index::persistent(ix);
                 }
                 t.recover_split()?;
@@ -645,24 +641,20 @@ impl<K: IndexKey> Tree<K> {
         if persistent {
             let slot = field(self.root, R_INDEX);
             let mut ix = if ix_root.is_null() {
-                PersistentIndex::create_with_fanout(self.alloc.clone(), slot, opts.index_fanout)?
+                PIndex::create_with_fanout(self.alloc.clone(), slot, opts.index_fanout)?
             } else {
-                match PersistentIndex::open(self.alloc.clone(), slot) {
+                match PIndex::open(self.alloc.clone(), slot) {
                     Ok(ix) => ix,
                     Err(StorageError::Corrupted { what, .. })
                         if what.starts_with("no index root header") =>
                     {
                         // The index's creation crashed before its first persist: finish it.
-                        PersistentIndex::create_with_fanout(
-                            self.alloc.clone(),
-                            slot,
-                            opts.index_fanout,
-                        )?
+                        PIndex::create_with_fanout(self.alloc.clone(), slot, opts.index_fanout)?
                     }
                     Err(e) => return Err(e),
                 }
             };
-            ix.insert(0, head)?; // idempotent: a resumed creation may have done it (P-FPT-29)
+            ix.insert_k(K::lowest().borrow(), head)?; // idempotent: a resumed creation may have done it (P-FPT-29)
             self.index = Index::persistent(ix);
         }
         set.store_u64(r, ROOT_MAGIC, Ordering::Release)?;
@@ -735,11 +727,11 @@ impl<K: IndexKey> Tree<K> {
             let prev = self.resolve_leaf(prev)?;
             self.store_next(prev, next)?;
         }
-        K::release_leaf_keys(self, cur)?;
         if let Index::Persistent(_) = self.index {
             self.remove_entry_of(cur)?; // P-FPT-28, redone: idempotent
             self.index.lower_head()?; // the new head's bound the lowest (T5), redone
         }
+        K::release_leaf_keys(self, cur)?; // after the entry's removal (P-FPT-36)
         self.free_logged_leaf().map_err(|e| match e {
             StorageError::InvalidArgument(why) => {
                 corrupt(format!("the delete log names no allocated leaf: {why}"), cur.p)
@@ -750,8 +742,9 @@ impl<K: IndexKey> Tree<K> {
 
     /// Delete recovery with a persistent index: removes the entry naming the logged `leaf`,
     /// if it is still there. The leaf keeps its last key while the log is armed (DEFECT-5,
-    /// option (b)), so the key routes to the leaf's entry; a leaf with no valid key (not made
-    /// by this build) is looked up among all entries.
+    /// option (b)) until the entry is removed, so the key routes to the leaf's entry; a leaf
+    /// with no valid key had its entry removed already (byte keys invalidate the last key
+    /// after the removal, P-FPT-36; fixed keys never do). No walk: O(the index's height).
     fn remove_entry_of(&mut self, leaf: Leaf) -> StorageResult<()> {
         let mut pairs = Vec::new();
         K::leaf_pairs(self, leaf, (Unbounded, Unbounded), &mut pairs)?;
@@ -760,7 +753,7 @@ impl<K: IndexKey> Tree<K> {
                 let (b, g) = self.route_bound(k.borrow())?;
                 (g == leaf.g).then_some(b)
             }
-            None => self.index.entries(&self.set)?.into_iter().find(|e| e.1 == leaf.g).map(|e| e.0),
+            None => None,
         };
         match found {
             Some(b) => self.index.remove(b.borrow()),
@@ -892,6 +885,30 @@ impl<K: IndexKey> Tree<K> {
         EpochWord::new(PmWord::new(&self.set, g + L_LOCK), self.epoch)
     }
 
+    /// P-FPT-35, the leak rule at a leaf's first lock in an open of a tree with a persistent
+    /// index (which walks no leaf at open): `l` taken from count 0 of this epoch means no
+    /// lock of this open has held the leaf since its word was last of an earlier epoch (or
+    /// it was released unchanged, and the rule runs again, finding nothing). Runs before the
+    /// leaf is changed in this open; the new leaf of a split is locked without it (it is
+    /// written whole from the split, nothing pending).
+    fn first_lock_repair(&self, g: u64, l: &Locked) -> StorageResult<()> {
+        if matches!(self.index, Index::Persistent(_)) && l.raw() == (self.epoch << EPOCH_SHIFT) | 1
+        {
+            K::repair_leaf(self, self.leaf_at(g)?)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the leak rule of `leaf` may still be pending in this open (P-FPT-35): a tree
+    /// with a persistent index whose leaf word is not of this open's epoch.
+    fn repair_pending(&self, leaf: Leaf) -> StorageResult<bool> {
+        if !matches!(self.index, Index::Persistent(_)) || self.epoch == 0 {
+            return Ok(false);
+        }
+        let raw = self.set.load_u64(leaf.g + L_LOCK, Ordering::Acquire)?;
+        Ok((raw >> EPOCH_SHIFT) & MAX_EPOCH != self.epoch)
+    }
+
     /// The SMO lock (a panic while holding it leaves PM as the logs describe: used as is).
     fn smo(&self) -> MutexGuard<'_, ()> {
         self.smo.lock().unwrap_or_else(|e| e.into_inner())
@@ -909,6 +926,11 @@ impl<K: IndexKey> Tree<K> {
             if let TryLock::Acquired(l) = w.try_lock()? {
                 hooks::at(Point::WriterLocked, g);
                 if self.index.still_valid(&pin) {
+                    if let Err(e) = self.first_lock_repair(g, &l) {
+                        self.poisoned.store(true, Ordering::Relaxed);
+                        w.unlock(l)?;
+                        return Err(e);
+                    }
                     return Ok((g, l));
                 }
                 w.unlock_unchanged(l)?;
@@ -1027,6 +1049,11 @@ impl<K: IndexKey> Tree<K> {
             if let Ok(leaf) = self.leaf_at(g) {
                 // A damaged leaf shows as missing blocks in the caller's comparison.
                 let _ = K::key_blocks(self, leaf, &mut out);
+                // Blocks of interrupted inserts and deletes whose leak rule waits for the
+                // leaf's first lock in this open (P-FPT-35) are the tree's.
+                if self.repair_pending(leaf).unwrap_or(false) {
+                    let _ = K::pending_blocks(self, leaf, &mut out);
+                }
             }
         }
         out.extend(self.index.blocks().unwrap_or_default());
@@ -1195,7 +1222,13 @@ impl<K: IndexKey> Tree<K> {
             Some(g) => {
                 let w = self.leaf_word(g)?;
                 match w.try_lock()? {
-                    TryLock::Acquired(l) => Some((self.leaf_at(g)?, l)),
+                    TryLock::Acquired(l) => {
+                        if let Err(e) = self.first_lock_repair(g, &l) {
+                            w.unlock(l)?;
+                            return Err(e);
+                        }
+                        Some((self.leaf_at(g)?, l))
+                    }
                     TryLock::Busy | TryLock::Obsolete => return Ok(false),
                 }
             }
@@ -1245,8 +1278,15 @@ impl<K: IndexKey> Tree<K> {
         store_pptr(&set, self.rg + R_SPLIT_CUR, leaf.p)?;
         set.persist_rule("P-FPT-3", self.rg + R_SPLIT_CUR, 16)?; // ORDER(P-FPT-3): log the leaf being split
         // The allocator durably stores the new leaf's pointer into the log, which arms it. A
-        // `PoolFull` leaves the log's new leaf null (disarmed): nothing was split.
-        let new = self.alloc.allocate(K::LEAF_SIZE, field(self.root, R_SPLIT_NEW))?;
+        // `PoolFull` leaves the log's new leaf null (disarmed): nothing was split, and a key
+        // block the index reserved for the bound is given back.
+        let new = match self.alloc.allocate(K::LEAF_SIZE, field(self.root, R_SPLIT_NEW)) {
+            Ok(new) => new,
+            Err(e) => {
+                self.index.unprepare()?;
+                return Err(e);
+            }
+        };
         let new = self.resolve_leaf(new)?;
         let bound = self.split_from_copy(leaf, new)?;
         Ok((bound, new))
@@ -1354,8 +1394,10 @@ impl<K: IndexKey> Tree<K> {
             None => self.store_head(next)?,
             Some(p) => self.store_next(p, next)?,
         }
-        K::release_leaf_keys(self, leaf)?;
         self.index.remove(bound)?; // P-FPT-28: the entry goes before the leaf is freed
+        // Byte keys: the last key's slot is made invalid (P-FPT-36) and every key block freed
+        // only after the entry is gone: until then delete recovery routes the last key to it.
+        K::release_leaf_keys(self, leaf)?;
         if let Some(l) = held.take() {
             self.leaf_word(leaf.g)?.unlock_obsolete(l)?;
         }
@@ -1422,7 +1464,7 @@ impl<K: IndexKey> Tree<K> {
             }
             let leaf = self.resolve_leaf(at)?;
             self.checked_bitmap(leaf)?;
-            K::check_leaf(self, leaf)?;
+            K::check_leaf(self, leaf, self.repair_pending(leaf)?)?;
             K::key_blocks(self, leaf, &mut key_blocks)?;
             pairs.clear();
             K::leaf_pairs(self, leaf, (Unbounded, Unbounded), &mut pairs)?;

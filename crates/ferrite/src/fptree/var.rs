@@ -300,6 +300,15 @@ fn free_slot_block(t: &T, leaf: Leaf, slot: usize) -> StorageResult<()> {
 
 pub(super) fn release_leaf_keys(t: &T, leaf: Leaf) -> StorageResult<()> {
     let set = t.set();
+    // P-FPT-36 (persistent index): the last key's slot becomes invalid (durably) before any
+    // block is freed, so that delete recovery, which routes that key to the leaf's index entry,
+    // never finds a valid slot without its key, and an empty bitmap tells it that the entry is
+    // gone (the caller removed it first). The hybrid tree's recovery routes nothing.
+    let bm = leaf.g + super::L_BITMAP;
+    if matches!(t.index, super::Index::Persistent(_)) && set.load_u64(bm, Ordering::Acquire)? != 0 {
+        set.store_u64(bm, 0, Ordering::Release)?;
+        set.persist_rule("P-FPT-36", bm, 8)?; // ORDER(P-FPT-36): the last key invalid before its block is freed
+    }
     let mut freed: Vec<(u64, u64)> = Vec::new();
     for slot in 0..M {
         let w = read_slot(set, leaf.g, slot)?;
@@ -371,18 +380,12 @@ pub(super) fn after_logical_split(t: &T, leaf: Leaf, right: u64) -> StorageResul
     Ok(())
 }
 
-pub(super) fn rebuild_leaf(t: &T, leaf: Leaf) -> StorageResult<LeafSummary<Box<[u8]>>> {
+/// The leak rule (V1) on a leaf's image `l`: an invalid slot naming a block that a valid slot
+/// of this leaf names is an interrupted update (drop the reference, P-FPT-23); any other is an
+/// interrupted insert or delete (free the block, P-FPT-22). P-FPT-25 guarantees no other leaf
+/// names it.
+fn repair_image(t: &T, leaf: Leaf, l: &VarLeafImage) -> StorageResult<()> {
     let set = t.set();
-    let l = read_leaf(t, leaf)?;
-    if l.lock != 0 {
-        set.store_u64(leaf.g + super::L_LOCK, 0, Ordering::Relaxed)?;
-    }
-    if l.bitmap & !FULL != 0 {
-        return Err(corrupt(format!("bitmap {:#x} has bits beyond slot {M}", l.bitmap), leaf.p));
-    }
-    // The leak rule: an invalid slot naming a block that a valid slot of this leaf names is an
-    // interrupted update (drop the reference); any other is an interrupted insert or delete
-    // (free the block). P-FPT-25 guarantees no other leaf names it.
     let named = |w0: u64, w1: u64| l.valid().any(|v| l.slots[v][0] == w0 && l.slots[v][1] == w1);
     for slot in 0..M {
         let w = l.slots[slot];
@@ -409,6 +412,48 @@ pub(super) fn rebuild_leaf(t: &T, leaf: Leaf) -> StorageResult<LeafSummary<Box<[
             _ => {}
         }
     }
+    Ok(())
+}
+
+/// The leak rule of one leaf, at its first lock in an open of a tree with a persistent index
+/// (P-FPT-35: before any change to the leaf in this open; the hybrid tree runs it in its
+/// rebuild walk). Runs under the leaf's lock: readers ignore invalid slots.
+pub(super) fn repair_leaf(t: &T, leaf: Leaf) -> StorageResult<()> {
+    let l = read_leaf(t, leaf)?;
+    if l.bitmap & !FULL != 0 {
+        return Err(corrupt(format!("bitmap {:#x} has bits beyond slot {M}", l.bitmap), leaf.p));
+    }
+    repair_image(t, leaf, &l)
+}
+
+/// The blocks [`repair_leaf`] would free: invalid slots naming a block that no valid slot of
+/// the leaf names (each once).
+pub(super) fn pending_blocks(t: &T, leaf: Leaf, out: &mut Vec<PPtr>) -> StorageResult<()> {
+    let l = read_leaf(t, leaf)?;
+    let named = |w0: u64, w1: u64| l.valid().any(|v| l.slots[v][0] == w0 && l.slots[v][1] == w1);
+    let start = out.len();
+    for slot in (0..M).filter(|s| l.bitmap & (1 << s) == 0) {
+        let w = l.slots[slot];
+        if key_form(w[0]) == KeyForm::Pointer && !named(w[0], w[1]) {
+            let p = PPtr::new(w[0], w[1]);
+            if !out[start..].contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn rebuild_leaf(t: &T, leaf: Leaf) -> StorageResult<LeafSummary<Box<[u8]>>> {
+    let set = t.set();
+    let l = read_leaf(t, leaf)?;
+    if l.lock != 0 {
+        set.store_u64(leaf.g + super::L_LOCK, 0, Ordering::Relaxed)?;
+    }
+    if l.bitmap & !FULL != 0 {
+        return Err(corrupt(format!("bitmap {:#x} has bits beyond slot {M}", l.bitmap), leaf.p));
+    }
+    repair_image(t, leaf, &l)?;
     // The key range: every valid slot is decoded and its key block resolved (V3), but a block
     // is read only where the inline bytes or the 6-byte prefixes cannot decide an order (a
     // restart reads about two key blocks per leaf instead of every one), and only the
@@ -510,13 +555,16 @@ pub(super) fn leaf_pairs(
     Ok(())
 }
 
-pub(super) fn check_leaf(t: &T, leaf: Leaf) -> StorageResult<()> {
+pub(super) fn check_leaf(t: &T, leaf: Leaf, pending: bool) -> StorageResult<()> {
     let set = t.set();
     let l = read_leaf(t, leaf)?;
     for slot in 0..M {
         let w = l.slots[slot];
         if l.bitmap & (1 << slot) == 0 {
             match key_form(w[0]) {
+                // A leaf whose leak rule is pending in this open (P-FPT-35) may still name
+                // blocks from invalid slots: they are the tree's (`Tree::blocks`).
+                KeyForm::Pointer if pending => continue,
                 KeyForm::Pointer => {
                     return Err(corrupt(
                         format!("V1: invalid slot {slot} names a key block"),

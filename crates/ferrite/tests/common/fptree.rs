@@ -14,7 +14,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use ferrite::alloc::PAllocator;
-use ferrite::fptree::FPTree;
+use ferrite::fptree::persistent::{BoundForm, PIndex};
+use ferrite::fptree::{FPTree, FPTreeVar};
 use ferrite::pmem::internals::testing::TestDir;
 use ferrite::pmem::{Counters, Options, PPtr, PoolSet, SplitMix64};
 use proptest::test_runner::TestCaseError;
@@ -48,6 +49,28 @@ pub fn assert_allocated(a: &PAllocator, mut owned: Vec<PPtr>, msg: &str) {
     allocated.sort_by_key(key_of);
     owned.sort_by_key(key_of);
     assert_eq!(allocated, owned, "{msg}");
+}
+
+/// A new persistent index (either bound form) of `fanout` in a new pool set in `dir/set`.
+pub fn create_pindex<B: BoundForm>(dir: &TestDir, o: &Options, fanout: u32) -> PIndex<B> {
+    let a = create_alloc(dir, o);
+    let slot = a.root_location();
+    PIndex::create_with_fanout(a, slot, fanout).unwrap()
+}
+
+/// Drops the index, its allocator and pool set without a clean close (as after a crash) and
+/// opens them again.
+pub fn reopen_pindex<B: BoundForm>(dir: &TestDir, o: &Options, ix: PIndex<B>) -> PIndex<B> {
+    drop(ix);
+    let a = open_alloc(dir, o);
+    let slot = a.root_location();
+    PIndex::open(a, slot).unwrap()
+}
+
+/// N5: the allocator's allocated blocks are exactly the index's blocks.
+pub fn assert_pindex_no_leak<B: BoundForm>(ix: &PIndex<B>) {
+    let owned = ix.blocks().unwrap();
+    assert_allocated(ix.allocator(), owned, "allocated blocks differ from the index's blocks");
 }
 
 /// The persistence counters' difference over one call of `f` (this thread's).
@@ -142,6 +165,81 @@ pub fn fixed_random_ops(
     }
     same(&t, &model);
     (t, model)
+}
+
+/// The global offset of a byte-key tree's head leaf.
+pub fn var_head_leaf(t: &FPTreeVar) -> u64 {
+    let set = t.allocator().pool();
+    let r = set.resolve(t.root()).unwrap();
+    set.resolve(set.load_pptr(r + ferrite::fptree::R_HEAD).unwrap()).unwrap()
+}
+
+/// The four words of slot `slot` of the v2 leaf at `leaf`.
+pub fn var_slot_words(set: &PoolSet, leaf: u64, slot: usize) -> [u64; 4] {
+    let s = leaf + ferrite::fptree::var_slot_offset(slot);
+    [0, 1, 2, 3].map(|i| set.load_u64(s + 8 * i, std::sync::atomic::Ordering::Acquire).unwrap())
+}
+
+/// Leaves in the head leaf of a fresh byte-key tree `t` the images a crash leaves inside a
+/// long-key insert (`lost`'s block allocated into slot 1, its bit never set) and inside an
+/// update (`kept`'s block named by valid slot 5, value 7, and by invalid slot 0), durably.
+/// Returns `(kept, lost)`; `model` gets the tree's content (`kept` → 7, `"inline"` → 3).
+pub fn leave_interrupted_key_block_work(
+    t: &FPTreeVar,
+    model: &mut BTreeMap<Vec<u8>, u64>,
+) -> (Vec<u8>, Vec<u8>) {
+    use std::sync::atomic::Ordering;
+    let kept = vec![b'k'; 200];
+    let lost = vec![b'l'; 300];
+    t.insert(&kept, 1).unwrap();
+    t.insert(&lost, 2).unwrap();
+    t.insert(b"inline", 3).unwrap();
+    model.insert(b"inline".to_vec(), 3);
+    let set = t.allocator().pool().clone();
+    let leaf = var_head_leaf(t);
+    // Slots are taken lowest first: kept in 0, lost in 1, inline in 2.
+    assert_eq!(var_slot_words(&set, leaf, 0)[3] & 0xFFFF, 200);
+    let bm = set.load_u64(leaf + ferrite::fptree::L_BITMAP, Ordering::Acquire).unwrap();
+    let mut w = var_slot_words(&set, leaf, 0);
+    w[2] = 7;
+    let s5 = leaf + ferrite::fptree::var_slot_offset(5);
+    for (i, x) in w.iter().enumerate() {
+        set.store_u64(s5 + 8 * i as u64, *x, Ordering::Relaxed).unwrap();
+    }
+    let fp = set.load_u64(leaf, Ordering::Acquire).unwrap().to_le_bytes();
+    let mut fp2 = fp;
+    fp2[5] = fp[0];
+    set.store_u64(leaf, u64::from_le_bytes(fp2), Ordering::Relaxed).unwrap();
+    set.store_u64(leaf + ferrite::fptree::L_BITMAP, (bm & !0b11) | (1 << 5), Ordering::Release)
+        .unwrap();
+    set.persist(leaf, ferrite::fptree::VAR_LEAF_SIZE).unwrap();
+    model.insert(kept.clone(), 7);
+    (kept, lost)
+}
+
+/// The content of the byte-key fixtures over keys `key(0..n)` (distinct): every key with
+/// value `i × 3 + 1`, the ones with `i % 5 == 0` deleted, `i % 3 == 0` updated to `i × 11`.
+pub fn var_fixture_model(n: u64, key: fn(u64) -> Vec<u8>) -> BTreeMap<Vec<u8>, u64> {
+    (0..n)
+        .filter(|i| i % 5 != 0)
+        .map(|i| (key(i), if i % 3 == 0 { i * 11 } else { i * 3 + 1 }))
+        .collect()
+}
+
+/// Writes [`var_fixture_model`] into `t` the way the fixtures were made: the keys inserted in
+/// an order scrambled by seed 1, then the deletes, then the updates, each in that order.
+pub fn fill_var_fixture(t: &FPTreeVar, n: u64, key: fn(u64) -> Vec<u8>) {
+    let mut order: Vec<u64> = (0..n).collect();
+    shuffle(&mut SplitMix64::new(1), &mut order);
+    for &i in &order {
+        t.insert(&key(i), i * 3 + 1).unwrap();
+    }
+    for &i in order.iter().filter(|&&i| i % 5 == 0) {
+        t.delete(&key(i)).unwrap();
+    }
+    for &i in order.iter().filter(|&&i| i % 3 == 0) {
+        t.update(&key(i), i * 11).unwrap();
+    }
 }
 
 /// The content of the fixed-key fixtures: keys `i * 7` for `i < 300`, value `k * 3 + 1`,
