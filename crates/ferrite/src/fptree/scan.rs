@@ -159,7 +159,13 @@ impl<K: IndexKey> Tree<K> {
                     Unbounded => K::lowest(),
                 };
                 loop {
-                    let (g, pin) = self.index.lookup_pinned(set, x.borrow())?;
+                    // One descent: the leaf, its pin and (inside its level-0 node) the next
+                    // entry, so the next leaf is prefetched before this one is read.
+                    let r = self.index.route_near(set, x.borrow(), true, false)?;
+                    let g = r.leaf;
+                    if let Some((_, n)) = &r.next {
+                        prefetch(*n);
+                    }
                     hooks::at(Point::ScanRouted, g);
                     let w = self.leaf_word(g)?;
                     let Some(v) = w.read_begin()? else {
@@ -167,12 +173,17 @@ impl<K: IndexKey> Tree<K> {
                         continue;
                     };
                     let read = visit(Visit::Read(g));
-                    let next = self.index.next_entry(set, x.borrow());
-                    if let Ok(Some((_, n))) = &next {
-                        prefetch(*n);
-                    }
+                    // At a node's edge the next bound is asked inside the window instead.
+                    let next = match r.next {
+                        Some(n) => Ok(Some(n)),
+                        None => self.index.next_entry(set, x.borrow()).inspect(|n| {
+                            if let Some((_, n)) = n {
+                                prefetch(*n);
+                            }
+                        }),
+                    };
                     hooks::at(Point::ScanCopied, g);
-                    if !w.validate(v)? || !self.index.still_valid(&pin) {
+                    if !w.validate(v)? || !self.index.still_valid(&r.pin) {
                         super::pause(&mut round);
                         continue;
                     }
@@ -200,7 +211,14 @@ impl<K: IndexKey> Tree<K> {
                     Unbounded => (self.index.last_entry(set)?.0, Reach::End),
                 };
                 loop {
-                    let (g, pin) = self.index.lookup_pinned(set, x.borrow())?;
+                    // One descent: the leaf, its own bound, its pin and (inside its level-0
+                    // node) the previous entry and, after the first step, the next one.
+                    let up_needed = !matches!(reach, Reach::Key);
+                    let r = self.index.route_near(set, x.borrow(), up_needed, true)?;
+                    let g = r.leaf;
+                    if let Some((_, n)) = &r.prev {
+                        prefetch(*n);
+                    }
                     hooks::at(Point::ScanRouted, g);
                     let w = self.leaf_word(g)?;
                     let Some(v) = w.read_begin()? else {
@@ -208,27 +226,28 @@ impl<K: IndexKey> Tree<K> {
                         continue;
                     };
                     let read = visit(Visit::Read(g));
-                    let own = self.index.route_bound(set, x.borrow());
-                    let up = match reach {
-                        Reach::Key => Ok(None),
-                        _ => self.index.next_entry(set, x.borrow()),
+                    let up = match (&reach, r.next) {
+                        (Reach::Key, _) => Ok(None),
+                        (_, Some(n)) => Ok(Some(n)),
+                        // A node's edge: asked inside the window.
+                        (_, None) => self.index.next_entry(set, x.borrow()),
                     };
                     hooks::at(Point::ScanCopied, g);
-                    if !w.validate(v)? || !self.index.still_valid(&pin) {
+                    if !w.validate(v)? || !self.index.still_valid(&r.pin) {
                         super::pause(&mut round);
                         continue;
                     }
                     if read?.is_break() {
                         return Ok(());
                     }
-                    let (bound, own_g) = own?;
+                    let bound = r.bound;
                     let up = up?;
                     let reaches = match (&reach, &up) {
                         (Reach::Key, _) | (Reach::End, None) | (Reach::Bound(_), None) => true,
                         (Reach::End, Some(_)) => false,
                         (Reach::Bound(b), Some((ub, _))) => ub >= b,
                     };
-                    if own_g != g || !reaches {
+                    if !reaches {
                         // A split came between this leaf and the one visited before: the
                         // predecessor is asked again.
                         if let Reach::Bound(b) = &reach {
@@ -252,9 +271,16 @@ impl<K: IndexKey> Tree<K> {
                     {
                         return Ok(());
                     }
-                    match self.index.prev_entry(set, bound.borrow())? {
-                        Some((pb, n)) => {
-                            prefetch(n);
+                    // The predecessor: from the step's descent (read under the pin, which held
+                    // through the validation), else (a node's edge) asked now.
+                    let prev = match r.prev {
+                        Some(p) => Some(p),
+                        None => self.index.prev_entry(set, bound.borrow())?.inspect(|(_, n)| {
+                            prefetch(*n);
+                        }),
+                    };
+                    match prev {
+                        Some((pb, _)) => {
                             x = pb;
                             reach = Reach::Bound(bound);
                         }
