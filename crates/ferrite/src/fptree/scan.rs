@@ -24,7 +24,9 @@
 //! - S-SCAN-4 (validated leaves): a leaf is emitted only from a copy taken between its lock
 //!   word's snapshot and a successful validation (conventions §2 rule 4), while the key that
 //!   routed the step still routes to it (the index pin); the leaf's reach (the next bound
-//!   forward, its own bound backward) is read from the index inside that window. A failed
+//!   forward, its own bound backward) is read under that pin (one descent,
+//!   `Index::route_near`, when the leaf's index node holds it) or from the index inside that
+//!   window (at a node's edge). A failed
 //!   validation redoes the step from the index; a later leaf emits only keys beyond the last
 //!   key emitted. So every key present for the scan's whole duration is emitted once, in
 //!   order, and each leaf's part is the state of one instant.
@@ -119,11 +121,12 @@ impl<K: IndexKey> Tree<K> {
     /// (`visit(Emit)`, which returns `Break` to stop). A failed validation reads the same
     /// step again from the index.
     ///
-    /// A step is routed by a key `x` (pinned lookup: the key routes to the leaf for the whole
-    /// read), and learns inside the read the leaf's reach: forward, the next bound
-    /// (`successor(x)`), where the next step starts; backward, the leaf's own bound (the next
-    /// step is its predecessor, which must reach up to it, else a split came between and the
-    /// step is redone). An unlocked leaf's keys are exactly the tree's keys in its index
+    /// A step is routed by a key `x` (one pinned descent, `Index::route_near`: the key routes
+    /// to the leaf for the whole read), which also yields the leaf's reach, covered by the
+    /// same pin (at an index node's edge it is asked inside the read instead): forward, the
+    /// next bound (where the next step starts); backward, the leaf's own bound (the next step
+    /// is its predecessor, which must reach up to it, else a split came between and the step
+    /// is redone). An unlocked leaf's keys are exactly the tree's keys in its index
     /// range (every index change that moves a leaf's range is made under that leaf's lock),
     /// so consecutive validated steps cover the range without a gap.
     fn scan_leaves(
@@ -385,17 +388,20 @@ impl Tree<U64Key> {
                 (Direction::Forward, Some(x)) => k > x,
                 (Direction::Backward, Some(x)) => k < x,
             };
+            let (mut keys, mut vals) = ([0u64; M], [0u64; M]);
             let mut bits = l.bitmap;
             while bits != 0 {
                 let s = bits.trailing_zeros() as usize;
                 bits &= bits - 1;
                 let [k, v] = l.kv[s];
                 if above(lo, &k) && below(hi, &k) && beyond(k) {
-                    entries[n] = (k, v);
+                    (keys[n], vals[n]) = (k, v);
                     n += 1;
                 }
             }
-            sort_pairs(&mut entries[..n]);
+            if !sort_by_rank(&keys[..n], &vals[..n], &mut entries) {
+                return Err(corrupt("a key appears twice in the leaf", self.at(g)));
+            }
             Ok(ControlFlow::Continue(()))
         })?;
         Ok(limit - left)
@@ -407,19 +413,25 @@ impl Tree<U64Key> {
     }
 }
 
-/// Sorts at most 32 `(key, value)` pairs by key (keys are distinct): an insertion sort on the
-/// stack, which for this size beats the general sort's dispatch.
+const _: () = assert!(M.is_power_of_two());
+
+/// Places the entries `(keys[i], vals[i])` (at most 32) into `out` in ascending key order, each
+/// at its rank: the number of keys below it. The ranks are sums of comparisons, not branches
+/// on them: an insertion sort of a leaf's unsorted slots mispredicted on nearly every key and
+/// was most of a scan's per-leaf work (`docs/benchmarks.md`, "FPTree II"). `false` if two keys
+/// are equal (a torn or damaged copy): then the ranks are not a permutation.
 #[inline(always)]
-fn sort_pairs(e: &mut [(u64, u64)]) {
-    for i in 1..e.len() {
-        let x = e[i];
-        let mut j = i;
-        while j > 0 && e[j - 1].0 > x.0 {
-            e[j] = e[j - 1];
-            j -= 1;
-        }
-        e[j] = x;
+fn sort_by_rank(keys: &[u64], vals: &[u64], out: &mut [(u64, u64); M]) -> bool {
+    let mut sum = 0;
+    for (&k, &v) in keys.iter().zip(vals) {
+        let rank: usize = keys.iter().map(|&x| usize::from(x < k)).sum();
+        // rank < keys.len() ≤ M: `k` itself is not below `k`.
+        out[rank & (M - 1)] = (k, v);
+        sum += rank;
     }
+    // Distinct keys have the ranks 0..n, whose sum is n(n − 1)/2; an equal pair sums less.
+    let n = keys.len();
+    sum == n * n.saturating_sub(1) / 2
 }
 
 /// A byte key of the visited leaf: its first 8 bytes as a big-endian word (zero-padded), where
