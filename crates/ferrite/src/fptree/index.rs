@@ -47,7 +47,7 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use ferrite_pmem::{PPtr, PoolSet};
 
 use super::key::KeyKind;
-use super::olc::{IndexKey, OlcIndex, Pin};
+use super::olc::{IndexKey, OlcIndex, Pin, Routed};
 use super::pbound::BoundForm;
 use super::persistent::{PIndex, PN_DEFAULT_FANOUT};
 use crate::storage::{StorageError, StorageResult};
@@ -190,6 +190,40 @@ impl<K: IndexKey> Index<K> {
                 let v = s.ver.load(Ordering::Acquire);
                 let g = Self::persistent_route(set, &ix, key)?.1;
                 Ok((g, IndexPin::Ver(v)))
+            }
+        }
+    }
+
+    /// [`Index::lookup_pinned`] for a scan step: also the routing entry's bound and, where one
+    /// descent finds them (the DRAM index, inside one level-0 node: [`OlcIndex::route_near`]),
+    /// the next (`next`) and previous (`prev`) entries, covered by the pin. A neighbour not
+    /// found so (asked for, at a node's edge, or the persistent placement) is `None`: the
+    /// caller asks [`Index::next_entry`] / [`Index::prev_entry`].
+    #[inline]
+    pub(super) fn route_near(
+        &self,
+        set: &PoolSet,
+        key: &K::Key,
+        next: bool,
+        prev: bool,
+    ) -> StorageResult<Routed<K::Owned, IndexPin>> {
+        match self {
+            Index::Dram(m) => m
+                .route_near(key, next, prev)
+                .map(|r| Routed {
+                    bound: r.bound,
+                    leaf: r.leaf,
+                    pin: IndexPin::Olc(r.pin),
+                    next: r.next,
+                    prev: r.prev,
+                })
+                .ok_or_else(|| lost("the index has no leaf with the lowest bound")),
+            Index::Persistent(s) => {
+                let ix = s.read();
+                // Even: no change runs while the read lock is held.
+                let v = s.ver.load(Ordering::Acquire);
+                let (bound, leaf) = Self::persistent_route(set, &ix, key)?;
+                Ok(Routed { bound, leaf, pin: IndexPin::Ver(v), next: None, prev: None })
             }
         }
     }

@@ -552,8 +552,45 @@ pub enum Pin {
     Many(Box<[(u32, Version)]>),
 }
 
+/// The neighbours of the routed entry a pinned route also copies out of the same level-0 node
+/// ([`OlcIndex::route_near`]), under the same validation.
+struct Near<K: IndexKey> {
+    want_next: bool,
+    want_prev: bool,
+    /// (key word, value) of entry `i + 1` / `i − 1` when the node holds it.
+    next: Option<(u64, u64)>,
+    prev: Option<(u64, u64)>,
+    next_snap: K::Snap,
+    prev_snap: K::Snap,
+}
+
+/// What [`OlcIndex::route_near`] found: the entry routing the key and its neighbours.
+#[derive(Debug)]
+pub struct Routed<O, P = Pin> {
+    /// The routing entry's bound (the greatest bound ≤ the key).
+    pub bound: O,
+    /// Its value (the leaf).
+    pub leaf: u64,
+    /// The versions the answer rests on (covering the neighbours returned).
+    pub pin: P,
+    /// The next entry, when the routed entry's level-0 node holds it; `None` at the node's
+    /// edge (or when not asked): [`OlcIndex::successor`] knows.
+    pub next: Option<(O, u64)>,
+    /// The previous entry, likewise ([`OlcIndex::predecessor`] at the edge).
+    pub prev: Option<(O, u64)>,
+}
+
 /// A stored key word and its copied-out key (validated).
 type Stored<K> = (u64, <K as IndexKey>::Snap);
+
+/// Where one descent of a seek records what it read: its read set, the answer's key copy, the
+/// answer's own node (when the answer came from it) and the neighbours asked for.
+type SeekOut<'a, K> = (
+    &'a mut ReadSet,
+    &'a mut <K as IndexKey>::Snap,
+    &'a mut Option<(u32, Version)>,
+    Option<&'a mut Near<K>>,
+);
 
 /// Why an operation must restart from the root.
 struct Restart;
@@ -739,8 +776,36 @@ impl<K: IndexKey> OlcIndex<K> {
     /// a leaf changes the index while holding the leaf's lock, so it either happened before
     /// the lookup or moves the pinned versions). See the design doc, "leaf coupling".
     pub fn lookup_pinned(&self, key: &K::Key) -> Option<(u64, Pin)> {
-        self.seek_pinned(Some(&K::prepare(key)), Mode::Le, false, true)
+        self.seek_pinned(Some(&K::prepare(key)), Mode::Le, false, true, None)
             .and_then(|(_, v, pin)| pin.map(|p| (v, p)))
+    }
+
+    /// [`Self::lookup_pinned`] with the routing entry's bound and, when the same level-0 node
+    /// holds them, its next (`next`) and previous (`prev`) entries: one descent for a scan
+    /// step. Everything returned was read under the node versions of the pin, so while
+    /// [`Self::still_valid`] holds, the neighbours are still the routed entry's neighbours
+    /// (a bound between them would be inserted into that node, or split it). At a node's
+    /// edge a neighbour is `None` and the caller asks [`Self::successor`] or
+    /// [`Self::predecessor`]. `None` for an empty index.
+    pub fn route_near(&self, key: &K::Key, next: bool, prev: bool) -> Option<Routed<K::Owned>> {
+        let mut near = Near::<K> {
+            want_next: next,
+            want_prev: prev,
+            next: None,
+            prev: None,
+            next_snap: K::Snap::default(),
+            prev_snap: K::Snap::default(),
+        };
+        let ((w, snap), leaf, pin) =
+            self.seek_pinned(Some(&K::prepare(key)), Mode::Le, true, true, Some(&mut near))?;
+        let owned = |(w, v): (u64, u64), s: &K::Snap| (K::owned(w, s), v);
+        Some(Routed {
+            bound: K::owned(w, &snap),
+            leaf,
+            pin: pin?,
+            next: near.next.map(|e| owned(e, &near.next_snap)),
+            prev: near.prev.map(|e| owned(e, &near.prev_snap)),
+        })
     }
 
     /// The greatest bound ≤ `key` and its value.
@@ -901,7 +966,7 @@ impl<K: IndexKey> OlcIndex<K> {
     /// (backward modes) entry; with `want_key` its key is copied out. Retries until a
     /// validated answer (lock-free: restarts only when a writer changed a node read).
     fn seek(&self, q: Option<&K::Query>, mode: Mode, want_key: bool) -> Option<(Stored<K>, u64)> {
-        self.seek_pinned(q, mode, want_key, false).map(|(k, v, _)| (k, v))
+        self.seek_pinned(q, mode, want_key, false, None).map(|(k, v, _)| (k, v))
     }
 
     /// [`Self::seek`], also returning (with `want_pin`) the versions the answer rests on.
@@ -911,6 +976,7 @@ impl<K: IndexKey> OlcIndex<K> {
         mode: Mode,
         want_key: bool,
         want_pin: bool,
+        mut near: Option<&mut Near<K>>,
     ) -> Option<(Stored<K>, u64, Option<Pin>)> {
         let mut reads = ReadSet::new();
         let mut snap = K::Snap::default();
@@ -918,7 +984,8 @@ impl<K: IndexKey> OlcIndex<K> {
         loop {
             reads.clear();
             let mut own = None;
-            match self.seek_once(q, mode, want_key, &mut reads, &mut snap, &mut own) {
+            let at = (&mut reads, &mut snap, &mut own, near.as_deref_mut());
+            match self.seek_once(q, mode, want_key, at) {
                 Ok(r) => {
                     let pin = want_pin.then(|| match own {
                         Some((id, v)) => Pin::One(id, v),
@@ -947,9 +1014,7 @@ impl<K: IndexKey> OlcIndex<K> {
         q: Option<&K::Query>,
         mode: Mode,
         want_key: bool,
-        reads: &mut ReadSet,
-        snap: &mut K::Snap,
-        own: &mut Option<(u32, Version)>,
+        (reads, snap, own, mut near): SeekOut<'_, K>,
     ) -> Attempt<Option<(u64, u64)>> {
         let (mut id, mut node, mut v, mut level) = self.begin()?;
         let top = level;
@@ -966,6 +1031,7 @@ impl<K: IndexKey> OlcIndex<K> {
                     // this node's snapshot, so validating this node alone suffices (module
                     // docs, "answers from the key's own node").
                     *own = Some((id, v));
+                    self.near(node, count, i, near)?;
                     return self.finish(node, i, want_key, Err(v), snap).map(Some);
                 }
                 break;
@@ -1011,6 +1077,7 @@ impl<K: IndexKey> OlcIndex<K> {
                 let count = Self::count(child, level)?;
                 if level == 0 {
                     if let Some(i) = self.pick(child, count, None, mode)? {
+                        self.near(child, count, i, near.as_deref_mut())?;
                         return self.finish(child, i, want_key, Ok(reads), snap).map(Some);
                     }
                     break;
@@ -1046,6 +1113,26 @@ impl<K: IndexKey> OlcIndex<K> {
             Mode::Gt => Some(self.bound_in(node, count, q, true)?).filter(|&i| i < count),
             Mode::Ge => Some(self.bound_in(node, count, q, false)?).filter(|&i| i < count),
         })
+    }
+
+    /// Copies the neighbours of entry `i` that `near` asks for and `node` (of `count`
+    /// entries) holds; the caller's validation of `node` then covers them.
+    #[inline]
+    fn near(&self, node: &Node, count: usize, i: usize, near: Option<&mut Near<K>>) -> Attempt<()> {
+        let Some(near) = near else { return Ok(()) };
+        let take = |j: usize, snap: &mut K::Snap| {
+            let (k, v) = (node.key(j), node.val(j));
+            K::snap(&self.keys, k, snap).then_some((k, v)).ok_or(Restart)
+        };
+        near.next = None;
+        near.prev = None;
+        if near.want_next && i + 1 < count {
+            near.next = Some(take(i + 1, &mut near.next_snap)?);
+        }
+        if near.want_prev && i > 0 {
+            near.prev = Some(take(i - 1, &mut near.prev_snap)?);
+        }
+        Ok(())
     }
 
     /// Reads entry `i` of `node` (and its key), then validates: `Err(v)` validates `node`

@@ -24,7 +24,9 @@
 //! - S-SCAN-4 (validated leaves): a leaf is emitted only from a copy taken between its lock
 //!   word's snapshot and a successful validation (conventions §2 rule 4), while the key that
 //!   routed the step still routes to it (the index pin); the leaf's reach (the next bound
-//!   forward, its own bound backward) is read from the index inside that window. A failed
+//!   forward, its own bound backward) is read under that pin (one descent,
+//!   `Index::route_near`, when the leaf's index node holds it) or from the index inside that
+//!   window (at a node's edge). A failed
 //!   validation redoes the step from the index; a later leaf emits only keys beyond the last
 //!   key emitted. So every key present for the scan's whole duration is emitted once, in
 //!   order, and each leaf's part is the state of one instant.
@@ -119,11 +121,12 @@ impl<K: IndexKey> Tree<K> {
     /// (`visit(Emit)`, which returns `Break` to stop). A failed validation reads the same
     /// step again from the index.
     ///
-    /// A step is routed by a key `x` (pinned lookup: the key routes to the leaf for the whole
-    /// read), and learns inside the read the leaf's reach: forward, the next bound
-    /// (`successor(x)`), where the next step starts; backward, the leaf's own bound (the next
-    /// step is its predecessor, which must reach up to it, else a split came between and the
-    /// step is redone). An unlocked leaf's keys are exactly the tree's keys in its index
+    /// A step is routed by a key `x` (one pinned descent, `Index::route_near`: the key routes
+    /// to the leaf for the whole read), which also yields the leaf's reach, covered by the
+    /// same pin (at an index node's edge it is asked inside the read instead): forward, the
+    /// next bound (where the next step starts); backward, the leaf's own bound (the next step
+    /// is its predecessor, which must reach up to it, else a split came between and the step
+    /// is redone). An unlocked leaf's keys are exactly the tree's keys in its index
     /// range (every index change that moves a leaf's range is made under that leaf's lock),
     /// so consecutive validated steps cover the range without a gap.
     fn scan_leaves(
@@ -159,7 +162,13 @@ impl<K: IndexKey> Tree<K> {
                     Unbounded => K::lowest(),
                 };
                 loop {
-                    let (g, pin) = self.index.lookup_pinned(set, x.borrow())?;
+                    // One descent: the leaf, its pin and (inside its level-0 node) the next
+                    // entry, so the next leaf is prefetched before this one is read.
+                    let r = self.index.route_near(set, x.borrow(), true, false)?;
+                    let g = r.leaf;
+                    if let Some((_, n)) = &r.next {
+                        prefetch(*n);
+                    }
                     hooks::at(Point::ScanRouted, g);
                     let w = self.leaf_word(g)?;
                     let Some(v) = w.read_begin()? else {
@@ -167,12 +176,17 @@ impl<K: IndexKey> Tree<K> {
                         continue;
                     };
                     let read = visit(Visit::Read(g));
-                    let next = self.index.next_entry(set, x.borrow());
-                    if let Ok(Some((_, n))) = &next {
-                        prefetch(*n);
-                    }
+                    // At a node's edge the next bound is asked inside the window instead.
+                    let next = match r.next {
+                        Some(n) => Ok(Some(n)),
+                        None => self.index.next_entry(set, x.borrow()).inspect(|n| {
+                            if let Some((_, n)) = n {
+                                prefetch(*n);
+                            }
+                        }),
+                    };
                     hooks::at(Point::ScanCopied, g);
-                    if !w.validate(v)? || !self.index.still_valid(&pin) {
+                    if !w.validate(v)? || !self.index.still_valid(&r.pin) {
                         super::pause(&mut round);
                         continue;
                     }
@@ -200,7 +214,14 @@ impl<K: IndexKey> Tree<K> {
                     Unbounded => (self.index.last_entry(set)?.0, Reach::End),
                 };
                 loop {
-                    let (g, pin) = self.index.lookup_pinned(set, x.borrow())?;
+                    // One descent: the leaf, its own bound, its pin and (inside its level-0
+                    // node) the previous entry and, after the first step, the next one.
+                    let up_needed = !matches!(reach, Reach::Key);
+                    let r = self.index.route_near(set, x.borrow(), up_needed, true)?;
+                    let g = r.leaf;
+                    if let Some((_, n)) = &r.prev {
+                        prefetch(*n);
+                    }
                     hooks::at(Point::ScanRouted, g);
                     let w = self.leaf_word(g)?;
                     let Some(v) = w.read_begin()? else {
@@ -208,27 +229,28 @@ impl<K: IndexKey> Tree<K> {
                         continue;
                     };
                     let read = visit(Visit::Read(g));
-                    let own = self.index.route_bound(set, x.borrow());
-                    let up = match reach {
-                        Reach::Key => Ok(None),
-                        _ => self.index.next_entry(set, x.borrow()),
+                    let up = match (&reach, r.next) {
+                        (Reach::Key, _) => Ok(None),
+                        (_, Some(n)) => Ok(Some(n)),
+                        // A node's edge: asked inside the window.
+                        (_, None) => self.index.next_entry(set, x.borrow()),
                     };
                     hooks::at(Point::ScanCopied, g);
-                    if !w.validate(v)? || !self.index.still_valid(&pin) {
+                    if !w.validate(v)? || !self.index.still_valid(&r.pin) {
                         super::pause(&mut round);
                         continue;
                     }
                     if read?.is_break() {
                         return Ok(());
                     }
-                    let (bound, own_g) = own?;
+                    let bound = r.bound;
                     let up = up?;
                     let reaches = match (&reach, &up) {
                         (Reach::Key, _) | (Reach::End, None) | (Reach::Bound(_), None) => true,
                         (Reach::End, Some(_)) => false,
                         (Reach::Bound(b), Some((ub, _))) => ub >= b,
                     };
-                    if own_g != g || !reaches {
+                    if !reaches {
                         // A split came between this leaf and the one visited before: the
                         // predecessor is asked again.
                         if let Reach::Bound(b) = &reach {
@@ -252,9 +274,16 @@ impl<K: IndexKey> Tree<K> {
                     {
                         return Ok(());
                     }
-                    match self.index.prev_entry(set, bound.borrow())? {
-                        Some((pb, n)) => {
-                            prefetch(n);
+                    // The predecessor: from the step's descent (read under the pin, which held
+                    // through the validation), else (a node's edge) asked now.
+                    let prev = match r.prev {
+                        Some(p) => Some(p),
+                        None => self.index.prev_entry(set, bound.borrow())?.inspect(|(_, n)| {
+                            prefetch(*n);
+                        }),
+                    };
+                    match prev {
+                        Some((pb, _)) => {
                             x = pb;
                             reach = Reach::Bound(bound);
                         }
@@ -359,17 +388,20 @@ impl Tree<U64Key> {
                 (Direction::Forward, Some(x)) => k > x,
                 (Direction::Backward, Some(x)) => k < x,
             };
+            let (mut keys, mut vals) = ([0u64; M], [0u64; M]);
             let mut bits = l.bitmap;
             while bits != 0 {
                 let s = bits.trailing_zeros() as usize;
                 bits &= bits - 1;
                 let [k, v] = l.kv[s];
                 if above(lo, &k) && below(hi, &k) && beyond(k) {
-                    entries[n] = (k, v);
+                    (keys[n], vals[n]) = (k, v);
                     n += 1;
                 }
             }
-            sort_pairs(&mut entries[..n]);
+            if !sort_by_rank(&keys[..n], &vals[..n], &mut entries) {
+                return Err(corrupt("a key appears twice in the leaf", self.at(g)));
+            }
             Ok(ControlFlow::Continue(()))
         })?;
         Ok(limit - left)
@@ -381,19 +413,25 @@ impl Tree<U64Key> {
     }
 }
 
-/// Sorts at most 32 `(key, value)` pairs by key (keys are distinct): an insertion sort on the
-/// stack, which for this size beats the general sort's dispatch.
+const _: () = assert!(M.is_power_of_two());
+
+/// Places the entries `(keys[i], vals[i])` (at most 32) into `out` in ascending key order, each
+/// at its rank: the number of keys below it. The ranks are sums of comparisons, not branches
+/// on them: an insertion sort of a leaf's unsorted slots mispredicted on nearly every key and
+/// was most of a scan's per-leaf work (`docs/benchmarks.md`, "FPTree II"). `false` if two keys
+/// are equal (a torn or damaged copy): then the ranks are not a permutation.
 #[inline(always)]
-fn sort_pairs(e: &mut [(u64, u64)]) {
-    for i in 1..e.len() {
-        let x = e[i];
-        let mut j = i;
-        while j > 0 && e[j - 1].0 > x.0 {
-            e[j] = e[j - 1];
-            j -= 1;
-        }
-        e[j] = x;
+fn sort_by_rank(keys: &[u64], vals: &[u64], out: &mut [(u64, u64); M]) -> bool {
+    let mut sum = 0;
+    for (&k, &v) in keys.iter().zip(vals) {
+        let rank: usize = keys.iter().map(|&x| usize::from(x < k)).sum();
+        // rank < keys.len() ≤ M: `k` itself is not below `k`.
+        out[rank & (M - 1)] = (k, v);
+        sum += rank;
     }
+    // Distinct keys have the ranks 0..n, whose sum is n(n − 1)/2; an equal pair sums less.
+    let n = keys.len();
+    sum == n * n.saturating_sub(1) / 2
 }
 
 /// A byte key of the visited leaf: its first 8 bytes as a big-endian word (zero-padded), where
