@@ -1589,6 +1589,19 @@ mod tests {
         assert_eq!(idx.predecessor(kb), model_lt(m, k), "predecessor {k:?} (seed {seed:#x})");
         assert_eq!(idx.successor(kb), model_gt(m, k), "successor {k:?} (seed {seed:#x})");
         assert_eq!(idx.ceiling(kb), model_ge(m, k), "ceiling {k:?} (seed {seed:#x})");
+        // One descent's route and neighbours: each neighbour it returns is the model's.
+        let r = idx.route_near(kb, true, true);
+        assert_eq!(r.is_some(), le.is_some(), "route_near {k:?} (seed {seed:#x})");
+        if let (Some(r), Some((b, leaf))) = (r, le) {
+            assert_eq!((&r.bound, r.leaf), (&b, leaf), "route_near {k:?} (seed {seed:#x})");
+            assert!(idx.still_valid(&r.pin), "route_near's pin {k:?} (seed {seed:#x})");
+            if let Some(n) = r.next {
+                assert_eq!(Some(n), model_gt(m, &b), "route_near next {k:?} (seed {seed:#x})");
+            }
+            if let Some(p) = r.prev {
+                assert_eq!(Some(p), model_lt(m, &b), "route_near prev {k:?} (seed {seed:#x})");
+            }
+        }
     }
 
     /// Checks the structure and walks the whole index both ways through the neighbour
