@@ -61,10 +61,12 @@ const FANOUT: u32 = 4;
 const TREE_SLOT: u64 = ROOT_SLOT;
 const OPS: u64 = 300;
 const KEYS: u64 = 140;
-/// `fptree-persistent-var`'s smaller run (its images cost more: index nodes, separator blocks,
-/// the rewrites after recovery).
-const PKEYS: u64 = 84;
-const POPS: u64 = 160;
+/// `fptree-persistent-var`'s churn: less than `fptree-var`'s (its images cost more: index
+/// nodes, separator blocks, the rewrites after recovery); the key ids are as many (fewer
+/// leaves would make no index node split and no separator key block: tried, 84 ids).
+const POPS: u64 = 120;
+/// `fptree-persistent-var`'s key ids start here (see [`key`]); `fptree-var`'s are below.
+pub const PVAR_IDS: u64 = 10_000;
 const READY: u64 = 0x5245_4144_595f_5642;
 
 /// The key of id `i`: id 0 is the empty key; otherwise (for long keys) a stem, the id in four
@@ -76,10 +78,11 @@ pub fn key(i: u64) -> Vec<u8> {
     }
     let len = [2usize, 9, 23, 24, 40, 100, 300][(i % 7) as usize];
     // The stem is shared by all keys of 24 bytes or more: their 6-byte prefixes are equal, so
-    // a lookup must read and compare the key block. The 300-byte keys share a longer one, so
-    // that the bounds between their leaves (and the index's separators) are key blocks too.
+    // a lookup must read and compare the key block. From id [`PVAR_IDS`] on (the ids of
+    // `fptree-persistent-var`) the 300-byte keys share a longer one, so that the bounds between
+    // their leaves (and the index's separators) are key blocks too.
     let mut k = match len {
-        300 => b"stem-of-a-long-key/with-a-longer-stem/".to_vec(),
+        300 if i >= PVAR_IDS => b"stem-of-a-long-key/with-a-longer-stem/".to_vec(),
         24.. => b"stem-of-a-long-key/".to_vec(),
         _ => Vec::new(),
     };
@@ -182,7 +185,7 @@ impl FptreeVar {
 
     /// Key ids and churn operations of the run.
     fn size(&self) -> (u64, u64) {
-        if self.persistent { (PKEYS, POPS) } else { (KEYS, OPS) }
+        if self.persistent { (KEYS, POPS) } else { (KEYS, OPS) }
     }
 
     fn tree_opts(&self) -> TreeOptions {
@@ -328,14 +331,19 @@ impl Target for FptreeVar {
         // keys, copies into slots that held other keys).
         ops.extend(keys.iter().map(|&k| VarOp::Update(k, 500 + k)));
         churn(ctx.rng(), ops_n / 2, keys_n, &kinds, &mut ops);
-        let ranges =
-            if self.persistent { [0..21, 36..57, 63..84] } else { [0..35, 60..95, 105..140] };
-        for range in ranges {
+        for range in [0..35, 60..95, KEYS - 35..KEYS] {
             ops.extend(range.map(VarOp::Delete));
         }
         churn(ctx.rng(), ops_n / 2, keys_n, &kinds, &mut ops);
         ops.extend((0..keys_n).filter(|k| k % 40 != 7).map(VarOp::Delete));
+        let base = if self.persistent { PVAR_IDS } else { 0 };
         for op in ops {
+            let op = match op {
+                VarOp::Insert(k, v) => VarOp::Insert(base + k, v),
+                VarOp::Update(k, v) => VarOp::Update(base + k, v),
+                VarOp::Delete(k) => VarOp::Delete(base + k),
+                op => op,
+            };
             modify(ctx, &mut t, op)?;
         }
         t.check().map_err(e)?;
