@@ -3,7 +3,8 @@
 //! keys in the same order: insert, point lookup, update, delete, scan of 100 from a random start,
 //! full ordered scans (both directions); restart (allocator recovery + tree open, and the tree
 //! open alone) against rebuilding a DRAM tree by reinsertion of every pair read back from the
-//! leaves; DRAM of the inner index as a share of the data; and the allocation share of an
+//! leaves; DRAM of the inner index as a share of the data and of the footprint, after the inserts and after
+//! the restart; and the allocation share of an
 //! insert (the leaf-group question): the time of one leaf allocation into a log slot, times the
 //! number of splits, over the time of all inserts.
 //!
@@ -427,11 +428,21 @@ fn restart_rows(
     extra.push(line);
 }
 
-fn index_line(t_leaves: u64, idx: u64, n: usize, data: u64) -> String {
+/// The inner index's DRAM as a share of the data (keys and values: the issue's measure) and of
+/// the tree's footprint (PM leaves, key bytes kept out of the leaves, and the DRAM index: the
+/// seed's measure), after the inserts (`idx`: nodes split as keys arrived) and after the restart
+/// (`idx_open`: the index bulk-loaded from the leaves, full nodes).
+fn index_line(t_leaves: u64, (idx, idx_open): (u64, u64), n: usize, data: u64, pm: u64) -> String {
+    let pct = |x: u64, of: u64| x as f64 * 100.0 / of as f64;
     format!(
-        "leaves {t_leaves} ({:.1} keys per leaf); inner index ≈ {idx} B of DRAM = {:.2} % of the data ({data} B of keys and values)",
+        "leaves {t_leaves} ({:.1} keys per leaf); inner index ≈ {idx} B of DRAM = {:.2} % of the data \
+         ({data} B of keys and values), {:.2} % of the footprint ({pm} B of PM + the index); \
+         after the restart (bulk-loaded) {idx_open} B = {:.2} % of the data, {:.2} % of the footprint",
         n as f64 / t_leaves as f64,
-        idx as f64 * 100.0 / data as f64
+        pct(idx, data),
+        pct(idx, pm + idx),
+        pct(idx_open, data),
+        pct(idx_open, pm + idx_open),
     )
 }
 
@@ -669,8 +680,16 @@ fn main() {
             let kind = format!("8-byte keys (FPTree, {})", placement_name(placement));
             run(&kind, &u64_keys, &mut t, &mut m, reps, |t, rows| {
                 leaves = t.leaves() as usize;
-                extra.push(index_line(t.leaves(), t.index_dram_bytes(), n, n as u64 * 16));
+                let idx = t.index_dram_bytes();
                 let times = restart(t, n);
+                let pm = t.leaves() * LEAF_SIZE;
+                extra.push(index_line(
+                    t.leaves(),
+                    (idx, t.index_dram_bytes()),
+                    n,
+                    n as u64 * 16,
+                    pm,
+                ));
                 // The DRAM-only design: read every pair back from the leaves, insert one by one.
                 let s = Instant::now();
                 let mut re = BTreeMap::new();
@@ -726,8 +745,11 @@ fn main() {
             run(&kind, &keys, &mut t, &mut m, reps, |t, rows| {
                 let leaves = t.leaves() as usize;
                 let data = n as u64 * (width as u64 + 8);
-                extra.push(index_line(t.leaves(), t.index_dram_bytes(), n, data));
+                let idx = t.index_dram_bytes();
                 let times = restart(t, n);
+                let out_of_leaf = if width > 23 { n as u64 * width as u64 } else { 0 };
+                let pm = t.leaves() * VAR_LEAF_SIZE + out_of_leaf;
+                extra.push(index_line(t.leaves(), (idx, t.index_dram_bytes()), n, data, pm));
                 restart_rows(leaves, times, None, rows, &mut extra);
             });
             for e in &extra {
