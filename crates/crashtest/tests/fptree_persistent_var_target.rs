@@ -2,7 +2,9 @@
 //! passes (torn lines, nested crashes; recovery matches the model, `check()` and the leak check
 //! — leaves, key blocks, index nodes, separator blocks and the orphans of leaves whose leak
 //! rule is pending — hold, before and after the first lock of most leaves), and every persist
-//! site it reaches is needed (the mutation check detects its loss) or explained as benign.
+//! site it reaches is needed (the mutation check detects its loss) or explained as benign; and
+//! `fptree-persistent-var-delete`'s exhaustive run needs the deleted leaf's bitmap persist
+//! (P-FPT-36).
 
 mod common;
 
@@ -33,11 +35,10 @@ fn fptree_persistent_var_passes_and_every_persist_site_is_needed() {
     // `fptree-fixed`; `fptree-var` and `fptree-persistent` excuse it alike), the predecessor's
     // unlink (P-FPT-11, `fptree-var`), the index's alloc-log persist (P-FPT-16) and first
     // creation persist (P-FPT-19) and the slot log's disarm (P-FPT-31) (`fptree-pindex` and
-    // `fptree-pindex-var`). P-FPT-36 (the deleted leaf's bitmap before its key frees) is
-    // needed — without it recovery can meet the last key's valid slot with its block freed
-    // (the defect this target found) — but only this target reaches it, and its bounded run
-    // does not always land a crash in that window with the bitmap's line not written back: it
-    // is accepted by name as not shown, a gap stated in `docs/design/crash-testing.md`.
+    // `fptree-pindex-var`), and P-FPT-36 (the deleted leaf's bitmap before its key frees:
+    // this sampled run need not crash inside the free that follows it, whose allocator fences
+    // every free of the run visits), which `fptree-persistent-var-delete`'s exhaustive run
+    // detects (the test below).
     let first_creation_persist = first_site(&m, "fptree/persistent.rs", "#P-FPT-19");
     let elsewhere = |s: &str| {
         (s.contains("fptree/mod.rs") && (s.ends_with("#P-FPT-3") || s.ends_with("#P-FPT-11")))
@@ -51,4 +52,34 @@ fn fptree_persistent_var_passes_and_every_persist_site_is_needed() {
         &m,
         &["P-FPT-14", "P-FPT-15", "P-FPT-17", "P-FPT-21", "P-FPT-24", "P-FPT-25", "P-FPT-32"],
     );
+}
+
+/// P-FPT-36 shown needed deterministically (`fptree-persistent-var-delete`, leaf deletions
+/// whose last key is in a key block): an exhaustive run (every visit of every crash point
+/// crashed, so every fence of each deleted leaf's key-block free) passes, and with the
+/// deleted leaf's bitmap persist dropped it fails — recovery meets the last key's valid slot
+/// with its block freed. `fptree-persistent-var`'s sampled run reaches the same site but need
+/// not crash in that window.
+#[test]
+fn fptree_persistent_var_delete_needs_the_bitmap_persist_before_the_key_frees() {
+    let dir = ferrite_pmem::internals::testing::TestDir::new("crashtest-fptree-pvar-delete");
+    let t = ferrite_crashtest::find("fptree-persistent-var-delete").expect("registered");
+    // The base mode (the durable image and all pending lines at each crash point; no
+    // subsets, eviction, tearing or crashes inside recovery, which the other targets' runs
+    // cover): the lost persist shows in the durable image at a fence of the free.
+    let cfg = ferrite_crashtest::Config {
+        out_dir: dir.path().to_path_buf(),
+        exhaustive: true,
+        budget: Some(common::BUDGET),
+        time: None,
+        ..ferrite_crashtest::Config::for_mode(ferrite_crashtest::Mode::Base)
+    };
+    let r = t.explore(&cfg);
+    eprintln!("{r}");
+    assert!(r.passed() && !r.stopped_early && r.crashed == r.visited, "{r}");
+    let sites: Vec<String> = r.sites.keys().filter(|s| s.ends_with("#P-FPT-36")).cloned().collect();
+    assert!(!sites.is_empty(), "the run reached no P-FPT-36 persist:\n{r}");
+    let m = t.explore(&ferrite_crashtest::Config { drop_sites: sites, ..cfg });
+    eprintln!("{m}");
+    assert!(m.failed(), "dropping the bitmap persist before the key frees went unnoticed:\n{m}");
 }
