@@ -35,11 +35,8 @@ fn fptree_threads_passes_and_its_persist_sites_are_needed() {
 #[test]
 fn fptree_threads_persistent_passes_and_every_persist_site_is_needed() {
     let m = common::mutate_with("fptree-threads-persistent", "crashtest-fptree-threads-p", |cfg| {
-        // As the DRAM twin above, with fewer recoveries crashed (a tenth, not a quarter):
-        // each image here also replays the index's logs, and the sites that matter only in
-        // recovery are mutated with every recovery crashed anyway.
+        // As the DRAM twin above.
         cfg.budget = Some(20_000);
-        cfg.nested_rate = 0.1;
         cfg.watchdog = std::time::Duration::from_secs(5);
     });
     assert!(m.base.passed() && m.base.nested_images > 0, "{}", m.base);
@@ -47,10 +44,25 @@ fn fptree_threads_persistent_passes_and_every_persist_site_is_needed() {
         eprintln!("{s}: {o:?}");
     }
     common::assert_detected(&m, &["P-FPT-30"]);
-    // Not shown needed by this workload, detected by `fptree-pindex`, whose workload drives
-    // the index alone (and accepted alike by `fptree-persistent`): the alloc log's P-FPT-16
-    // (its line is the arm word's, which the next step flushes).
+    // Sites a run may not show needed (two threads: runs are not reproducible, and which of
+    // these a run misses varies), accepted by name as in `fptree-persistent`, whose
+    // single-threaded run misses them too: the index's alloc-log persist (P-FPT-16) and
+    // free-log persists (P-FPT-18), each sharing its line with the arm word the next step
+    // flushes, detected by `fptree-pindex` (which drives the index alone); the split log's
+    // `cur` (P-FPT-3 in `fptree/mod.rs`), detected by `fptree-fixed` (`tests/tester.rs`).
+    // Seen: one run missed only P-FPT-16, one at nested rate 0.1 missed P-FPT-3 and the
+    // second P-FPT-18 (2026-11-25).
     common::assert_every_site_needed(&m, |s| {
-        s.contains("fptree/persistent.rs") && s.ends_with("#P-FPT-16")
+        (s.contains("fptree/persistent.rs")
+            && (s.ends_with("#P-FPT-16") || s.ends_with("#P-FPT-18")))
+            || (s.contains("fptree/mod.rs") && s.ends_with("#P-FPT-3"))
     });
+    // The tree's and the index's rules each have a site whose loss this run detects.
+    common::assert_detected(
+        &m,
+        &[
+            "P-FPT-1", "P-FPT-2", "P-FPT-6", "P-FPT-7", "P-FPT-10", "P-FPT-14", "P-FPT-15",
+            "P-FPT-17",
+        ],
+    );
 }
