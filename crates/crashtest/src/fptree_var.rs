@@ -181,9 +181,10 @@ impl FptreeVar {
 
     /// `fptree-persistent-var-delete`: `fptree-persistent-var`'s pool, tree and recovery with
     /// a small workload made for an exhaustive run (every visit of every crash point crashed):
-    /// 48 keys of 40 bytes (all in key blocks) inserted in order (several leaves), then
-    /// deleted a middle leaf's worth first, then from the lowest, so that leaves in the middle
-    /// and at the head are deleted with their last key in a key block. A leaf deletion frees
+    /// 48 keys of 40 bytes (all in key blocks) inserted in order (two leaves: the lowest 16
+    /// keys and a full leaf of 32), then the middle third deleted (from the second leaf: no
+    /// leaf empties), then the lowest 16 (the head leaf empties and is deleted, its last key
+    /// in a key block), then all but the last four. A leaf deletion frees
     /// that key's block after the leaf's bitmap is persisted empty (P-FPT-36); an exhaustive
     /// run crashes at every fence of that free, where a lost bitmap persist leaves recovery a
     /// valid slot whose block is gone. `fptree-persistent-var`'s sampled run reaches the same

@@ -4,7 +4,7 @@
 //! rule is pending — hold, before and after the first lock of most leaves), and every persist
 //! site it reaches is needed (the mutation check detects its loss) or explained as benign; and
 //! `fptree-persistent-var-delete`'s exhaustive run needs the deleted leaf's bitmap persist
-//! (P-FPT-36).
+//! (P-FPT-36), which the sampled run need not show.
 
 mod common;
 
@@ -35,17 +35,23 @@ fn fptree_persistent_var_passes_and_every_persist_site_is_needed() {
     // `fptree-fixed`; `fptree-var` and `fptree-persistent` excuse it alike), the predecessor's
     // unlink (P-FPT-11, `fptree-var`), the index's alloc-log persist (P-FPT-16) and first
     // creation persist (P-FPT-19) and the slot log's disarm (P-FPT-31) (`fptree-pindex` and
-    // `fptree-pindex-var`), and P-FPT-36 (the deleted leaf's bitmap before its key frees:
-    // this sampled run need not crash inside the free that follows it, whose allocator fences
-    // every free of the run visits), which `fptree-persistent-var-delete`'s exhaustive run
-    // detects (the test below).
+    // `fptree-pindex-var`).
+    // P-FPT-36 (the deleted leaf's bitmap before its key frees), which only the byte-key
+    // trees with a persistent index reach: this sampled run need not crash inside the free
+    // after it (the allocator's fences there are visited by every free of the run), so it is
+    // shown needed here, by the exhaustive run of `fptree-persistent-var-delete` with the
+    // very sites this run reached dropped; only then may this run leave it undetected.
+    let p36: Vec<String> =
+        m.sites.iter().map(|(s, _)| s.clone()).filter(|s| s.ends_with("#P-FPT-36")).collect();
+    assert!(!p36.is_empty(), "no P-FPT-36 site reached:\n{m}");
+    let shown = shows_p_fpt_36_needed("crashtest-fptree-pvar-delete-m", Some(p36));
     let first_creation_persist = first_site(&m, "fptree/persistent.rs", "#P-FPT-19");
     let elsewhere = |s: &str| {
         (s.contains("fptree/mod.rs") && (s.ends_with("#P-FPT-3") || s.ends_with("#P-FPT-11")))
             || (s.contains("fptree/persistent.rs")
                 && (s.ends_with("#P-FPT-16") || s.ends_with("#P-FPT-31")))
             || Some(s) == first_creation_persist.as_deref()
-            || (s.contains("fptree/var.rs") && s.ends_with("#P-FPT-36"))
+            || (shown && s.ends_with("#P-FPT-36"))
     };
     common::assert_every_site_needed(&m, elsewhere);
     common::assert_detected(
@@ -54,19 +60,16 @@ fn fptree_persistent_var_passes_and_every_persist_site_is_needed() {
     );
 }
 
-/// P-FPT-36 shown needed deterministically (`fptree-persistent-var-delete`, leaf deletions
-/// whose last key is in a key block): an exhaustive run (every visit of every crash point
-/// crashed, so every fence of each deleted leaf's key-block free) passes, and with the
-/// deleted leaf's bitmap persist dropped it fails — recovery meets the last key's valid slot
-/// with its block freed. `fptree-persistent-var`'s sampled run reaches the same site but need
-/// not crash in that window.
-#[test]
-fn fptree_persistent_var_delete_needs_the_bitmap_persist_before_the_key_frees() {
-    let dir = ferrite_pmem::internals::testing::TestDir::new("crashtest-fptree-pvar-delete");
+/// `fptree-persistent-var-delete`'s exhaustive run in the base mode (every visit of every
+/// crash point crashed; the durable image and all pending lines; no subsets, eviction,
+/// tearing or crashes inside recovery, which the other targets' runs cover) passes, and with
+/// the persist sites `drop` (P-FPT-36's; `None`: those this run reached) made no-ops it
+/// fails: whether it does is returned.
+/// The lost persist shows in the durable image at a fence of the free of a deleted leaf's
+/// last key block: recovery meets that key's valid slot with its block freed.
+fn shows_p_fpt_36_needed(dir: &str, drop: Option<Vec<String>>) -> bool {
+    let dir = ferrite_pmem::internals::testing::TestDir::new(dir);
     let t = ferrite_crashtest::find("fptree-persistent-var-delete").expect("registered");
-    // The base mode (the durable image and all pending lines at each crash point; no
-    // subsets, eviction, tearing or crashes inside recovery, which the other targets' runs
-    // cover): the lost persist shows in the durable image at a fence of the free.
     let cfg = ferrite_crashtest::Config {
         out_dir: dir.path().to_path_buf(),
         exhaustive: true,
@@ -77,9 +80,21 @@ fn fptree_persistent_var_delete_needs_the_bitmap_persist_before_the_key_frees() 
     let r = t.explore(&cfg);
     eprintln!("{r}");
     assert!(r.passed() && !r.stopped_early && r.crashed == r.visited, "{r}");
-    let sites: Vec<String> = r.sites.keys().filter(|s| s.ends_with("#P-FPT-36")).cloned().collect();
-    assert!(!sites.is_empty(), "the run reached no P-FPT-36 persist:\n{r}");
-    let m = t.explore(&ferrite_crashtest::Config { drop_sites: sites, ..cfg });
+    let drop = drop
+        .unwrap_or_else(|| r.sites.keys().filter(|s| s.ends_with("#P-FPT-36")).cloned().collect());
+    assert!(r.sites.keys().any(|s| drop.contains(s)), "the run reached none of {drop:?}:\n{r}");
+    let m = t.explore(&ferrite_crashtest::Config { drop_sites: drop, ..cfg });
     eprintln!("{m}");
-    assert!(m.failed(), "dropping the bitmap persist before the key frees went unnoticed:\n{m}");
+    m.failed()
+}
+
+/// P-FPT-36 shown needed deterministically, alone (the check above runs it too, with the
+/// sites its own run reached): leaf deletions whose last key is in a key block, every fence of
+/// each deleted leaf's key-block free crashed.
+#[test]
+fn fptree_persistent_var_delete_needs_the_bitmap_persist_before_the_key_frees() {
+    assert!(
+        shows_p_fpt_36_needed("crashtest-fptree-pvar-delete", None),
+        "dropping the bitmap persist before the key frees went unnoticed"
+    );
 }
