@@ -20,7 +20,7 @@
 //! # Concurrency
 //! None: the helpers run on the workload's thread or on the tester's recovery thread.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -319,6 +319,62 @@ pub(crate) fn check_absent<Op: PartialEq>(
     ))
 }
 
+/// The state the committed operations of `m` leave, applied in order (`apply`).
+fn committed_state<Op, K: Ord, V>(
+    m: &ModelView<Op>,
+    apply: &impl Fn(&Op, &mut BTreeMap<K, V>),
+) -> BTreeMap<K, V> {
+    let mut state = BTreeMap::new();
+    for op in &m.committed {
+        apply(op, &mut state);
+    }
+    state
+}
+
+/// The model check of targets with several workload threads, each operation on one key
+/// (`key_of`; `None`: no key, e.g. creation) and at most one in flight per key (the threads'
+/// keys are disjoint): per key, `got` holds the committed operations' value (`apply`), or
+/// that with the one in-flight operation on the key applied. With at most one operation in
+/// flight it is [`check_model`]'s all-or-nothing, per key.
+pub(crate) fn check_model_per_key<
+    Op: Debug,
+    K: Ord + Clone + Debug,
+    V: Clone + PartialEq + Debug,
+>(
+    got: &BTreeMap<K, V>,
+    m: &ModelView<Op>,
+    apply: impl Fn(&Op, &mut BTreeMap<K, V>),
+    key_of: impl Fn(&Op) -> Option<K>,
+) -> Result<(), String> {
+    let without = committed_state(m, &apply);
+    let keys: BTreeSet<K> = without
+        .keys()
+        .chain(got.keys())
+        .cloned()
+        .chain(m.in_flight.iter().filter_map(&key_of))
+        .collect();
+    for k in keys {
+        let want = without.get(&k).cloned();
+        let flight: Vec<&Op> =
+            m.in_flight.iter().filter(|op| key_of(op) == Some(k.clone())).collect();
+        if flight.len() > 1 {
+            return Err(format!("key {k:?}: two operations in flight {flight:?}"));
+        }
+        let with = flight.first().map(|op| {
+            let mut w = without.clone();
+            apply(op, &mut w);
+            w.get(&k).cloned()
+        });
+        let have = got.get(&k).cloned();
+        if have != want && Some(&have) != with.as_ref() {
+            return Err(format!(
+                "key {k:?}: holds {have:?}, expected {want:?} (committed) or {with:?} (with the in-flight {flight:?})"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The model check: `got` equals the committed operations applied in order (`apply`), or
 /// those and the in-flight ones. On a mismatch, the error shows up to four differing entries
 /// each way with their keys through `show`; `noun` and `unit` name the structure and its
@@ -330,10 +386,7 @@ pub(crate) fn check_model<Op: Debug, K: Ord + Clone, V: Clone + PartialEq + Debu
     show: impl Fn(&K) -> D,
     (noun, unit): (&str, &str),
 ) -> Result<(), String> {
-    let mut without = BTreeMap::new();
-    for op in &m.committed {
-        apply(op, &mut without);
-    }
+    let without = committed_state(m, &apply);
     if *got == without {
         return Ok(());
     }

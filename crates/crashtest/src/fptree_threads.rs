@@ -33,7 +33,7 @@ use ferrite::storage::StorageError as Error;
 use ferrite_pmem::{CrashImage, PPtr};
 
 use crate::fptree::{FptreeFixed, Recovered, TREE_SLOT, TreeOp, leak_check};
-use crate::fptree_common::{SLOTS, TABLE, create_table, slot};
+use crate::fptree_common::{SLOTS, TABLE, check_model_per_key, create_table, slot};
 use crate::fptree_persistent::FptreePersistent;
 use crate::target::{Ctx, ModelView, Target};
 
@@ -259,41 +259,10 @@ impl Target for FptreeThreads {
             }
             Recovered::Tree(pairs) => pairs,
         };
-        let mut without = BTreeMap::new();
-        for op in &m.committed {
-            op.apply(&mut without);
-        }
         let got: BTreeMap<u64, u64> = pairs.iter().copied().collect();
-        // Per key: committed, or with the one in-flight operation on it.
-        let key_of = |op: &TreeOp| match *op {
+        check_model_per_key(&got, m, TreeOp::apply, |op| match *op {
             TreeOp::Insert(k, _) | TreeOp::Update(k, _) | TreeOp::Delete(k) => Some(k),
             _ => None,
-        };
-        let keys: std::collections::BTreeSet<u64> = without
-            .keys()
-            .chain(got.keys())
-            .copied()
-            .chain(m.in_flight.iter().filter_map(key_of))
-            .collect();
-        for k in keys {
-            let want = without.get(&k).copied();
-            let flight: Vec<&TreeOp> =
-                m.in_flight.iter().filter(|op| key_of(op) == Some(k)).collect();
-            let with = flight.first().map(|op| {
-                let mut w = without.clone();
-                op.apply(&mut w);
-                w.get(&k).copied()
-            });
-            let have = got.get(&k).copied();
-            if flight.len() > 1 {
-                return Err(format!("key {k}: two operations in flight {flight:?}"));
-            }
-            if have != want && Some(have) != with {
-                return Err(format!(
-                    "key {k}: holds {have:?}, expected {want:?} (committed) or {with:?} (with the in-flight {flight:?})"
-                ));
-            }
-        }
-        Ok(())
+        })
     }
 }

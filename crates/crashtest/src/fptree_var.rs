@@ -1,4 +1,5 @@
-//! Crash targets `fptree-var` and `fptree-persistent-var`: the single-threaded FPTree with
+//! Crash targets `fptree-var`, `fptree-persistent-var` and `fptree-persistent-var-delete` (a
+//! small workload of leaf deletions for an exhaustive run, [`FptreeVar::leaf_deletes`]): the single-threaded FPTree with
 //! byte-string keys (`FPTreeVar`, v2 leaves: keys of up to 23 bytes inline, longer ones in key
 //! blocks allocated through PAllocator's leak-free interface) on a simulated pool set ([D2]),
 //! with its inner index in DRAM (`fptree-var`) or in PM at fan-out 4 (`fptree-persistent-var`:
@@ -158,17 +159,39 @@ pub enum Recovered {
     Tree(Vec<(Vec<u8>, u64)>),
 }
 
-/// The target: `fptree-var` (default) or, with `persistent`, `fptree-persistent-var`.
+/// The target: `fptree-var` (default) or, with `persistent`, `fptree-persistent-var`; with
+/// `leaf_deletes` too, `fptree-persistent-var-delete`.
 #[derive(Debug, Default)]
 pub struct FptreeVar {
     /// The inner index in PM (fan-out 4).
     pub persistent: bool,
+    /// The small workload of leaf deletions only ([`FptreeVar::leaf_deletes`]).
+    pub leaf_deletes: bool,
 }
+
+/// `fptree-persistent-var-delete`'s key ids: `DELETE_KEYS` ids from [`PVAR_IDS`] in steps of
+/// seven, so that every key has 40 bytes (`key(i)` with `i % 7 == 4`: a 64-byte key block).
+const DELETE_KEYS: u64 = 48;
 
 impl FptreeVar {
     /// `fptree-persistent-var`.
     pub fn persistent() -> FptreeVar {
-        FptreeVar { persistent: true }
+        FptreeVar { persistent: true, leaf_deletes: false }
+    }
+
+    /// `fptree-persistent-var-delete`: `fptree-persistent-var`'s pool, tree and recovery with
+    /// a small workload made for an exhaustive run (every visit of every crash point crashed):
+    /// 48 keys of 40 bytes (all in key blocks) inserted in order (two leaves: the lowest 16
+    /// keys and a full leaf of 32), then the middle third deleted (from the second leaf: no
+    /// leaf empties), then the lowest 16 (the head leaf empties and is deleted, its last key
+    /// in a key block), then all but the last four. A leaf deletion frees
+    /// that key's block after the leaf's bitmap is persisted empty (P-FPT-36); an exhaustive
+    /// run crashes at every fence of that free, where a lost bitmap persist leaves recovery a
+    /// valid slot whose block is gone. `fptree-persistent-var`'s sampled run reaches the same
+    /// sites but need not crash inside that window (the allocator's fences there are visited
+    /// by every free of the run).
+    pub fn leaf_deletes() -> FptreeVar {
+        FptreeVar { persistent: true, leaf_deletes: true }
     }
 
     fn opts(&self) -> Options {
@@ -210,20 +233,50 @@ fn modify(ctx: &Ctx<VarOp>, t: &mut FPTreeVar, op: VarOp) -> Result<(), String> 
     Ok(())
 }
 
+/// `fptree-persistent-var-delete`'s operations after creation (see
+/// [`FptreeVar::leaf_deletes`]).
+fn leaf_deletes(
+    ctx: &Ctx<VarOp>,
+    a: &std::sync::Arc<ferrite::alloc::PAllocator>,
+    table: ferrite_pmem::PPtr,
+    t: &mut FPTreeVar,
+) -> Result<(), String> {
+    let id = |j: u64| PVAR_IDS + 7 * j;
+    for j in 0..DELETE_KEYS {
+        modify(ctx, t, VarOp::Insert(id(j), j + 1))?;
+    }
+    let middle = DELETE_KEYS / 3..DELETE_KEYS * 2 / 3;
+    for j in middle.clone().chain((0..DELETE_KEYS - 4).filter(|j| !middle.contains(j))) {
+        modify(ctx, t, VarOp::Delete(id(j)))?;
+    }
+    t.check().map_err(|e| e.to_string())?;
+    final_leak_check(a, table, 0, t.blocks())
+}
+
 impl Target for FptreeVar {
     type Op = VarOp;
     type Recovered = Recovered;
 
     fn name(&self) -> &'static str {
-        if self.persistent { "fptree-persistent-var" } else { "fptree-var" }
+        match (self.persistent, self.leaf_deletes) {
+            (true, true) => "fptree-persistent-var-delete",
+            (true, false) => "fptree-persistent-var",
+            (false, _) => "fptree-var",
+        }
     }
     fn summary(&self) -> &'static str {
+        if self.leaf_deletes {
+            return "FPTree with byte keys and its inner index in PM: a small workload of leaf deletions whose last key is in a key block (for an exhaustive run: P-FPT-36)";
+        }
         if self.persistent {
             return "FPTree with byte keys and its inner index in PM (fan-out 4, byte separators, long ones in key blocks): inserts, updates, deletes, splits with index inserts, leaf deletions with index removes, the leaf leak rule at the first lock after open";
         }
         "FPTree with byte keys (inline and key blocks) on PAllocator: inserts, updates, deletes, splits and leaf deletions moving and freeing key blocks"
     }
     fn rules(&self) -> &'static [&'static str] {
+        if self.leaf_deletes {
+            return &["P-FPT-2", "P-FPT-9", "P-FPT-10", "P-FPT-21", "P-FPT-36"];
+        }
         if self.persistent {
             // The rules with persist sites of their own that this workload reaches (P-FPT-27,
             // 28, 33 and 35 are orders between other rules' sites; detaches, P-FPT-18, are
@@ -318,6 +371,9 @@ impl Target for FptreeVar {
             .map_err(e)?;
         ctx.done(tok);
 
+        if self.leaf_deletes {
+            return leaf_deletes(ctx, &a, table, &mut t);
+        }
         let (keys_n, ops_n) = self.size();
         let mut keys: Vec<u64> = (0..keys_n).collect();
         shuffle(ctx.rng(), &mut keys);

@@ -58,6 +58,7 @@ pub fn registry() -> Vec<Box<dyn DynTarget>> {
     v.push(Box::new(std::sync::Arc::new(fptree_persistent::FptreePersistent)));
     v.push(Box::new(std::sync::Arc::new(fptree_var::FptreeVar::default())));
     v.push(Box::new(std::sync::Arc::new(fptree_var::FptreeVar::persistent())));
+    v.push(Box::new(std::sync::Arc::new(fptree_var::FptreeVar::leaf_deletes())));
     v.push(Box::new(std::sync::Arc::new(fptree_threads::FptreeThreads::default())));
     v.push(Box::new(std::sync::Arc::new(fptree_threads::FptreeThreads::persistent())));
     v.push(Box::new(std::sync::Arc::new(alloc::AllocSmall)));

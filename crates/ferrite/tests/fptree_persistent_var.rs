@@ -198,6 +198,84 @@ fn the_leaf_leak_rule_runs_at_the_first_lock_after_open() {
     assert_same(&t, &model);
 }
 
+/// Regression (P-FPT-36, found by the crash target `fptree-persistent-var`): a byte-key leaf
+/// deletion freed the leaf's key blocks before it removed the leaf's index entry and made its
+/// bitmap empty durably. A crash after such a free left delete recovery, which routes the
+/// leaf's last key to its entry while the bitmap holds it, a valid slot whose block was freed
+/// (the allocator nulls the slot in the free's transaction): the open failed. Here the middle
+/// leaf of a simulated pool is emptied down to one 40-byte key (in a key block), and the
+/// durable image at every fence of the delete that removes the leaf is captured — among them
+/// the fences inside the free of that key's block — and recovered: each opens, passes
+/// `check()` and the leak check, and holds the model with or without that key. (Reverting the
+/// order — the bitmap's persist after the frees — fails at the free's first fence.)
+#[test]
+fn every_crash_inside_a_byte_key_leaf_deletion_recovers() {
+    use ferrite::fptree::{L_BITMAP, L_NEXT};
+    use ferrite::pmem::sim::{Event, EventKind};
+    use ferrite::pmem::{CrashImage, ImageSpec, SimDomain};
+    use std::sync::Mutex;
+
+    let o = Options::default().layout("fptree-pvar-test").segment_size(1 << 20);
+    let o = o.max_pool_size(8 << 20);
+    let domain = Arc::new(SimDomain::new(false));
+    let set = PoolSet::create_sim_with(domain.clone(), &o).unwrap();
+    let a = Arc::new(PAllocator::create(Arc::new(set), 1).unwrap());
+    let t = FPTreeVar::create_with(a.clone(), a.root_location(), popts(4)).unwrap();
+    let key = |i: u64| {
+        let mut k = format!("victim-{i:04}").into_bytes();
+        k.resize(40, b'.');
+        k
+    };
+    let mut model = Model::new();
+    for i in 0..80u64 {
+        t.insert(&key(i), i).unwrap();
+        model.insert(key(i), i);
+    }
+    // The second leaf's keys (values are the ids), by its valid slots.
+    let set = t.allocator().pool().clone();
+    let second = set.resolve(set.load_pptr(var_head_leaf(&t) + L_NEXT).unwrap()).unwrap();
+    let bitmap = set.load_u64(second + L_BITMAP, Ordering::Acquire).unwrap();
+    let mut ids: Vec<u64> = (0..32)
+        .filter(|s| bitmap & (1 << s) != 0)
+        .map(|s| var_slot_words(&set, second, s)[2])
+        .collect();
+    ids.sort_unstable();
+    assert!(ids.len() > 1 && set.load_pptr(second + L_NEXT).is_ok_and(|n| !n.is_null()));
+    let last = ids.pop().unwrap();
+    for &i in &ids {
+        assert!(t.delete(&key(i)).unwrap());
+        model.remove(&key(i));
+    }
+    let leaves = t.leaves();
+    let images: Arc<Mutex<Vec<CrashImage>>> = Arc::new(Mutex::new(Vec::new()));
+    {
+        let images = images.clone();
+        domain.set_hook(Some(Arc::new(move |d: &SimDomain, e: &Event| {
+            if e.kind == EventKind::Fence {
+                images.lock().unwrap().push(d.capture(&ImageSpec::durable()));
+            }
+        })));
+    }
+    assert!(t.delete(&key(last)).unwrap());
+    domain.set_hook(None);
+    assert_eq!(t.leaves(), leaves - 1, "the last key's delete removed its leaf");
+    let images = std::mem::take(&mut *images.lock().unwrap());
+    assert!(images.len() > 4, "{} fences", images.len());
+    let with: Vec<(Vec<u8>, u64)> = model.iter().map(|(k, v)| (k.clone(), *v)).collect();
+    model.remove(&key(last));
+    let without: Vec<(Vec<u8>, u64)> = model.iter().map(|(k, v)| (k.clone(), *v)).collect();
+    for (n, image) in images.iter().enumerate() {
+        let set = PoolSet::open_sim(image, &o).unwrap();
+        let a = Arc::new(PAllocator::open(Arc::new(set)).unwrap());
+        let r = FPTreeVar::open(a.clone(), a.root_location())
+            .unwrap_or_else(|e| panic!("image at fence {n}: the open failed: {e}"));
+        r.check().unwrap_or_else(|e| panic!("image at fence {n}: {e}"));
+        assert_allocated(&a, r.blocks(), &format!("image at fence {n}: a leak"));
+        let got = all(&r);
+        assert!(got == with || got == without, "image at fence {n}: {} pairs", got.len());
+    }
+}
+
 /// Regression (as `keys_below_the_old_bound_of_a_new_head_stay_reachable_*` of the `u64`
 /// tree): when the head leaf is deleted, the next leaf's entry must be re-keyed to the empty
 /// key. Left at its own (here long, out-of-line) bound, keys below it routed to that leaf,

@@ -352,7 +352,6 @@ fn splits_and_leaf_deletions_with_long_keys_in_every_position() {
     assert!(t.range(&[], &top, 0).unwrap().is_empty());
 }
 
-/// The head leaf's global offset.
 /// The images a crash leaves inside a long-key insert (a block allocated into an invalid slot)
 /// and inside an update (the block named by a valid and an invalid slot of the same leaf) are
 /// repaired at open: the first block is freed, the second is kept and the stale reference
@@ -373,6 +372,79 @@ fn interrupted_key_block_work_is_finished_at_open() {
     assert_eq!(var_slot_words(&set, leaf, 1)[0], EMPTY_SLOT[0], "the orphan block is freed");
     assert_eq!(t.get(&lost).unwrap(), None);
     assert_eq!(t.get(&kept).unwrap(), Some(7));
+}
+
+/// Regression (a rebuild that wrote lock words): `var::rebuild_leaf` stored 0 into every leaf
+/// lock word it found non-zero, although no recovery may write one (`docs/design/fptree.md`,
+/// lock words and epochs: a word of an earlier open reads unlocked in the next open's epoch,
+/// P-FPT-30); the fixed-key rebuild writes none. Here a crashed process of epoch `e` left
+/// every leaf's word odd (locked) and written back: after a reopen each word is exactly as it
+/// was (nothing wrote it), and every leaf takes writes (each one's first key updated, one key
+/// deleted and inserted again) without waiting, in both index placements.
+#[test]
+fn lock_words_left_odd_by_a_crash_are_free_after_reopen_and_not_rewritten() {
+    use ferrite::fptree::vlock::EPOCH_SHIFT;
+    use ferrite::fptree::{L_BITMAP, L_LOCK, L_NEXT, R_EPOCH, TreeOptions};
+    for topts in [TreeOptions::default(), TreeOptions::persistent()] {
+        let dir = TestDir::new("fptree-var-odd-locks");
+        let a = create_alloc(&dir, &opts());
+        let slot = a.root_location();
+        let t = FPTreeVar::create_with(a, slot, topts).unwrap();
+        let mut model = Model::new();
+        // 40-byte keys (key blocks) and short inline ones, enough for several leaves.
+        for i in 0..150u64 {
+            let mut k = format!("key-{i:05}").into_bytes();
+            if i % 2 == 0 {
+                k.resize(40, b'~');
+            }
+            t.insert(&k, i).unwrap();
+            model.insert(k, i);
+        }
+        let set = t.allocator().pool().clone();
+        let root = set.resolve(t.root()).unwrap();
+        let e = set.load_u64(root + R_EPOCH, Ordering::Acquire).unwrap();
+        let mut leaves = vec![var_head_leaf(&t)];
+        loop {
+            let next = set.load_pptr(leaves[leaves.len() - 1] + L_NEXT).unwrap();
+            if next.is_null() {
+                break;
+            }
+            leaves.push(set.resolve(next).unwrap());
+        }
+        assert!(leaves.len() > 3, "{topts:?}: {} leaves", leaves.len());
+        let odd = (e << EPOCH_SHIFT) | 9;
+        for &g in &leaves {
+            set.store_u64(g + L_LOCK, odd, Ordering::Relaxed).unwrap();
+        }
+        drop(set);
+        let t = reopen(&dir, t);
+        let set = t.allocator().pool().clone();
+        for &g in &leaves {
+            let w = set.load_u64(g + L_LOCK, Ordering::Acquire).unwrap();
+            assert_eq!(w, odd, "{topts:?}: the open wrote leaf {g:#x}'s lock word");
+        }
+        assert_same(&t, &model);
+        // Every leaf is usable: a key of each (its first valid slot's, found by its value)
+        // updated, deleted and inserted again.
+        let pairs = all(&t);
+        let firsts: Vec<(Vec<u8>, u64)> = leaves
+            .iter()
+            .map(|&g| {
+                let bitmap = set.load_u64(g + L_BITMAP, Ordering::Acquire).unwrap();
+                assert_ne!(bitmap, 0, "leaf {g:#x} is empty");
+                let v = var_slot_words(&set, g, bitmap.trailing_zeros() as usize)[2];
+                pairs.iter().find(|p| p.1 == v).unwrap().clone()
+            })
+            .collect();
+        for (k, v) in firsts {
+            assert!(t.update(&k, v + 1000).unwrap(), "{topts:?}");
+            model.insert(k.clone(), v + 1000);
+            assert!(t.delete(&k).unwrap());
+            assert!(t.insert(&k, v + 2000).unwrap());
+            model.insert(k, v + 2000);
+        }
+        assert_same(&t, &model);
+    }
 }
 
 #[test]

@@ -31,7 +31,8 @@ pub struct LeafImage {
     pub fp: [u8; M],
     /// Validity bitmap; bit i = slot i valid; the commit word of the leaf.
     pub bitmap: u64,
-    /// Reserved for the concurrent tree's leaf lock; zero here, reset at open.
+    /// The concurrent tree's leaf lock; zero here. Words of earlier opens are never reset:
+    /// they read unlocked in a later epoch (VL5, P-FPT-30).
     pub lock: u64,
     /// The next leaf of the list (null: this is the last leaf).
     pub next: PPtr,

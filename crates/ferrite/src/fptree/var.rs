@@ -446,10 +446,9 @@ pub(super) fn pending_blocks(t: &T, leaf: Leaf, out: &mut Vec<PPtr>) -> StorageR
 
 pub(super) fn rebuild_leaf(t: &T, leaf: Leaf) -> StorageResult<LeafSummary<Box<[u8]>>> {
     let set = t.set();
+    // The lock word is left as it is (as the fixed-key rebuild does): a word of an earlier
+    // open reads unlocked in this open's epoch (VL5, P-FPT-30), and no recovery writes one.
     let l = read_leaf(t, leaf)?;
-    if l.lock != 0 {
-        set.store_u64(leaf.g + super::L_LOCK, 0, Ordering::Relaxed)?;
-    }
     if l.bitmap & !FULL != 0 {
         return Err(corrupt(format!("bitmap {:#x} has bits beyond slot {M}", l.bitmap), leaf.p));
     }
