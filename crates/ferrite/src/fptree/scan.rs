@@ -26,7 +26,10 @@
 //!   routed the step still routes to it (the index pin); the leaf's reach (the next bound
 //!   forward, its own bound backward) is read under that pin (one descent,
 //!   `Index::route_near`, when the leaf's index node holds it) or from the index inside that
-//!   window (at a node's edge). A failed
+//!   window (at a node's edge). After an emitted step, the next one takes its entry from the
+//!   same pinned level-0 node without a descent while the node validates against that pin
+//!   (the level-0 cursor, `Index::step_near`: the same answer and pin a descent would give).
+//!   A failed
 //!   validation redoes the step from the index; a later leaf emits only keys beyond the last
 //!   key emitted. So every key present for the scan's whole duration is emitted once, in
 //!   order, and each leaf's part is the state of one instant.
@@ -41,6 +44,7 @@ use std::ops::Bound::{self, Excluded, Included, Unbounded};
 use std::ops::{ControlFlow, RangeBounds};
 
 use super::hooks::{self, Point};
+use super::index::IndexPin;
 use super::layout::{FULL, LeafImage, M};
 use super::layout_var::{SlotKey, VarLeafImage, decode_slot};
 use super::olc::IndexKey;
@@ -161,10 +165,20 @@ impl<K: IndexKey> Tree<K> {
                     Included(l) | Excluded(l) => K::to_owned_key(l),
                     Unbounded => K::lowest(),
                 };
+                // The last emitted step's index pin and position (the level-0 cursor).
+                let mut cursor: Option<(IndexPin, usize)> = None;
                 loop {
-                    // One descent: the leaf, its pin and (inside its level-0 node) the next
-                    // entry, so the next leaf is prefetched before this one is read.
-                    let r = self.index.route_near(set, x.borrow(), true, false)?;
+                    // The leaf, its pin and (inside its level-0 node) the next entry, so the
+                    // next leaf is prefetched before this one is read: the next entry of the
+                    // last step's node under its pin, else (the node's edge, a changed node,
+                    // a retried step) one descent.
+                    let r = match cursor
+                        .take()
+                        .and_then(|(p, at)| self.index.step_near(&p, at, true, true, false))
+                    {
+                        Some(r) => r,
+                        None => self.index.route_near(set, x.borrow(), true, false)?,
+                    };
                     let g = r.leaf;
                     if let Some((_, n)) = &r.next {
                         prefetch(*n);
@@ -202,6 +216,7 @@ impl<K: IndexKey> Tree<K> {
                         Some((b, _)) if below(hi, b.borrow()) => x = b,
                         _ => return Ok(()),
                     }
+                    cursor = Some((r.pin, r.at));
                     steps += 1;
                     if too_long(steps) {
                         break;
@@ -213,11 +228,19 @@ impl<K: IndexKey> Tree<K> {
                     Included(h) | Excluded(h) => (K::to_owned_key(h), Reach::Key),
                     Unbounded => (self.index.last_entry(set)?.0, Reach::End),
                 };
+                let mut cursor: Option<(IndexPin, usize)> = None;
                 loop {
-                    // One descent: the leaf, its own bound, its pin and (inside its level-0
-                    // node) the previous entry and, after the first step, the next one.
+                    // The leaf, its own bound, its pin and (inside its level-0 node) the
+                    // previous entry and, after the first step, the next one: from the last
+                    // step's node under its pin (the cursor), else one descent.
                     let up_needed = !matches!(reach, Reach::Key);
-                    let r = self.index.route_near(set, x.borrow(), up_needed, true)?;
+                    let r = match cursor
+                        .take()
+                        .and_then(|(p, at)| self.index.step_near(&p, at, false, up_needed, true))
+                    {
+                        Some(r) => r,
+                        None => self.index.route_near(set, x.borrow(), up_needed, true)?,
+                    };
                     let g = r.leaf;
                     if let Some((_, n)) = &r.prev {
                         prefetch(*n);
@@ -289,6 +312,7 @@ impl<K: IndexKey> Tree<K> {
                         }
                         None => return Ok(()),
                     }
+                    cursor = Some((r.pin, r.at));
                     steps += 1;
                     if too_long(steps) {
                         break;
