@@ -51,6 +51,7 @@ use super::olc::IndexKey;
 use super::vlock::VersionLock;
 use super::{ByteKey, Tree, U64Key, corrupt, resolve_block};
 use crate::storage::{StorageError, StorageResult};
+use zerocopy::{FromZeros, IntoBytes};
 
 /// The order in which a scan visits keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -381,6 +382,9 @@ impl Tree<U64Key> {
         let mut n = 0;
         // The last key emitted: later leaves emit only beyond it (S-SCAN-4).
         let mut last: Option<u64> = None;
+        // The visited leaf's copy, one buffer for the whole scan (copied into in place: a
+        // by-value copy per leaf cost a second pass over its 576 bytes).
+        let mut l = LeafImage::new_zeroed();
         self.scan_leaves(lo, hi, dir, |visit| {
             let g = match visit {
                 Visit::Emit => {
@@ -398,8 +402,7 @@ impl Tree<U64Key> {
                 Visit::Read(g) => g,
             };
             n = 0;
-            let l: LeafImage = set
-                .read_struct(g)
+            set.read_into(g, l.as_mut_bytes())
                 .map_err(|e| corrupt(format!("unreadable leaf: {e}"), self.at(g)))?;
             if l.bitmap & !FULL != 0 {
                 return Err(corrupt(
@@ -502,6 +505,8 @@ impl Tree<ByteKey> {
         let mut scratch: Vec<u8> = Vec::new();
         // The last key emitted (`None` before the first): later leaves emit only beyond it.
         let mut last: Option<Vec<u8>> = None;
+        // The visited leaf's copy (one buffer for the whole scan, as for `u64` keys).
+        let mut l = VarLeafImage::new_zeroed();
         self.scan_leaves(lo, hi, dir, |visit| {
             let g = match visit {
                 Visit::Emit => {
@@ -523,8 +528,8 @@ impl Tree<ByteKey> {
             };
             n = 0;
             let at = || set.to_pptr(g).unwrap_or(ferrite_pmem::PPtr::NULL);
-            let l: VarLeafImage =
-                set.read_struct(g).map_err(|e| corrupt(format!("unreadable leaf: {e}"), at()))?;
+            set.read_into(g, l.as_mut_bytes())
+                .map_err(|e| corrupt(format!("unreadable leaf: {e}"), at()))?;
             if l.bitmap & !FULL != 0 {
                 return Err(corrupt(
                     format!("bitmap {:#x} has bits beyond slot {M}", l.bitmap),
