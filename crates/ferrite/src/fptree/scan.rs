@@ -6,9 +6,10 @@
 //!   ([`Direction::Forward`]) or strictly descending order ([`Direction::Backward`]), each key
 //!   within the range exactly once, at most `limit` of them.
 //! - S-SCAN-2 (leaf order): a leaf's valid slots are unsorted; each visited leaf is copied once
-//!   into a local image (one bounds check per leaf), its in-range entries collected into a stack
-//!   array of at most 32 and sorted there. No heap allocation per leaf for `u64` keys; byte
-//!   keys are copied into one scratch buffer reused for the whole scan.
+//!   into one local image reused for the whole scan (one bounds check per leaf), its in-range
+//!   entries collected into a stack array of at most 32 and sorted there. No heap allocation
+//!   per leaf for `u64` keys; byte keys are copied into one scratch buffer reused for the
+//!   whole scan.
 //! - S-SCAN-3 (leaf walk): leaves are taken from the inner index (T5; the DRAM map, or the
 //!   persistent index's successor/predecessor for a tree whose index is in PM), not from the
 //!   persistent `next` links, in both directions: leaves are singly linked, so a backward scan needs the
