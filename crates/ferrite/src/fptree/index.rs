@@ -153,6 +153,18 @@ fn lost(what: &str) -> StorageError {
     StorageError::Corrupted { what: what.into(), at: "fptree index".into() }
 }
 
+/// An [`OlcIndex`] route with its pin as an [`IndexPin`].
+fn olc_routed<O>(r: Routed<O>) -> Routed<O, IndexPin> {
+    Routed {
+        bound: r.bound,
+        leaf: r.leaf,
+        pin: IndexPin::Olc(r.pin),
+        next: r.next,
+        prev: r.prev,
+        at: r.at,
+    }
+}
+
 /// A leaf pointer from the persistent index, resolved to its global offset (64-byte aligned,
 /// a whole leaf).
 fn resolve<K: KeyKind>(set: &PoolSet, p: PPtr) -> StorageResult<u64> {
@@ -210,22 +222,34 @@ impl<K: IndexKey> Index<K> {
         match self {
             Index::Dram(m) => m
                 .route_near(key, next, prev)
-                .map(|r| Routed {
-                    bound: r.bound,
-                    leaf: r.leaf,
-                    pin: IndexPin::Olc(r.pin),
-                    next: r.next,
-                    prev: r.prev,
-                })
+                .map(olc_routed)
                 .ok_or_else(|| lost("the index has no leaf with the lowest bound")),
             Index::Persistent(s) => {
                 let ix = s.read();
                 // Even: no change runs while the read lock is held.
                 let v = s.ver.load(Ordering::Acquire);
                 let (bound, leaf) = Self::persistent_route(set, &ix, key)?;
-                Ok(Routed { bound, leaf, pin: IndexPin::Ver(v), next: None, prev: None })
+                Ok(Routed { bound, leaf, pin: IndexPin::Ver(v), next: None, prev: None, at: 0 })
             }
         }
+    }
+
+    /// The scan's level-0 cursor ([`OlcIndex::step`]): the entry after (`forward`) or before
+    /// the one an earlier route answered (its `pin` and position `at`), with its neighbours,
+    /// from the same pinned DRAM index node without a descent, under the same pin. `None` (the caller descends with
+    /// [`Index::route_near`]) at the node's edge, when the node has changed, or for the
+    /// persistent placement.
+    #[inline]
+    pub(super) fn step_near(
+        &self,
+        pin: &IndexPin,
+        at: usize,
+        forward: bool,
+        next: bool,
+        prev: bool,
+    ) -> Option<Routed<K::Owned, IndexPin>> {
+        let (Index::Dram(m), IndexPin::Olc(pin)) = (self, pin) else { return None };
+        m.step(pin, at, forward, next, prev).map(olc_routed)
     }
 
     /// Whether the answer pinned by `pin` still holds (the key still routes to the leaf).

@@ -562,6 +562,22 @@ struct Near<K: IndexKey> {
     prev: Option<(u64, u64)>,
     next_snap: K::Snap,
     prev_snap: K::Snap,
+    /// The routed entry's position in its level-0 node.
+    at: usize,
+}
+
+impl<K: IndexKey> Near<K> {
+    fn new(want_next: bool, want_prev: bool) -> Self {
+        Near {
+            want_next,
+            want_prev,
+            next: None,
+            prev: None,
+            next_snap: K::Snap::default(),
+            prev_snap: K::Snap::default(),
+            at: 0,
+        }
+    }
 }
 
 /// What [`OlcIndex::route_near`] found: the entry routing the key and its neighbours.
@@ -578,6 +594,9 @@ pub struct Routed<O, P = Pin> {
     pub next: Option<(O, u64)>,
     /// The previous entry, likewise ([`OlcIndex::predecessor`] at the edge).
     pub prev: Option<(O, u64)>,
+    /// The routed entry's position in its level-0 node, for [`OlcIndex::step`] (meaningful
+    /// only with a [`Pin::One`]).
+    pub at: usize,
 }
 
 /// A stored key word and its copied-out key (validated).
@@ -788,24 +807,59 @@ impl<K: IndexKey> OlcIndex<K> {
     /// edge a neighbour is `None` and the caller asks [`Self::successor`] or
     /// [`Self::predecessor`]. `None` for an empty index.
     pub fn route_near(&self, key: &K::Key, next: bool, prev: bool) -> Option<Routed<K::Owned>> {
-        let mut near = Near::<K> {
-            want_next: next,
-            want_prev: prev,
-            next: None,
-            prev: None,
-            next_snap: K::Snap::default(),
-            prev_snap: K::Snap::default(),
-        };
+        let mut near = Near::<K>::new(next, prev);
         let ((w, snap), leaf, pin) =
             self.seek_pinned(Some(&K::prepare(key)), Mode::Le, true, true, Some(&mut near))?;
+        Some(Self::routed(w, &snap, leaf, pin?, near))
+    }
+
+    /// The entry after (`forward`) or before the one a [`Self::route_near`] or an earlier
+    /// step routed (`pin`, `at`), taken from the same pinned level-0 node without a descent, with its
+    /// neighbours as `route_near` gives them, under the same pin: the scan's level-0 cursor.
+    /// `None` when the entry is not in that node (the node's edge), the route rests on more
+    /// than one node ([`Pin::Many`]) or the node has changed since the pin (the caller
+    /// descends instead).
+    ///
+    /// Why the same pin covers the new entry: the pin's snapshot was taken in a coupled
+    /// descent, so every bound the node held then lay in its range (O2), and that range
+    /// narrows only when the node itself changes (its version moves). While the node
+    /// validates against the pin, the new entry's bound therefore still routes to this node,
+    /// and to the new entry within it: exactly what a fresh `route_near` of that bound would
+    /// have returned and pinned (module docs, "answers from the key's own node").
+    pub fn step(
+        &self,
+        pin: &Pin,
+        at: usize,
+        forward: bool,
+        next: bool,
+        prev: bool,
+    ) -> Option<Routed<K::Owned>> {
+        let Pin::One(id, v) = *pin else { return None };
+        let node = self.node(id)?;
+        let count = Self::count(node, 0).ok()?;
+        let i = if forward { at + 1 } else { at.checked_sub(1)? };
+        if i >= count {
+            return None;
+        }
+        let mut near = Near::<K>::new(next, prev);
+        let mut snap = K::Snap::default();
+        self.near(node, count, i, Some(&mut near)).ok()?;
+        // Validates the node against the pin: the entry and its neighbours are of that state.
+        let (w, leaf) = self.finish(node, i, true, Err(v), &mut snap).ok()?;
+        Some(Self::routed(w, &snap, leaf, Pin::One(id, v), near))
+    }
+
+    /// A route's answer from the routed entry's validated key word, copy and value.
+    fn routed(w: u64, snap: &K::Snap, leaf: u64, pin: Pin, near: Near<K>) -> Routed<K::Owned> {
         let owned = |(w, v): (u64, u64), s: &K::Snap| (K::owned(w, s), v);
-        Some(Routed {
-            bound: K::owned(w, &snap),
+        Routed {
+            bound: K::owned(w, snap),
             leaf,
-            pin: pin?,
+            pin,
             next: near.next.map(|e| owned(e, &near.next_snap)),
             prev: near.prev.map(|e| owned(e, &near.prev_snap)),
-        })
+            at: near.at,
+        }
     }
 
     /// The greatest bound ≤ `key` and its value.
@@ -1126,6 +1180,7 @@ impl<K: IndexKey> OlcIndex<K> {
         };
         near.next = None;
         near.prev = None;
+        near.at = i;
         if near.want_next && i + 1 < count {
             near.next = Some(take(i + 1, &mut near.next_snap)?);
         }
@@ -1601,6 +1656,21 @@ mod tests {
             if let Some(p) = r.prev {
                 assert_eq!(Some(p), model_lt(m, &b), "route_near prev {k:?} (seed {seed:#x})");
             }
+            // The level-0 cursor: a step either way, where the node holds it, is the model's
+            // neighbour, with the neighbours of its own.
+            for forward in [true, false] {
+                let Some(s) = idx.step(&r.pin, r.at, forward, true, true) else { continue };
+                let want = if forward { model_gt(m, &b) } else { model_lt(m, &b) };
+                let got = Some((s.bound.clone(), s.leaf));
+                assert_eq!(got, want, "step {forward} from {k:?} (seed {seed:#x})");
+                assert_eq!(s.pin, r.pin, "a step keeps the pin (seed {seed:#x})");
+                if let Some(n) = s.next {
+                    assert_eq!(Some(n), model_gt(m, &s.bound), "step's next (seed {seed:#x})");
+                }
+                if let Some(p) = s.prev {
+                    assert_eq!(Some(p), model_lt(m, &s.bound), "step's prev (seed {seed:#x})");
+                }
+            }
         }
     }
 
@@ -1816,12 +1886,25 @@ mod tests {
         assert_eq!(leaf, 2);
         assert!(matches!(pin, Pin::One(..)));
         assert!(idx.still_valid(&pin));
-        // A bound in the other level-0 node: the pin holds.
+        let r = idx.route_near(&25, true, true).unwrap();
+        assert_eq!((r.bound, r.leaf, r.at), (20, 2, 2));
+        // A bound in the other level-0 node: the pin and the level-0 cursor hold.
         idx.insert(&(FANOUT as u64 * 10 + 55), 99).unwrap();
         assert!(idx.still_valid(&pin));
-        // A bound in (20, 25]: the key now routes elsewhere.
+        let s = idx.step(&r.pin, r.at, true, true, false).unwrap();
+        assert_eq!((s.bound, s.leaf, s.next, s.at), (30, 3, Some((40, 4)), 3));
+        // The node's edges: the cursor stops there (the caller descends).
+        let edge = idx.route_near(&0, true, true).unwrap();
+        assert!(idx.step(&edge.pin, edge.at, false, true, true).is_none());
+        let last = (FANOUT as u64 - 1) * 10;
+        let edge = idx.route_near(&last, true, true).unwrap();
+        assert_eq!(edge.leaf, FANOUT as u64 - 1);
+        assert!(idx.step(&edge.pin, edge.at, true, true, true).is_none());
+        // A bound in (20, 25]: the key now routes elsewhere, and the cursor of the node is
+        // refused (a step after it would skip the new entry).
         idx.insert(&23, 98).unwrap();
         assert!(!idx.still_valid(&pin));
+        assert!(idx.step(&r.pin, r.at, true, true, false).is_none());
         let (leaf, pin) = idx.lookup_pinned(&25).unwrap();
         assert_eq!(leaf, 98);
         assert_eq!(idx.remove(&23), Some(98));

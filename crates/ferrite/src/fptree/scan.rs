@@ -6,9 +6,10 @@
 //!   ([`Direction::Forward`]) or strictly descending order ([`Direction::Backward`]), each key
 //!   within the range exactly once, at most `limit` of them.
 //! - S-SCAN-2 (leaf order): a leaf's valid slots are unsorted; each visited leaf is copied once
-//!   into a local image (one bounds check per leaf), its in-range entries collected into a stack
-//!   array of at most 32 and sorted there. No heap allocation per leaf for `u64` keys; byte
-//!   keys are copied into one scratch buffer reused for the whole scan.
+//!   into one local image reused for the whole scan (one bounds check per leaf), its in-range
+//!   entries collected into a stack array of at most 32 and sorted there. No heap allocation
+//!   per leaf for `u64` keys; byte keys are copied into one scratch buffer reused for the
+//!   whole scan.
 //! - S-SCAN-3 (leaf walk): leaves are taken from the inner index (T5; the DRAM map, or the
 //!   persistent index's successor/predecessor for a tree whose index is in PM), not from the
 //!   persistent `next` links, in both directions: leaves are singly linked, so a backward scan needs the
@@ -26,7 +27,10 @@
 //!   routed the step still routes to it (the index pin); the leaf's reach (the next bound
 //!   forward, its own bound backward) is read under that pin (one descent,
 //!   `Index::route_near`, when the leaf's index node holds it) or from the index inside that
-//!   window (at a node's edge). A failed
+//!   window (at a node's edge). After an emitted step, the next one takes its entry from the
+//!   same pinned level-0 node without a descent while the node validates against that pin
+//!   (the level-0 cursor, `Index::step_near`: the same answer and pin a descent would give).
+//!   A failed
 //!   validation redoes the step from the index; a later leaf emits only keys beyond the last
 //!   key emitted. So every key present for the scan's whole duration is emitted once, in
 //!   order, and each leaf's part is the state of one instant.
@@ -41,12 +45,14 @@ use std::ops::Bound::{self, Excluded, Included, Unbounded};
 use std::ops::{ControlFlow, RangeBounds};
 
 use super::hooks::{self, Point};
+use super::index::IndexPin;
 use super::layout::{FULL, LeafImage, M};
 use super::layout_var::{SlotKey, VarLeafImage, decode_slot};
 use super::olc::IndexKey;
 use super::vlock::VersionLock;
 use super::{ByteKey, Tree, U64Key, corrupt, resolve_block};
 use crate::storage::{StorageError, StorageResult};
+use zerocopy::{FromZeros, IntoBytes};
 
 /// The order in which a scan visits keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -161,10 +167,20 @@ impl<K: IndexKey> Tree<K> {
                     Included(l) | Excluded(l) => K::to_owned_key(l),
                     Unbounded => K::lowest(),
                 };
+                // The last emitted step's index pin and position (the level-0 cursor).
+                let mut cursor: Option<(IndexPin, usize)> = None;
                 loop {
-                    // One descent: the leaf, its pin and (inside its level-0 node) the next
-                    // entry, so the next leaf is prefetched before this one is read.
-                    let r = self.index.route_near(set, x.borrow(), true, false)?;
+                    // The leaf, its pin and (inside its level-0 node) the next entry, so the
+                    // next leaf is prefetched before this one is read: the next entry of the
+                    // last step's node under its pin, else (the node's edge, a changed node,
+                    // a retried step) one descent.
+                    let r = match cursor
+                        .take()
+                        .and_then(|(p, at)| self.index.step_near(&p, at, true, true, false))
+                    {
+                        Some(r) => r,
+                        None => self.index.route_near(set, x.borrow(), true, false)?,
+                    };
                     let g = r.leaf;
                     if let Some((_, n)) = &r.next {
                         prefetch(*n);
@@ -202,6 +218,7 @@ impl<K: IndexKey> Tree<K> {
                         Some((b, _)) if below(hi, b.borrow()) => x = b,
                         _ => return Ok(()),
                     }
+                    cursor = Some((r.pin, r.at));
                     steps += 1;
                     if too_long(steps) {
                         break;
@@ -213,11 +230,19 @@ impl<K: IndexKey> Tree<K> {
                     Included(h) | Excluded(h) => (K::to_owned_key(h), Reach::Key),
                     Unbounded => (self.index.last_entry(set)?.0, Reach::End),
                 };
+                let mut cursor: Option<(IndexPin, usize)> = None;
                 loop {
-                    // One descent: the leaf, its own bound, its pin and (inside its level-0
-                    // node) the previous entry and, after the first step, the next one.
+                    // The leaf, its own bound, its pin and (inside its level-0 node) the
+                    // previous entry and, after the first step, the next one: from the last
+                    // step's node under its pin (the cursor), else one descent.
                     let up_needed = !matches!(reach, Reach::Key);
-                    let r = self.index.route_near(set, x.borrow(), up_needed, true)?;
+                    let r = match cursor
+                        .take()
+                        .and_then(|(p, at)| self.index.step_near(&p, at, false, up_needed, true))
+                    {
+                        Some(r) => r,
+                        None => self.index.route_near(set, x.borrow(), up_needed, true)?,
+                    };
                     let g = r.leaf;
                     if let Some((_, n)) = &r.prev {
                         prefetch(*n);
@@ -289,6 +314,7 @@ impl<K: IndexKey> Tree<K> {
                         }
                         None => return Ok(()),
                     }
+                    cursor = Some((r.pin, r.at));
                     steps += 1;
                     if too_long(steps) {
                         break;
@@ -357,6 +383,9 @@ impl Tree<U64Key> {
         let mut n = 0;
         // The last key emitted: later leaves emit only beyond it (S-SCAN-4).
         let mut last: Option<u64> = None;
+        // The visited leaf's copy, one buffer for the whole scan (copied into in place: a
+        // by-value copy per leaf cost a second pass over its 576 bytes).
+        let mut l = LeafImage::new_zeroed();
         self.scan_leaves(lo, hi, dir, |visit| {
             let g = match visit {
                 Visit::Emit => {
@@ -374,8 +403,7 @@ impl Tree<U64Key> {
                 Visit::Read(g) => g,
             };
             n = 0;
-            let l: LeafImage = set
-                .read_struct(g)
+            set.read_into(g, l.as_mut_bytes())
                 .map_err(|e| corrupt(format!("unreadable leaf: {e}"), self.at(g)))?;
             if l.bitmap & !FULL != 0 {
                 return Err(corrupt(
@@ -478,6 +506,8 @@ impl Tree<ByteKey> {
         let mut scratch: Vec<u8> = Vec::new();
         // The last key emitted (`None` before the first): later leaves emit only beyond it.
         let mut last: Option<Vec<u8>> = None;
+        // The visited leaf's copy (one buffer for the whole scan, as for `u64` keys).
+        let mut l = VarLeafImage::new_zeroed();
         self.scan_leaves(lo, hi, dir, |visit| {
             let g = match visit {
                 Visit::Emit => {
@@ -499,8 +529,8 @@ impl Tree<ByteKey> {
             };
             n = 0;
             let at = || set.to_pptr(g).unwrap_or(ferrite_pmem::PPtr::NULL);
-            let l: VarLeafImage =
-                set.read_struct(g).map_err(|e| corrupt(format!("unreadable leaf: {e}"), at()))?;
+            set.read_into(g, l.as_mut_bytes())
+                .map_err(|e| corrupt(format!("unreadable leaf: {e}"), at()))?;
             if l.bitmap & !FULL != 0 {
                 return Err(corrupt(
                     format!("bitmap {:#x} has bits beyond slot {M}", l.bitmap),
