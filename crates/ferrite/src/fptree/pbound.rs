@@ -158,7 +158,24 @@ pub trait BoundForm:
     /// Writes a whole node at `g` (not persisted).
     fn write_node(set: &PoolSet, g: u64, n: &NodeImg<Self::Raw>) -> StorageResult<()>;
     /// The bound a valid slot's words hold (key blocks read and validated).
-    fn decode(set: &PoolSet, raw: Self::Raw, slot: usize, at: PPtr) -> StorageResult<Self>;
+    fn decode(set: &PoolSet, raw: Self::Raw, slot: usize, at: PPtr) -> StorageResult<Self> {
+        let mut h = Self::Held::default();
+        Self::hold(set, raw, slot, at, &mut h)?;
+        Ok(Self::owned(Self::held(&h)))
+    }
+    /// A decoded bound in a buffer the caller reuses: no heap allocation for a `u64` or an
+    /// inline byte bound (the lookup's descent compares every valid key of a node).
+    type Held: Default;
+    /// Decodes a valid slot's words into `h`, as [`BoundForm::decode`] does.
+    fn hold(
+        set: &PoolSet,
+        raw: Self::Raw,
+        slot: usize,
+        at: PPtr,
+        h: &mut Self::Held,
+    ) -> StorageResult<()>;
+    /// The bound `h` holds.
+    fn held(h: &Self::Held) -> &Self::Ref;
     /// The key block the words name, if they are in pointer form.
     fn block(raw: Self::Raw) -> Option<PPtr>;
     /// Whether the words are damage in any slot (no valid form).
@@ -244,8 +261,22 @@ impl BoundForm for u64 {
 
     node_io!(PNodeImage, PNodeHead);
 
+    type Held = u64;
+
+    #[inline(always)]
     fn decode(_: &PoolSet, raw: u64, _: usize, _: PPtr) -> StorageResult<u64> {
         Ok(raw)
+    }
+
+    #[inline(always)]
+    fn hold(_: &PoolSet, raw: u64, _: usize, _: PPtr, h: &mut u64) -> StorageResult<()> {
+        *h = raw;
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn held(h: &u64) -> &u64 {
+        h
     }
 
     fn block(_: u64) -> Option<PPtr> {
@@ -273,13 +304,13 @@ impl BoundForm for u64 {
     }
 }
 
-/// Reads the key block of a pointer slot (validated: 64-aligned, inside the pool).
-fn block_bytes(set: &PoolSet, block: PPtr, len: usize, at: PPtr) -> StorageResult<Box<[u8]>> {
-    let g = resolve_key_block(set, block, len as u64)
-        .map_err(|e| corrupt(format!("a separator's key block: {e}"), at))?;
-    let mut buf = vec![0u8; len];
-    set.read_into(g, &mut buf)?;
-    Ok(buf.into())
+/// A byte bound decoded into a reusable buffer ([`BoundForm::hold`]): inline keys in the
+/// array, longer ones in `block` (grown once, reused).
+#[derive(Clone, Debug, Default)]
+pub struct HeldBytes {
+    len: usize,
+    inline: [u8; INLINE_MAX],
+    block: Vec<u8>,
 }
 
 /// Resolves a key block pointer read from PM (64-byte aligned, `len` bytes inside a segment).
@@ -317,20 +348,42 @@ impl BoundForm for Box<[u8]> {
 
     node_io!(PVarNodeImage, PVarNodeHead);
 
-    fn decode(set: &PoolSet, raw: [u64; 4], slot: usize, at: PPtr) -> StorageResult<Box<[u8]>> {
+    type Held = HeldBytes;
+
+    fn hold(
+        set: &PoolSet,
+        raw: [u64; 4],
+        slot: usize,
+        at: PPtr,
+        h: &mut HeldBytes,
+    ) -> StorageResult<()> {
         let (k, _) = decode_slot(raw).map_err(|e| corrupt(format!("slot {slot}: {e}"), at))?;
         match k {
             // B1: null in a valid slot is the empty key.
-            SlotKey::Empty => Ok(Box::default()),
-            SlotKey::Inline { .. } => Ok(k.inline().unwrap_or_default().into()),
+            SlotKey::Empty => h.len = 0,
+            SlotKey::Inline { len, bytes } => {
+                h.len = usize::from(len);
+                h.inline = bytes;
+            }
             SlotKey::Pointer { block, len, prefix } => {
-                let b = block_bytes(set, block, usize::from(len), at)?;
-                if b[..6] != prefix {
+                let len = usize::from(len);
+                let g = resolve_key_block(set, block, len as u64)
+                    .map_err(|e| corrupt(format!("a separator's key block: {e}"), at))?;
+                h.block.resize(len, 0);
+                set.read_into(g, &mut h.block[..len])?;
+                if h.block[..6] != prefix {
                     return Err(corrupt(format!("slot {slot}: key block and prefix differ"), at));
                 }
-                Ok(b)
+                h.len = len;
             }
         }
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn held(h: &HeldBytes) -> &[u8] {
+        // S2: keys of up to INLINE_MAX bytes are inline, longer ones in a block.
+        if h.len <= INLINE_MAX { &h.inline[..h.len] } else { &h.block[..h.len] }
     }
 
     fn block(raw: [u64; 4]) -> Option<PPtr> {
