@@ -915,6 +915,7 @@ impl<B: BoundForm> PIndex<B> {
         prev: bool,
         h: &mut Held<B>,
     ) -> StorageResult<Option<(u64, usize)>> {
+        let q = B::query(key);
         let mut n = self.node_head(self.root_ptr()?, None)?;
         for _ in 0..=PN_MAX_LEVEL {
             let mut best = None::<usize>;
@@ -923,8 +924,9 @@ impl<B: BoundForm> PIndex<B> {
                 let s = bits.trailing_zeros() as usize;
                 bits &= bits - 1;
                 B::hold(&self.set, n.img.keys[s], s, n.p, &mut h.cur)?;
-                let k = B::held(&h.cur);
-                if k <= key && best.is_none_or(|_| k > B::held(&h.best)) {
+                if B::cmp_query(&h.cur, q).is_le()
+                    && best.is_none_or(|_| B::cmp_held(&h.cur, &h.best).is_gt())
+                {
                     std::mem::swap(&mut h.cur, &mut h.best);
                     best = Some(s);
                 }
@@ -958,7 +960,7 @@ impl<B: BoundForm> PIndex<B> {
             let s = bits.trailing_zeros() as usize;
             bits &= bits - 1;
             B::hold(&self.set, n.img.keys[s], s, n.p, &mut h.cur)?;
-            if low.is_none_or(|_| B::held(&h.cur) < B::held(&h.low)) {
+            if low.is_none_or(|_| B::cmp_held(&h.cur, &h.low).is_lt()) {
                 std::mem::swap(&mut h.cur, &mut h.low);
                 low = Some(s);
             }
@@ -981,12 +983,14 @@ impl<B: BoundForm> PIndex<B> {
             let s = bits.trailing_zeros() as usize;
             bits &= bits - 1;
             B::hold(&self.set, n.img.keys[s], s, n.p, &mut h.cur)?;
-            let k = B::held(&h.cur);
-            let best = B::held(&h.best);
-            if next && k > best && h.next_slot.is_none_or(|_| k < B::held(&h.next)) {
+            let (k, o) = (&h.cur, B::cmp_held(&h.cur, &h.best));
+            if next && o.is_gt() && h.next_slot.is_none_or(|_| B::cmp_held(k, &h.next).is_lt()) {
                 std::mem::swap(&mut h.cur, &mut h.next);
                 h.next_slot = Some(s);
-            } else if prev && k < best && h.prev_slot.is_none_or(|_| k > B::held(&h.prev)) {
+            } else if prev
+                && o.is_lt()
+                && h.prev_slot.is_none_or(|_| B::cmp_held(k, &h.prev).is_gt())
+            {
                 std::mem::swap(&mut h.cur, &mut h.prev);
                 h.prev_slot = Some(s);
             }
