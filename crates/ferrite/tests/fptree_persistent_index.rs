@@ -88,6 +88,24 @@ fn step(ix: &mut PersistentIndex, model: &mut BTreeMap<u64, PPtr>, op: u8, k: u6
             let want = model.range(..=k).next_back().map(|(b, l)| (*b, *l));
             assert_eq!(ix.lookup_with_bound(k).unwrap(), want, "{ctx}");
             assert_eq!(ix.lookup(k).unwrap(), want.map(|w| w.1), "{ctx}");
+            // The neighbours a scan step takes from the routed bottom node are the model's.
+            let near = ix.lookup_near(k, true, true).unwrap();
+            assert_eq!(near.as_ref().map(|n| (n.bound, n.leaf)), want, "{ctx}");
+            if let Some(n) = near {
+                let b = n.bound;
+                if let Some(next) = n.next {
+                    assert_eq!(
+                        model
+                            .range((std::ops::Bound::Excluded(b), std::ops::Bound::Unbounded))
+                            .next()
+                            .map(|(b, l)| (*b, *l)),
+                        Some(next)
+                    );
+                }
+                if let Some(prev) = n.prev {
+                    assert_eq!(model.range(..b).next_back().map(|(b, l)| (*b, *l)), Some(prev));
+                }
+            }
         }
         4 => {
             let want = model.range(k.saturating_add(1)..).next().map(|(b, l)| (*b, *l));

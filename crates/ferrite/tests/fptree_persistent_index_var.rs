@@ -114,6 +114,23 @@ fn step(ix: &mut PersistentIndexVar, model: &mut BTreeMap<Vec<u8>, PPtr>, op: u8
         3 => {
             let want = boxed(model.range(..=k.clone()).next_back());
             assert_eq!(ix.lookup_with_bound(&k).unwrap(), want, "{ctx}");
+            // The neighbours a scan step takes from the routed bottom node are the model's.
+            let near = ix.lookup_near(&k, true, true).unwrap();
+            assert_eq!(near.as_ref().map(|n| (n.bound.clone(), n.leaf)), want, "{ctx}");
+            if let Some(n) = near {
+                let b = n.bound.to_vec();
+                if let Some(next) = n.next {
+                    let after = (std::ops::Bound::Excluded(&b), std::ops::Bound::Unbounded);
+                    assert_eq!(boxed(model.range::<Vec<u8>, _>(after).next()), Some(next), "{ctx}");
+                }
+                if let Some(prev) = n.prev {
+                    assert_eq!(
+                        boxed(model.range::<Vec<u8>, _>(..&b).next_back()),
+                        Some(prev),
+                        "{ctx}"
+                    );
+                }
+            }
             // A key just above it (an extension) routes to the same bound or a greater one.
             let mut up = k.clone();
             up.push(0);

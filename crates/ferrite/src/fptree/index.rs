@@ -200,17 +200,21 @@ impl<K: IndexKey> Index<K> {
                 let ix = s.read();
                 // Even: no change runs while the read lock is held.
                 let v = s.ver.load(Ordering::Acquire);
-                let g = Self::persistent_route(set, &ix, key)?.1;
-                Ok((g, IndexPin::Ver(v)))
+                // The leaf only: no owned copy of its bound.
+                let p = match ix.lookup_k(key)? {
+                    Some(p) => p,
+                    None => ix.first()?.ok_or_else(|| lost("the persistent index is empty"))?.1,
+                };
+                Ok((resolve::<K>(set, p)?, IndexPin::Ver(v)))
             }
         }
     }
 
     /// [`Index::lookup_pinned`] for a scan step: also the routing entry's bound and, where one
-    /// descent finds them (the DRAM index, inside one level-0 node: [`OlcIndex::route_near`]),
-    /// the next (`next`) and previous (`prev`) entries, covered by the pin. A neighbour not
-    /// found so (asked for, at a node's edge, or the persistent placement) is `None`: the
-    /// caller asks [`Index::next_entry`] / [`Index::prev_entry`].
+    /// descent finds them (inside one level-0 node: [`OlcIndex::route_near`],
+    /// [`PIndex::lookup_near_k`]), the next (`next`) and previous (`prev`) entries, covered by
+    /// the pin. A neighbour not found so (asked for, at a node's edge) is `None`: the caller
+    /// asks [`Index::next_entry`] / [`Index::prev_entry`].
     #[inline]
     pub(super) fn route_near(
         &self,
@@ -228,8 +232,26 @@ impl<K: IndexKey> Index<K> {
                 let ix = s.read();
                 // Even: no change runs while the read lock is held.
                 let v = s.ver.load(Ordering::Acquire);
-                let (bound, leaf) = Self::persistent_route(set, &ix, key)?;
-                Ok(Routed { bound, leaf, pin: IndexPin::Ver(v), next: None, prev: None, at: 0 })
+                let Some(n) = ix.lookup_near_k(key, next, prev)? else {
+                    // Below every bound (only before the head's bound is the lowest key).
+                    let (bound, leaf) = Self::persistent_route(set, &ix, key)?;
+                    return Ok(Routed {
+                        bound,
+                        leaf,
+                        pin: IndexPin::Ver(v),
+                        next: None,
+                        prev: None,
+                        at: 0,
+                    });
+                };
+                Ok(Routed {
+                    bound: n.bound,
+                    leaf: resolve::<K>(set, n.leaf)?,
+                    pin: IndexPin::Ver(v),
+                    next: Self::persistent_hit(set, n.next)?,
+                    prev: Self::persistent_hit(set, n.prev)?,
+                    at: 0,
+                })
             }
         }
     }

@@ -158,7 +158,32 @@ pub trait BoundForm:
     /// Writes a whole node at `g` (not persisted).
     fn write_node(set: &PoolSet, g: u64, n: &NodeImg<Self::Raw>) -> StorageResult<()>;
     /// The bound a valid slot's words hold (key blocks read and validated).
-    fn decode(set: &PoolSet, raw: Self::Raw, slot: usize, at: PPtr) -> StorageResult<Self>;
+    fn decode(set: &PoolSet, raw: Self::Raw, slot: usize, at: PPtr) -> StorageResult<Self> {
+        let mut h = Self::Held::default();
+        Self::hold(set, raw, slot, at, &mut h)?;
+        Ok(Self::owned(Self::held(&h)))
+    }
+    /// A decoded bound in a buffer the caller reuses: no heap allocation for a `u64` or an
+    /// inline byte bound (the lookup's descent compares every valid key of a node).
+    type Held: Default;
+    /// Decodes a valid slot's words into `h`, as [`BoundForm::decode`] does.
+    fn hold(
+        set: &PoolSet,
+        raw: Self::Raw,
+        slot: usize,
+        at: PPtr,
+        h: &mut Self::Held,
+    ) -> StorageResult<()>;
+    /// The bound `h` holds.
+    fn held(h: &Self::Held) -> &Self::Ref;
+    /// A query key's form for [`BoundForm::cmp_query`], computed once per descent.
+    type Query<'a>: Copy;
+    /// The query form of `key`.
+    fn query(key: &Self::Ref) -> Self::Query<'_>;
+    /// The order of a held bound against a query key (as `held(h).cmp(key)`).
+    fn cmp_query(h: &Self::Held, q: Self::Query<'_>) -> std::cmp::Ordering;
+    /// The order of two held bounds (as `held(a).cmp(held(b))`).
+    fn cmp_held(a: &Self::Held, b: &Self::Held) -> std::cmp::Ordering;
     /// The key block the words name, if they are in pointer form.
     fn block(raw: Self::Raw) -> Option<PPtr>;
     /// Whether the words are damage in any slot (no valid form).
@@ -244,8 +269,39 @@ impl BoundForm for u64 {
 
     node_io!(PNodeImage, PNodeHead);
 
+    type Held = u64;
+
+    #[inline(always)]
     fn decode(_: &PoolSet, raw: u64, _: usize, _: PPtr) -> StorageResult<u64> {
         Ok(raw)
+    }
+
+    #[inline(always)]
+    fn hold(_: &PoolSet, raw: u64, _: usize, _: PPtr, h: &mut u64) -> StorageResult<()> {
+        *h = raw;
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn held(h: &u64) -> &u64 {
+        h
+    }
+
+    type Query<'a> = u64;
+
+    #[inline(always)]
+    fn query(key: &u64) -> u64 {
+        *key
+    }
+
+    #[inline(always)]
+    fn cmp_query(h: &u64, q: u64) -> std::cmp::Ordering {
+        h.cmp(&q)
+    }
+
+    #[inline(always)]
+    fn cmp_held(a: &u64, b: &u64) -> std::cmp::Ordering {
+        a.cmp(b)
     }
 
     fn block(_: u64) -> Option<PPtr> {
@@ -273,13 +329,41 @@ impl BoundForm for u64 {
     }
 }
 
-/// Reads the key block of a pointer slot (validated: 64-aligned, inside the pool).
-fn block_bytes(set: &PoolSet, block: PPtr, len: usize, at: PPtr) -> StorageResult<Box<[u8]>> {
-    let g = resolve_key_block(set, block, len as u64)
-        .map_err(|e| corrupt(format!("a separator's key block: {e}"), at))?;
-    let mut buf = vec![0u8; len];
-    set.read_into(g, &mut buf)?;
-    Ok(buf.into())
+/// A byte bound decoded into a reusable buffer ([`BoundForm::hold`]): inline keys in the
+/// array, longer ones in `block` (grown once, reused), and its head for word comparisons.
+#[derive(Clone, Debug, Default)]
+pub struct HeldBytes {
+    len: usize,
+    inline: [u8; INLINE_MAX],
+    block: Vec<u8>,
+    /// The first 24 bytes, zero-padded, as big-endian words ([`head_words`]).
+    head: [u64; 3],
+}
+
+/// A key's first 24 bytes, zero-padded, as three big-endian words: comparing heads orders
+/// keys as their bytes do wherever the heads differ (a shorter key's padding is below any
+/// byte a longer key has there, or equal to a zero byte, and then the heads tie).
+#[inline(always)]
+fn head_words(key: &[u8]) -> [u64; 3] {
+    let mut b = [0u8; 24];
+    let n = key.len().min(24);
+    b[..n].copy_from_slice(&key[..n]);
+    // Most significant byte first (numeric order = byte order), on any host.
+    std::array::from_fn(|i| {
+        u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().unwrap_or([0; 8])).swap_bytes()
+    })
+}
+
+/// `held(a).cmp(b)` given `b`'s head: the heads decide where they differ; where they tie and
+/// both keys are at most 24 bytes long, each key is the other's prefix up to zeros, so the
+/// shorter is smaller; otherwise the bytes are compared.
+#[inline(always)]
+fn cmp_heads(a: &HeldBytes, b_head: [u64; 3], b: &[u8]) -> std::cmp::Ordering {
+    match a.head.cmp(&b_head) {
+        std::cmp::Ordering::Equal if a.len <= 24 && b.len() <= 24 => a.len.cmp(&b.len()),
+        std::cmp::Ordering::Equal => <Box<[u8]> as BoundForm>::held(a).cmp(b),
+        o => o,
+    }
 }
 
 /// Resolves a key block pointer read from PM (64-byte aligned, `len` bytes inside a segment).
@@ -317,20 +401,64 @@ impl BoundForm for Box<[u8]> {
 
     node_io!(PVarNodeImage, PVarNodeHead);
 
-    fn decode(set: &PoolSet, raw: [u64; 4], slot: usize, at: PPtr) -> StorageResult<Box<[u8]>> {
+    type Held = HeldBytes;
+
+    fn hold(
+        set: &PoolSet,
+        raw: [u64; 4],
+        slot: usize,
+        at: PPtr,
+        h: &mut HeldBytes,
+    ) -> StorageResult<()> {
         let (k, _) = decode_slot(raw).map_err(|e| corrupt(format!("slot {slot}: {e}"), at))?;
         match k {
             // B1: null in a valid slot is the empty key.
-            SlotKey::Empty => Ok(Box::default()),
-            SlotKey::Inline { .. } => Ok(k.inline().unwrap_or_default().into()),
+            SlotKey::Empty => {
+                h.len = 0;
+                h.head = [0; 3];
+            }
+            SlotKey::Inline { len, bytes } => {
+                h.len = usize::from(len);
+                h.inline = bytes;
+                h.head = head_words(&bytes);
+            }
             SlotKey::Pointer { block, len, prefix } => {
-                let b = block_bytes(set, block, usize::from(len), at)?;
-                if b[..6] != prefix {
+                let len = usize::from(len);
+                let g = resolve_key_block(set, block, len as u64)
+                    .map_err(|e| corrupt(format!("a separator's key block: {e}"), at))?;
+                h.block.resize(len, 0);
+                set.read_into(g, &mut h.block[..len])?;
+                if h.block[..6] != prefix {
                     return Err(corrupt(format!("slot {slot}: key block and prefix differ"), at));
                 }
-                Ok(b)
+                h.len = len;
+                h.head = head_words(&h.block);
             }
         }
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn held(h: &HeldBytes) -> &[u8] {
+        // S2: keys of up to INLINE_MAX bytes are inline, longer ones in a block.
+        if h.len <= INLINE_MAX { &h.inline[..h.len] } else { &h.block[..h.len] }
+    }
+
+    type Query<'a> = ([u64; 3], &'a [u8]);
+
+    #[inline(always)]
+    fn query(key: &[u8]) -> ([u64; 3], &[u8]) {
+        (head_words(key), key)
+    }
+
+    #[inline(always)]
+    fn cmp_query(h: &HeldBytes, q: ([u64; 3], &[u8])) -> std::cmp::Ordering {
+        cmp_heads(h, q.0, q.1)
+    }
+
+    #[inline(always)]
+    fn cmp_held(a: &HeldBytes, b: &HeldBytes) -> std::cmp::Ordering {
+        cmp_heads(a, b.head, Self::held(b))
     }
 
     fn block(raw: [u64; 4]) -> Option<PPtr> {

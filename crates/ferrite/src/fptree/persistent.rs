@@ -446,6 +446,45 @@ fn root_state<B: BoundForm>(h: &PIndexHeader, at: PPtr) -> StorageResult<RootSta
 /// A valid entry of a node: (key, child, slot).
 type Entry<B> = (B, PPtr, usize);
 
+/// The reused key buffers of one lookup's descent ([`PIndex::floor_on_path`]).
+struct Held<B: BoundForm> {
+    cur: B::Held,
+    best: B::Held,
+    low: B::Held,
+    next: B::Held,
+    prev: B::Held,
+    next_slot: Option<usize>,
+    prev_slot: Option<usize>,
+}
+
+impl<B: BoundForm> Default for Held<B> {
+    fn default() -> Self {
+        Held {
+            cur: B::Held::default(),
+            best: B::Held::default(),
+            low: B::Held::default(),
+            next: B::Held::default(),
+            prev: B::Held::default(),
+            next_slot: None,
+            prev_slot: None,
+        }
+    }
+}
+
+/// A lookup's answer with its neighbours in the routed bottom node
+/// ([`PIndex::lookup_near_k`]).
+#[derive(Clone, Debug)]
+pub struct Near<B> {
+    /// The greatest bound ≤ the key.
+    pub bound: B,
+    /// Its leaf.
+    pub leaf: PPtr,
+    /// The next entry, if the same bottom node holds it (and it was asked for).
+    pub next: Option<(B, PPtr)>,
+    /// The previous entry, likewise.
+    pub prev: Option<(B, PPtr)>,
+}
+
 /// A node: its pointer, its global offset and the copy read from PM.
 #[derive(Debug)]
 struct Node<B: BoundForm> {
@@ -812,10 +851,42 @@ impl<B: BoundForm> PIndex<B> {
 
     /// The greatest bound ≤ `key`: the routed path scanned in place, else the full search.
     fn floor(&self, key: &B::Ref) -> StorageResult<Option<(B, PPtr)>> {
-        if let Some(hit) = self.floor_on_path(key)? {
-            return Ok(Some(hit));
+        Ok(self.near(key, false, false)?.map(|n| (n.bound, n.leaf)))
+    }
+
+    /// [`PIndex::lookup_with_bound_k`] with, when asked (`next`, `prev`) and found in the
+    /// routed bottom node, the entries just after and just before it (a scan step's
+    /// neighbours: a bound between two entries of one bottom node lies in that node's range,
+    /// N2, so it would be in that node). At the node's edge a neighbour is `None`: ask
+    /// [`PIndex::successor_k`] / [`PIndex::predecessor_k`].
+    pub fn lookup_near_k(
+        &self,
+        key: &B::Ref,
+        next: bool,
+        prev: bool,
+    ) -> StorageResult<Option<Near<B>>> {
+        self.check_open()?;
+        self.near(key, next, prev)
+    }
+
+    fn near(&self, key: &B::Ref, next: bool, prev: bool) -> StorageResult<Option<Near<B>>> {
+        let mut h = Held::<B>::default();
+        if let Some((g, s)) = self.floor_on_path(key, next, prev, &mut h)? {
+            let entry = |s: Option<usize>, k: &B::Held| -> StorageResult<Option<(B, PPtr)>> {
+                s.map(|s| {
+                    Ok((B::owned(B::held(k)), self.set.load_pptr(child_at::<B>(g, s as u64))?))
+                })
+                .transpose()
+            };
+            return Ok(Some(Near {
+                bound: B::owned(B::held(&h.best)),
+                leaf: self.set.load_pptr(child_at::<B>(g, s as u64))?,
+                next: entry(h.next_slot, &h.next)?,
+                prev: entry(h.prev_slot, &h.prev)?,
+            }));
         }
-        self.floor_in(&self.root_node()?, true, key, false)
+        let hit = self.floor_in(&self.root_node()?, true, key, false)?;
+        Ok(hit.map(|(bound, leaf)| Near { bound, leaf, next: None, prev: None }))
     }
 
     /// Reads and validates a node's line 0 and keys only (N1 as [`PIndex::node`] checks it),
@@ -829,45 +900,112 @@ impl<B: BoundForm> PIndex<B> {
     }
 
     /// The lookup's fast path: descends the routed path only, scanning each node's valid slots
-    /// in place (no sort). A bound ≤ `key` in the routed bottom node is the answer (N2: every
-    /// bound to the right of the path is above `key`, every bound to the left below the
-    /// routed node's range). `None` when that node has none (a separator left above the keys
-    /// that remain, a key below every bound, a node without entries): the caller runs the
-    /// full search, which also validates what this path does not (N1's distinct keys, N3).
-    fn floor_on_path(&self, key: &B::Ref) -> StorageResult<Option<(B, PPtr)>> {
+    /// in place (no sort, no allocation: keys are decoded into `h`'s reused buffers). A bound
+    /// ≤ `key` in the routed bottom node is the answer (N2: every bound to the right of the
+    /// path is above `key`, every bound to the left below the routed node's range): its
+    /// node's global offset and slot, its bound in `h.best`, and (if asked) the node's entries
+    /// just after and before it in `h.next` / `h.prev`. `None` when that node has none (a
+    /// separator left above the keys that remain, a key below every bound, a node without
+    /// entries): the caller runs the full search, which also validates what this path does
+    /// not (N1's distinct keys, N3).
+    fn floor_on_path(
+        &self,
+        key: &B::Ref,
+        next: bool,
+        prev: bool,
+        h: &mut Held<B>,
+    ) -> StorageResult<Option<(u64, usize)>> {
+        let q = B::query(key);
         let mut n = self.node_head(self.root_ptr()?, None)?;
         for _ in 0..=PN_MAX_LEVEL {
-            let (mut best, mut low) = (None::<(B, usize)>, None::<(B, usize)>);
+            let mut best = None::<usize>;
             let mut bits = n.img.bitmap;
             while bits != 0 {
                 let s = bits.trailing_zeros() as usize;
                 bits &= bits - 1;
-                let k = B::decode(&self.set, n.img.keys[s], s, n.p)?;
-                if k.borrow() <= key && best.as_ref().is_none_or(|b| k > b.0) {
-                    best = Some((k.clone(), s));
-                }
-                if low.as_ref().is_none_or(|l| k < l.0) {
-                    low = Some((k, s));
+                B::hold(&self.set, n.img.keys[s], s, n.p, &mut h.cur)?;
+                if B::cmp_query(&h.cur, q).is_le()
+                    && best.is_none_or(|_| B::cmp_held(&h.cur, &h.best).is_gt())
+                {
+                    std::mem::swap(&mut h.cur, &mut h.best);
+                    best = Some(s);
                 }
             }
             if n.img.level == 0 {
-                return match best {
-                    Some((k, s)) => {
-                        Ok(Some((k, self.set.load_pptr(child_at::<B>(n.g, s as u64))?)))
-                    }
-                    None => Ok(None),
-                };
+                let Some(b) = best else { return Ok(None) };
+                if next || prev {
+                    self.neighbours(&n, b, next, prev, h)?;
+                }
+                return Ok(Some((n.g, b)));
             }
-            let Some((_, s)) = best.or(low) else { return Ok(None) };
+            let s = match best {
+                Some(s) => s,
+                // Every separator is above the key: the leftmost child (N2).
+                None => match self.lowest_slot(&n, h)? {
+                    Some(s) => s,
+                    None => return Ok(None),
+                },
+            };
             let child = self.set.load_pptr(child_at::<B>(n.g, s as u64))?;
             n = self.node_head(child, Some(n.img.level - 1))?;
         }
         Ok(None)
     }
 
+    /// The slot of the smallest valid key of `n` (`None`: no valid slot).
+    fn lowest_slot(&self, n: &Node<B>, h: &mut Held<B>) -> StorageResult<Option<usize>> {
+        let mut low = None::<usize>;
+        let mut bits = n.img.bitmap;
+        while bits != 0 {
+            let s = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            B::hold(&self.set, n.img.keys[s], s, n.p, &mut h.cur)?;
+            if low.is_none_or(|_| B::cmp_held(&h.cur, &h.low).is_lt()) {
+                std::mem::swap(&mut h.cur, &mut h.low);
+                low = Some(s);
+            }
+        }
+        Ok(low)
+    }
+
+    /// The entries of the bottom node `n` just above and just below the key in `h.best`
+    /// (slot `b`), into `h.next` / `h.prev` with their slots.
+    fn neighbours(
+        &self,
+        n: &Node<B>,
+        b: usize,
+        next: bool,
+        prev: bool,
+        h: &mut Held<B>,
+    ) -> StorageResult<()> {
+        let mut bits = n.img.bitmap & !(1u64 << b);
+        while bits != 0 {
+            let s = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            B::hold(&self.set, n.img.keys[s], s, n.p, &mut h.cur)?;
+            let (k, o) = (&h.cur, B::cmp_held(&h.cur, &h.best));
+            if next && o.is_gt() && h.next_slot.is_none_or(|_| B::cmp_held(k, &h.next).is_lt()) {
+                std::mem::swap(&mut h.cur, &mut h.next);
+                h.next_slot = Some(s);
+            } else if prev
+                && o.is_lt()
+                && h.prev_slot.is_none_or(|_| B::cmp_held(k, &h.prev).is_gt())
+            {
+                std::mem::swap(&mut h.cur, &mut h.prev);
+                h.prev_slot = Some(s);
+            }
+        }
+        Ok(())
+    }
+
     /// The leaf with the greatest bound ≤ `key`.
     pub fn lookup_k(&self, key: &B::Ref) -> StorageResult<Option<PPtr>> {
-        Ok(self.lookup_with_bound_k(key)?.map(|(_, l)| l))
+        self.check_open()?;
+        let mut h = Held::<B>::default();
+        if let Some((g, s)) = self.floor_on_path(key, false, false, &mut h)? {
+            return Ok(Some(self.set.load_pptr(child_at::<B>(g, s as u64))?));
+        }
+        Ok(self.floor_in(&self.root_node()?, true, key, false)?.map(|(_, l)| l))
     }
 
     /// The entry with the smallest bound > `key` (ascending scans: the next leaf).
@@ -1821,6 +1959,15 @@ impl PIndex<u64> {
     pub fn lookup(&self, key: u64) -> StorageResult<Option<PPtr>> {
         self.lookup_k(&key)
     }
+    /// See [`PIndex::lookup_near_k`].
+    pub fn lookup_near(
+        &self,
+        key: u64,
+        next: bool,
+        prev: bool,
+    ) -> StorageResult<Option<Near<u64>>> {
+        self.lookup_near_k(&key, next, prev)
+    }
     /// The entry with the smallest bound > `key`.
     pub fn successor(&self, key: u64) -> StorageResult<Option<(u64, PPtr)>> {
         self.successor_k(&key)
@@ -1860,6 +2007,15 @@ impl PIndex<Box<[u8]>> {
     /// The leaf with the greatest bound ≤ `key`.
     pub fn lookup(&self, key: &[u8]) -> StorageResult<Option<PPtr>> {
         self.lookup_k(key)
+    }
+    /// See [`PIndex::lookup_near_k`].
+    pub fn lookup_near(
+        &self,
+        key: &[u8],
+        next: bool,
+        prev: bool,
+    ) -> StorageResult<Option<Near<Box<[u8]>>>> {
+        self.lookup_near_k(key, next, prev)
     }
     /// The entry with the smallest bound > `key`.
     pub fn successor(&self, key: &[u8]) -> StorageResult<Option<(Box<[u8]>, PPtr)>> {

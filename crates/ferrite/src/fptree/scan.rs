@@ -10,8 +10,9 @@
 //!   entries collected into a stack array of at most 32 and sorted there. No heap allocation
 //!   per leaf for `u64` keys; byte keys are copied into one scratch buffer reused for the
 //!   whole scan.
-//! - S-SCAN-3 (leaf walk): leaves are taken from the inner index (T5; the DRAM map, or the
-//!   persistent index's successor/predecessor for a tree whose index is in PM), not from the
+//! - S-SCAN-3 (leaf walk): leaves are taken from the inner index (T5; the DRAM index, or the
+//!   persistent index for a tree whose index is in PM: both give a step's neighbours from the
+//!   routed bottom node, and their successor/predecessor at its edge), not from the
 //!   persistent `next` links, in both directions: leaves are singly linked, so a backward scan needs the
 //!   index to find a leaf's predecessor, and one walk for both directions keeps them equal. The
 //!   walk starts at the leaf that routes the range's first key and stops at the first leaf
