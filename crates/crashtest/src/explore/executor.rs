@@ -9,10 +9,10 @@
 //!
 //! # Concurrency
 //! One image at a time; recovery runs on its own thread, abandoned (and reported) if it
-//! outlives the watchdog.
+//! outlives the watchdog, and then moved to the idle scheduling class (it may spin for ever).
 
 use std::path::Path;
-use std::sync::{Arc, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use ferrite_pmem::CrashImage;
@@ -137,13 +137,24 @@ impl<T: Target> Explorer<T> {
 }
 
 /// Runs `f` on a fresh thread under `catch_unwind`; gives up after `watchdog`.
+///
+/// A thread given up on cannot be stopped, and a hung recovery often spins for ever (a lock
+/// wait that yields: `fptree-fixed` with its epoch persist dropped); it used to take a core
+/// from every later test of the process. It is moved to the idle scheduling class, so it
+/// runs only where nothing else wants the CPU.
 pub(super) fn run_guarded(
     watchdog: Duration,
     f: impl FnOnce() -> Result<(), String> + Send + 'static,
 ) -> Result<(), String> {
     let (tx, rx) = mpsc::channel();
+    // The recovery thread's kernel id while it runs (`None` before and once it is done): held
+    // locked while the watchdog lowers it, so the id cannot be reused in between.
+    let running = Arc::new(Mutex::new(None));
+    let running_in = running.clone();
     let spawned = std::thread::Builder::new().name("crashtest-recovery".into()).spawn(move || {
+        *lock(&running_in) = Some(ferrite_pmem::platform::current_thread_id());
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        *lock(&running_in) = None;
         let _ = tx.send(r.map_err(|p| panic_message(p.as_ref())));
     });
     if let Err(e) = spawned {
@@ -152,9 +163,15 @@ pub(super) fn run_guarded(
     match rx.recv_timeout(watchdog) {
         Ok(Ok(verdict)) => verdict,
         Ok(Err(panic)) => Err(format!("recovery or check panicked: {panic}")),
-        Err(_) => Err(format!(
-            "recovery or check did not finish within {watchdog:?} (hung; its thread is abandoned)"
-        )),
+        Err(_) => {
+            if let Some(tid) = *lock(&running) {
+                // Best effort: where the class cannot be changed the thread keeps spinning.
+                let _ = ferrite_pmem::platform::idle_thread(tid);
+            }
+            Err(format!(
+                "recovery or check did not finish within {watchdog:?} (hung; its thread is abandoned)"
+            ))
+        }
     }
 }
 
