@@ -138,10 +138,10 @@ impl<T: Target> Explorer<T> {
 
 /// Runs `f` on a fresh thread under `catch_unwind`; gives up after `watchdog`.
 ///
-/// A thread given up on cannot be stopped, and a hung recovery often spins for ever (a lock
-/// wait that yields: `fptree-fixed` with its epoch persist dropped); it used to take a core
-/// from every later test of the process. It is moved to the idle scheduling class, so it
-/// runs only where nothing else wants the CPU.
+/// A thread given up on cannot be stopped, and a hung recovery often spins for ever (a
+/// yielding lock wait on a leaf that a dropped persist left locked, in a mutation check of
+/// `fptree-fixed`); it used to take a core from every later test of the process. It is moved
+/// to the idle scheduling class, so it runs only where nothing else wants the CPU.
 pub(super) fn run_guarded(
     watchdog: Duration,
     f: impl FnOnce() -> Result<(), String> + Send + 'static,
