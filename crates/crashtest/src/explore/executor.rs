@@ -109,13 +109,14 @@ impl<T: Target> Explorer<T> {
         let hook = (kind != Kind::Corrupt).then(|| self.recovery_hook(key, &model, nest));
         let drops = self.cfg.drop_sites.clone();
         let target = self.target.clone();
-        let watchdog = if nest {
-            // The nested images are recovered on threads of their own, each with the watchdog.
-            self.cfg.watchdog.saturating_mul(1 + self.cfg.nested_max.min(1 << 16) as u32)
-        } else {
-            self.cfg.watchdog
-        };
-        run_guarded(watchdog, move || {
+        // The nested images are recovered on threads of their own, each with the watchdog: a
+        // recovery crashed inside gets one watchdog period per nested image, but only while
+        // images keep finishing (a hang shows one period after the last one, not after all of
+        // them: that was 17 periods, 510 s, for a hung recovery of `fptree-fixed`'s check).
+        let periods = if nest { 1 + self.cfg.nested_max.min(1 << 16) as u32 } else { 1 };
+        let ex = self.clone();
+        let progress = move || lock(&ex.state).report.images;
+        run_guarded_while(self.cfg.watchdog, periods, progress, move || {
             set_new_domain_hook(hook);
             set_new_domain_drops(&drops);
             let recovered = target.recover(&image);
@@ -146,6 +147,18 @@ pub(super) fn run_guarded(
     watchdog: Duration,
     f: impl FnOnce() -> Result<(), String> + Send + 'static,
 ) -> Result<(), String> {
+    run_guarded_while(watchdog, 1, || 0, f)
+}
+
+/// [`run_guarded`] for up to `periods` watchdog periods, each after the first only if the one
+/// before saw `progress()` change (work `f` waits on finished); gives up after a period
+/// without.
+fn run_guarded_while(
+    watchdog: Duration,
+    periods: u32,
+    progress: impl Fn() -> u64,
+    f: impl FnOnce() -> Result<(), String> + Send + 'static,
+) -> Result<(), String> {
     let (tx, rx) = mpsc::channel();
     // The recovery thread's kernel id while it runs (`None` before and once it is done): held
     // locked while the watchdog lowers it, so the id cannot be reused in between.
@@ -160,7 +173,24 @@ pub(super) fn run_guarded(
     if let Err(e) = spawned {
         return Err(format!("internal error: cannot start the recovery thread: {e}"));
     }
-    match rx.recv_timeout(watchdog) {
+    let mut seen = progress();
+    let mut waited = Duration::ZERO;
+    let outcome = loop {
+        let r = rx.recv_timeout(watchdog);
+        waited = waited.saturating_add(watchdog);
+        match r {
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let now = progress();
+                if waited < watchdog.saturating_mul(periods) && now != seen {
+                    seen = now;
+                    continue;
+                }
+                break r;
+            }
+            _ => break r,
+        }
+    };
+    match outcome {
         Ok(Ok(verdict)) => verdict,
         Ok(Err(panic)) => Err(format!("recovery or check panicked: {panic}")),
         Err(_) => {
@@ -169,7 +199,7 @@ pub(super) fn run_guarded(
                 let _ = ferrite_pmem::platform::idle_thread(tid);
             }
             Err(format!(
-                "recovery or check did not finish within {watchdog:?} (hung; its thread is abandoned)"
+                "recovery or check did not finish within {waited:?} (hung; its thread is abandoned)"
             ))
         }
     }
