@@ -11,7 +11,13 @@
 //!   lives in the mapping, so the lock is held exactly as long as the memory is mapped: a
 //!   second opener cannot map the same file while a view of the first one can still write.
 //! - MP4: on a simulated domain, the domain gets private copies of the working images in the
-//!   range before the memory is released (it may outlive the mapping and capture later).
+//!   range before the memory is released (it may outlive the mapping and capture later),
+//!   unless the mapping holds the domain's last reference (then both go together).
+//! - MP5: a simulated pool set's reservation ([`Mapping::sim_reservation`]) is not unmapped
+//!   but kept as a spare for the next one of its length, with every byte that may have been
+//!   written (below its high-water mark, [`Mapping::note_used`]) zeroed first: a reservation
+//!   handed out reads zeros everywhere, as a fresh one does. A crash tester opens one per
+//!   image; faulting its pages in afresh each time was most of a recovery's system time.
 //!
 //! # Ordering
 //! No persistence ordering: releasing memory is not a persistence event. A pool's `CLEAN`
@@ -26,7 +32,8 @@ use std::fmt;
 use std::fs::File;
 use std::path::PathBuf;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
 use crate::platform;
@@ -52,6 +59,19 @@ pub(crate) struct Mapping {
     lock: Option<File>,
     /// The simulated domain to detach from before the memory goes (MP4).
     sim: Option<Arc<SimDomain>>,
+    /// For a simulated pool set's reservation: the end of the part that may have been written
+    /// (zeroed before the reservation is kept as a spare, MP5).
+    used: Option<AtomicUsize>,
+}
+
+/// Released simulated reservations (address, length), zeroed, kept for reuse (MP5).
+static SPARES: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
+/// At most this many spare reservations are kept; more are unmapped.
+const MAX_SPARES: usize = 16;
+
+fn spares() -> std::sync::MutexGuard<'static, Vec<(usize, usize)>> {
+    SPARES.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 // SAFETY: the memory is only accessed through `Region` (atomics and asm), never through
@@ -77,7 +97,37 @@ impl Mapping {
     /// `ptr`/`len` must be exactly one range returned by `mmap` (a shared file mapping or a
     /// reservation), owned by nobody else, and accessed only through [`Region`].
     pub(crate) unsafe fn mapped(ptr: NonNull<u8>, len: usize, lock: Option<File>) -> Mapping {
-        Mapping { ptr, len, kind: Kind::Mapped, lock, sim: None }
+        Mapping { ptr, len, kind: Kind::Mapped, lock, sim: None, used: None }
+    }
+
+    /// A reservation of `len` bytes (as [`platform::reserve`] makes) for a simulated pool set:
+    /// a spare one of that length if there is one (all zeros, MP5), else a fresh one. Its
+    /// writers report how far they wrote with [`Mapping::note_used`].
+    pub(crate) fn sim_reservation(len: usize) -> std::io::Result<Mapping> {
+        let spare = {
+            let mut s = spares();
+            s.iter().position(|&(_, l)| l == len).map(|i| s.swap_remove(i).0)
+        };
+        let ptr = match spare.and_then(|a| NonNull::new(a as *mut u8)) {
+            Some(p) => p,
+            None => platform::reserve(len)?,
+        };
+        Ok(Mapping {
+            ptr,
+            len,
+            kind: Kind::Mapped,
+            lock: None,
+            sim: None,
+            used: Some(AtomicUsize::new(0)),
+        })
+    }
+
+    /// Notes that bytes below `end` may have been written (a simulated reservation zeroes them
+    /// before it is reused, MP5; a no-op for other memory).
+    pub(crate) fn note_used(&self, end: usize) {
+        if let Some(u) = &self.used {
+            u.fetch_max(end.min(self.len), Ordering::Relaxed);
+        }
     }
 
     /// A zeroed, 4096-aligned heap block of `len` (> 0) bytes.
@@ -91,7 +141,7 @@ impl Mapping {
             requested: len as u64,
             available: 0,
         })?;
-        Ok(Mapping { ptr, len, kind: Kind::Heap(layout), lock: None, sim: None })
+        Ok(Mapping { ptr, len, kind: Kind::Heap(layout), lock: None, sim: None, used: None })
     }
 
     /// Keeps `file` (the opener's locked file) as long as the memory (MP3).
@@ -147,8 +197,22 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        if let Some(sim) = &self.sim {
-            sim.detach_range(self.ptr.as_ptr() as usize, self.len);
+        if let Some(mut sim) = self.sim.take() {
+            // The only reference left (no other strong or weak one): the domain goes with
+            // this memory, so no capture can read a copy of it (MP4 needs none).
+            let last = Arc::get_mut(&mut sim).is_some();
+            sim.detach_range(self.ptr.as_ptr() as usize, self.len, last);
+        }
+        if let Some(used) = &self.used {
+            let mut s = spares();
+            if s.len() < MAX_SPARES {
+                let used = used.load(Ordering::Relaxed).min(self.len);
+                // SAFETY: the range lies inside this reservation, which nothing else refers to
+                // any more (MP1, MP2), so no access races with these writes.
+                unsafe { std::ptr::write_bytes(self.ptr.as_ptr(), 0, used) };
+                s.push((self.ptr.as_ptr() as usize, self.len));
+                return;
+            }
         }
         match self.kind {
             // SAFETY: exactly the range mapped at construction (`Mapping::mapped`), including

@@ -1,6 +1,6 @@
 //! Thin, checked wrappers over the operating-system calls the persistence layer needs:
 //! `flock`, `fallocate`, `statvfs`/`statfs`, `mmap`/`munmap`/`msync`, `getrandom`,
-//! `sched_getcpu`, `sched_getaffinity`/`sched_setaffinity`.
+//! `sched_getcpu`, `sched_getaffinity`/`sched_setaffinity`, `gettid`, `sched_setscheduler`.
 //!
 //! Each wrapper turns `errno` into `std::io::Error`; the callers attach the path and the
 //! operation and map specific errors (`EWOULDBLOCK` → locked, `ENOSPC` → full) to typed errors.
@@ -27,6 +27,24 @@ pub fn current_cpu() -> Option<u32> {
     // SAFETY: sched_getcpu takes no arguments and has no memory effects.
     let c = unsafe { libc::sched_getcpu() };
     u32::try_from(c).ok()
+}
+
+/// The kernel's id of the calling thread (`gettid`), as [`idle_thread`] takes it.
+pub fn current_thread_id() -> i32 {
+    // SAFETY: gettid takes no arguments and has no memory effects.
+    unsafe { libc::gettid() }
+}
+
+/// Moves the thread `tid` (a [`current_thread_id`] of this process) to the idle scheduling
+/// class (`SCHED_IDLE`, `sched_setscheduler`): from then on it runs only on a CPU nothing else
+/// wants. For a thread that is given up and cannot be stopped (a crash tester's hung
+/// recovery, which may spin for ever); lowering a thread's class needs no privilege. The
+/// caller makes sure `tid` still runs (an id is reused once its thread has exited).
+pub fn idle_thread(tid: i32) -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler reads one valid, initialised sched_param.
+    let rc = unsafe { libc::sched_setscheduler(tid, libc::SCHED_IDLE, &param) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
 /// Pins the calling thread to CPU `cpu` (`sched_setaffinity`): for tests and benchmarks that

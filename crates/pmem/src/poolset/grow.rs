@@ -68,6 +68,8 @@ impl PoolSet {
         let mut guard = None;
         match &self.space.sim {
             Some(sim) => {
+                // A simulated reservation zeroes what was written before it is reused.
+                self.space.mapping().note_used(usize::try_from(end).unwrap_or(usize::MAX));
                 let _ = sim.file_remove(&name, sim_site()); // an orphan, if any
                 sim.file_create(&name, size, Some(self.space.region.sub(voff, size)?), sim_site())?;
             }

@@ -87,7 +87,7 @@ use crate::region::PersistCfg;
 use crate::sim::SimDomain;
 use crate::space::Space;
 
-use reserve::{open_reservation, reservation_len, reserve};
+use reserve::{open_reservation, reservation_len, reserve, reserve_sim};
 pub use resolve::SegmentInfo;
 use resolve::Slot;
 use segment::{create_segment_file, parse_seg_name, read_seg_header, seg_name, seg_path};
@@ -379,7 +379,7 @@ impl PoolSet {
             })
             .collect();
         let j = judge(dir, &seg0, &others, opts.layout_name())?;
-        let reservation = reserve(open_reservation(opts, &j, true)?, dir)?;
+        let reservation = reserve_sim(open_reservation(opts, &j, true)?, dir)?;
         let sim = Arc::new(SimDomain::new(opts.is_eadr()));
         let set = PoolSet::assemble(
             dir,
@@ -400,6 +400,7 @@ impl PoolSet {
             let file =
                 image.file(&name).ok_or_else(|| Error::NotFound { path: dir.join(&name) })?;
             let region = set.space.region.sub(voff, size)?;
+            set.space.mapping().note_used(usize::try_from(voff + size).unwrap_or(usize::MAX));
             let pages = file.copy_into(&region)?;
             sim.file_insert(&name, size, pages, Some(region));
             set.publish(id, voff, size);

@@ -79,6 +79,14 @@ pub(super) fn reserve(len: u64, dir: &Path) -> Result<Mapping> {
     Ok(unsafe { Mapping::mapped(ptr, ulen, None) })
 }
 
+/// [`reserve`] for a simulated pool set: the reservation may be a spare one (MP5 of
+/// `mapping.rs`); the set notes each segment it places there ([`PoolSet::publish`]).
+pub(super) fn reserve_sim(len: u64, dir: &Path) -> Result<Mapping> {
+    let ulen = usize::try_from(len)
+        .map_err(|_| Error::InvalidArgument(format!("reservation of {len} bytes too large")))?;
+    Mapping::sim_reservation(ulen).map_err(|e| Error::io("reserve address space", dir, e))
+}
+
 impl PoolSet {
     /// Address of the range `[voff, voff + len)` of the reservation, checked to lie inside it.
     pub(super) fn addr(&self, voff: u64, len: u64) -> Result<NonNull<u8>> {

@@ -57,6 +57,8 @@ pub struct SegmentInfo {
 
 impl PoolSet {
     pub(super) fn publish(&self, id: SegmentId, voff: u64, file_size: u64) {
+        // A simulated reservation zeroes what its segments held before it is reused.
+        self.space.mapping().note_used(usize::try_from(voff + file_size).unwrap_or(usize::MAX));
         let slot = &self.slots[id as usize];
         slot.len.store(file_size - HEADER_AREA, Ordering::Relaxed);
         slot.base.store(voff + 1, Ordering::Release);
