@@ -55,6 +55,7 @@ fn pallocator(dir: &TestDir, rounds: u64, n: u64, size: u64) -> (Duration, Durat
             let w = if i % 2 == 0 { u64::MAX } else { 0 };
             a.pool().store_u64(g + i * 8, w, Ordering::Relaxed).expect("store");
         }
+        // ORDER(P-APP-1): the table's slots are null and durable before any allocation into them
         a.pool().persist(g, MAX_SMALL).expect("persist");
     };
     let directory = a.allocate(MAX_SMALL, a.root_location()).expect("directory");

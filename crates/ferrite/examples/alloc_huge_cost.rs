@@ -24,6 +24,7 @@ fn main() {
         a.pool().store_u64(g + i * 16, u64::MAX, Ordering::Relaxed).unwrap();
         a.pool().store_u64(g + i * 16 + 8, 0, Ordering::Relaxed).unwrap();
     }
+    // ORDER(P-APP-1): the table's slots are null and durable before any allocation into them
     a.pool().persist(g, 4096).unwrap();
     let slot = |i: u64| PPtr::new(table.segment, table.offset + 16 * i);
     // Huge means above the big allocator's capacity (a bit under the 8 MiB segment here).
