@@ -256,22 +256,27 @@ impl<K: IndexKey> Index<K> {
         }
     }
 
-    /// The scan's level-0 cursor ([`OlcIndex::step`]): the entry after (`forward`) or before
-    /// the one an earlier route answered (its `pin` and position `at`), with its neighbours,
-    /// from the same pinned DRAM index node without a descent, under the same pin. `None` (the caller descends with
-    /// [`Index::route_near`]) at the node's edge, when the node has changed, or for the
-    /// persistent placement.
+    /// A scan step's route: from the level-0 cursor ([`OlcIndex::step`]) when `cursor` (the
+    /// last step's pin and position) is given and its node still validates — the entry after
+    /// (`forward`) or before the last one, with its neighbours, from the same pinned DRAM
+    /// index node without a descent, under the same pin — else (no cursor, the node's edge,
+    /// a changed node, the persistent placement) one descent, [`Index::route_near`] of `key`.
     #[inline]
-    pub(super) fn step_near(
+    pub(super) fn route_step(
         &self,
-        pin: &IndexPin,
-        at: usize,
+        set: &PoolSet,
+        cursor: Option<(IndexPin, usize)>,
+        key: &K::Key,
         forward: bool,
         next: bool,
         prev: bool,
-    ) -> Option<Routed<K::Owned, IndexPin>> {
-        let (Index::Dram(m), IndexPin::Olc(pin)) = (self, pin) else { return None };
-        m.step(pin, at, forward, next, prev).map(olc_routed)
+    ) -> StorageResult<Routed<K::Owned, IndexPin>> {
+        if let (Index::Dram(m), Some((IndexPin::Olc(pin), at))) = (self, &cursor)
+            && let Some(r) = m.step(pin, *at, forward, next, prev)
+        {
+            return Ok(olc_routed(r));
+        }
+        self.route_near(set, key, next, prev)
     }
 
     /// Whether the answer pinned by `pin` still holds (the key still routes to the leaf).

@@ -30,7 +30,7 @@
 //!   `Index::route_near`, when the leaf's index node holds it) or from the index inside that
 //!   window (at a node's edge). After an emitted step, the next one takes its entry from the
 //!   same pinned level-0 node without a descent while the node validates against that pin
-//!   (the level-0 cursor, `Index::step_near`: the same answer and pin a descent would give).
+//!   (the level-0 cursor, `Index::route_step`: the same answer and pin a descent would give).
 //!   A failed
 //!   validation redoes the step from the index; a later leaf emits only keys beyond the last
 //!   key emitted. So every key present for the scan's whole duration is emitted once, in
@@ -175,13 +175,8 @@ impl<K: IndexKey> Tree<K> {
                     // next leaf is prefetched before this one is read: the next entry of the
                     // last step's node under its pin, else (the node's edge, a changed node,
                     // a retried step) one descent.
-                    let r = match cursor
-                        .take()
-                        .and_then(|(p, at)| self.index.step_near(&p, at, true, true, false))
-                    {
-                        Some(r) => r,
-                        None => self.index.route_near(set, x.borrow(), true, false)?,
-                    };
+                    let r =
+                        self.index.route_step(set, cursor.take(), x.borrow(), true, true, false)?;
                     let g = r.leaf;
                     if let Some((_, n)) = &r.next {
                         prefetch(*n);
@@ -237,13 +232,14 @@ impl<K: IndexKey> Tree<K> {
                     // previous entry and, after the first step, the next one: from the last
                     // step's node under its pin (the cursor), else one descent.
                     let up_needed = !matches!(reach, Reach::Key);
-                    let r = match cursor
-                        .take()
-                        .and_then(|(p, at)| self.index.step_near(&p, at, false, up_needed, true))
-                    {
-                        Some(r) => r,
-                        None => self.index.route_near(set, x.borrow(), up_needed, true)?,
-                    };
+                    let r = self.index.route_step(
+                        set,
+                        cursor.take(),
+                        x.borrow(),
+                        false,
+                        up_needed,
+                        true,
+                    )?;
                     let g = r.leaf;
                     if let Some((_, n)) = &r.prev {
                         prefetch(*n);
