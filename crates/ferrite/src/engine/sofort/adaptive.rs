@@ -580,6 +580,136 @@ impl Allocator {
     }
 }
 
+/// A statement class of the `Database` API, as the restart and past workloads count them: what
+/// the optimizer needs to cost it (a table and, for a scan, its access path).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Stmt {
+    /// A primary-key lookup of `table`.
+    Get {
+        /// The table's position in the schema.
+        table: u32,
+    },
+    /// A scan of `table` on its primary index (`index: None`) or a secondary index.
+    Scan {
+        /// The table.
+        table: u32,
+        /// The index (position among the table's secondary indexes), `None` for the primary.
+        index: Option<u32>,
+    },
+    /// An insert into `table` (probes the primary key and every unique index).
+    Insert {
+        /// The table.
+        table: u32,
+    },
+    /// An update or delete by primary key (a probe, and the unique probes of an update).
+    Write {
+        /// The table.
+        table: u32,
+    },
+}
+
+/// The shape of one table as the cost model sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TableShape {
+    /// Rows in use (live versions and garbage awaiting collection).
+    pub rows: u64,
+    /// The structure id of the primary index.
+    pub primary: StructId,
+    /// Per secondary index: its structure id and whether it is unique.
+    pub secondary: Vec<(StructId, bool)>,
+}
+
+/// Per-operation costs, in nanoseconds (a plan's cost is its estimated time).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct UnitCosts {
+    /// One level of an index descent.
+    pub probe_level: f64,
+    /// Reading and testing one row of a table scan (the access path without the index).
+    pub scan_row: f64,
+    /// Adding one row to an index being rebuilt.
+    pub build_row: f64,
+}
+
+impl Default for UnitCosts {
+    /// Orders of magnitude measured on the DRAM index (docs/benchmarks.md, SOFORT): a cached
+    /// descent level ≈ 15 ns, a row's key read from PM and compared ≈ 40 ns, an index insert
+    /// during the rebuild ≈ 150 ns per row.
+    fn default() -> Self {
+        UnitCosts { probe_level: 15.0, scan_row: 40.0, build_row: 150.0 }
+    }
+}
+
+/// The cost model of SOFORT's statements: an access through a usable index costs a descent
+/// (`probe_level · log2(rows)`); without it, a scan of the table's rows. A plan uses an index
+/// only when it is usable, so the model is well behaved.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShapeCosts {
+    /// The tables, by position.
+    pub tables: Vec<TableShape>,
+    /// The unit costs.
+    pub units: UnitCosts,
+}
+
+impl ShapeCosts {
+    /// The cost of reaching rows of `t` through `s`, and whether `s` is used.
+    fn access(&self, t: &TableShape, s: StructId, usable: &StructSet) -> (f64, bool) {
+        let n = t.rows.max(1) as f64;
+        if usable.contains(s) {
+            (self.units.probe_level * (n.log2() + 1.0), true)
+        } else {
+            (self.units.scan_row * n, false)
+        }
+    }
+
+    fn structures(&self) -> impl Iterator<Item = (StructId, &TableShape)> {
+        self.tables.iter().flat_map(|t| {
+            std::iter::once((t.primary, t)).chain(t.secondary.iter().map(move |&(s, _)| (s, t)))
+        })
+    }
+}
+
+impl CostModel for ShapeCosts {
+    type Stmt = Stmt;
+
+    fn plan(&self, q: &Stmt, usable: &StructSet) -> Plan {
+        let table = match *q {
+            Stmt::Get { table }
+            | Stmt::Scan { table, .. }
+            | Stmt::Insert { table }
+            | Stmt::Write { table } => table,
+        };
+        let Some(t) = self.tables.get(table as usize) else {
+            return Plan { cost: 0.0, uses: StructSet::new() };
+        };
+        // The structures the statement probes.
+        let probes: Vec<StructId> = match *q {
+            Stmt::Get { .. } | Stmt::Write { .. } => vec![t.primary],
+            Stmt::Scan { index: None, .. } => vec![t.primary],
+            Stmt::Scan { index: Some(i), .. } => {
+                t.secondary.get(i as usize).map(|&(s, _)| s).into_iter().collect()
+            }
+            Stmt::Insert { .. } => std::iter::once(t.primary)
+                .chain(t.secondary.iter().filter(|&&(_, unique)| unique).map(|&(s, _)| s))
+                .collect(),
+        };
+        let mut plan = Plan { cost: 0.0, uses: StructSet::new() };
+        for s in probes {
+            let (cost, used) = self.access(t, s, usable);
+            plan.cost += cost;
+            if used {
+                plan.uses.insert(s);
+            }
+        }
+        plan
+    }
+
+    fn rebuild(&self, s: StructId) -> f64 {
+        self.structures()
+            .find(|&(id, _)| id == s)
+            .map_or(0.0, |(_, t)| self.units.build_row * t.rows as f64)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -776,5 +906,76 @@ mod tests {
         let mut a = Allocator::new(2, ReleasePolicy::default());
         assert_eq!(a.budget(Some(-3.0)).dedicated, 2);
         assert_eq!(a.budget(Some(0.0)).dedicated, 2);
+    }
+    fn shop() -> ShapeCosts {
+        // Table 0: 1024 rows, primary 0, a unique secondary 1 and a plain one 2;
+        // table 1: 16 rows, primary 3.
+        ShapeCosts {
+            tables: vec![
+                TableShape { rows: 1024, primary: 0, secondary: vec![(1, true), (2, false)] },
+                TableShape { rows: 16, primary: 3, secondary: vec![] },
+            ],
+            units: UnitCosts { probe_level: 1.0, scan_row: 1.0, build_row: 2.0 },
+        }
+    }
+
+    #[test]
+    fn shape_costs_probe_or_scan() {
+        let m = shop();
+        let all = StructSet::all(4);
+        let none = StructSet::new();
+        let get = m.plan(&Stmt::Get { table: 0 }, &all);
+        assert_eq!((get.cost, get.uses.iter().collect::<Vec<_>>()), (11.0, vec![0]));
+        assert_eq!(m.plan(&Stmt::Get { table: 0 }, &none).cost, 1024.0);
+        // An insert probes the primary and the unique index, not the plain one.
+        let ins = m.plan(&Stmt::Insert { table: 0 }, &all);
+        assert_eq!((ins.cost, ins.uses.iter().collect::<Vec<_>>()), (22.0, vec![0, 1]));
+        let scan = m.plan(&Stmt::Scan { table: 0, index: Some(1) }, &none);
+        assert_eq!(scan.cost, 1024.0);
+        assert!(scan.uses.is_empty());
+        assert_eq!(m.plan(&Stmt::Scan { table: 0, index: Some(9) }, &all).cost, 0.0);
+        assert_eq!(m.plan(&Stmt::Get { table: 7 }, &all).cost, 0.0, "unknown table: no plan");
+        assert_eq!(m.rebuild(2), 2048.0);
+        assert_eq!(m.rebuild(3), 32.0);
+        assert_eq!(m.rebuild(99), 0.0);
+    }
+
+    #[test]
+    fn shape_costs_are_well_behaved() {
+        // For every statement and every pair I1 ⊆ I2 with plan(Q, I2) using only I1:
+        // plan(Q, I1) = plan(Q, I2) (the assumption eqs. 6.5/6.6 rest on).
+        let m = shop();
+        let stmts = [
+            Stmt::Get { table: 0 },
+            Stmt::Get { table: 1 },
+            Stmt::Scan { table: 0, index: None },
+            Stmt::Scan { table: 0, index: Some(0) },
+            Stmt::Scan { table: 0, index: Some(1) },
+            Stmt::Insert { table: 0 },
+            Stmt::Write { table: 1 },
+        ];
+        let sets: Vec<StructSet> =
+            (0u32..16).map(|b| (0..4).filter(|i| b & (1 << i) != 0).collect()).collect();
+        for q in &stmts {
+            for i1 in &sets {
+                for i2 in sets.iter().filter(|i2| i1.is_subset(i2)) {
+                    let p2 = m.plan(q, i2);
+                    if p2.uses.is_subset(i1) {
+                        assert_eq!(m.plan(q, i1), p2, "{q:?} {i1:?} {i2:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_insert_heavy_past_ranks_the_unique_index_with_the_primary() {
+        let m = shop();
+        let past = [(Stmt::Insert { table: 0 }, 100), (Stmt::Get { table: 1 }, 1)];
+        let r = Ranker::new(m, 4, StructSet::new(), &past, RankSettings::default());
+        let order = r.next_to_rebuild(4);
+        assert_eq!(&order[..2], &[0, 1], "the insert's two indexes first: {order:?}");
+        assert_eq!(r.benefit(0), r.benefit(1), "co-used: the same dependent benefit");
+        assert_eq!(r.benefit(2), 0.0, "no statement uses the plain index");
     }
 }
