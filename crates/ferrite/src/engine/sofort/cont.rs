@@ -101,6 +101,16 @@ pub(super) struct ContShared {
     /// Global offset of the continuation directory (0: none yet).
     pub dir: Mutex<u64>,
     pub unfinished: Mutex<Vec<Recovered>>,
+    /// TXIDs of the transactions recovery kept (sorted; fixed after open): the only older
+    /// epoch TXIDs that may still be locks.
+    pub recovered: Vec<u64>,
+}
+
+impl ContShared {
+    /// Whether `txid` (of an older epoch) belongs to a transaction recovery kept.
+    pub fn is_recovered(&self, txid: u64) -> bool {
+        !self.recovered.is_empty() && self.recovered.binary_search(&txid).is_ok()
+    }
 }
 
 /// One record: `kind | table << 16 | stmt << 32`, `len | crc << 32`, payload padded to 8.
@@ -176,11 +186,13 @@ impl Inner {
                 None => self.add_log_block(slot, &mut local)?,
             }
         };
+        // The TXID last: the header line becomes durable in store order (M2), so a header
+        // naming this transaction never shows a previous transaction's count and records.
         let s = self.s();
-        s.store_u64(head + L_TXID, h.txid, Ordering::Release)?;
-        s.store_u64(head + L_STS, h.sts, Ordering::Release)?;
         let pos = log_pos(0, L_DATA);
         s.store_u64(head + L_STATE, u64::from(pos), Ordering::Release)?;
+        s.store_u64(head + L_STS, h.sts, Ordering::Release)?;
+        s.store_u64(head + L_TXID, h.txid, Ordering::Release)?;
         h.cont = Some(Box::new(ContState { pos, ..ContState::default() }));
         Ok(h)
     }

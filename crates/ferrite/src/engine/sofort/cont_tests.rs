@@ -308,3 +308,59 @@ fn persist_counts_of_one_continuable_statement() {
     assert_eq!(d.lines_flushed(), 1 + 3 + extent_lines + 1 + 1 + 1, "{d:?}");
     tx.commit().unwrap();
 }
+
+/// Regression: a continuable transaction that only read commits without an area (nothing
+/// names it committed), so its commit must clear the log durably (P-SOF-32), or the next
+/// recovery would hand back a transaction the client saw commit.
+#[test]
+fn a_continuable_transaction_that_wrote_nothing_is_not_unfinished_after_commit() {
+    let st = store_with_base();
+    let t = st.table("kv").unwrap();
+    let mut tx = st.begin_continuable().unwrap();
+    assert!(tx.get(&t, &pk(1)).unwrap().is_some());
+    tx.statement_end(&[read_rec(&t, 0)]).unwrap();
+    tx.commit().unwrap();
+    let img = st.inner.pm.set().sim().unwrap().capture(&ImageSpec::durable());
+    let (st2, rep) = SofortStore::open(PoolSet::open_sim(&img, &opts()).unwrap()).unwrap();
+    assert_eq!(rep.unfinished, 0, "{rep:?}");
+    st2.check().unwrap();
+}
+
+/// Regression: the slot's next continuable transaction reuses the log; its header stores
+/// put the TXID last, so a crash with the header line evicted in any store-order prefix (M2)
+/// never shows the new TXID with the previous transaction's count and records (which would
+/// name locks the new one does not hold: `Corrupted`).
+#[test]
+fn a_reused_log_header_never_mixes_two_transactions() {
+    let st = store_with_base();
+    let t = st.table("kv").unwrap();
+    let mut t1 = st.begin_continuable().unwrap();
+    upsert(&st, &mut t1, 100, "t1", 0).unwrap();
+    t1.statement_end(&[read_rec(&t, 0)]).unwrap();
+    t1.commit().unwrap();
+    // An image at every store of the next begin, every dirty line evicted: each store-order
+    // prefix of the header line.
+    let domain = st.inner.pm.set().sim().unwrap().clone();
+    let images = Arc::new(Mutex::new(Vec::new()));
+    let sink = images.clone();
+    domain.set_hook(Some(Arc::new(move |d: &SimDomain, e: &Event| {
+        if e.kind == EventKind::Store {
+            let spec = ImageSpec { evict: Pick::All, ..ImageSpec::default() };
+            sink.lock().unwrap().push(d.capture(&spec));
+        }
+    })));
+    let t2 = st.begin_continuable().unwrap();
+    domain.set_hook(None);
+    let images = std::mem::take(&mut *images.lock().unwrap());
+    assert!(images.len() >= 3, "{} images", images.len());
+    let img = domain.capture(&ImageSpec { evict: Pick::All, ..ImageSpec::default() });
+    drop(t2);
+    for (k, img) in images.iter().chain([&img]).enumerate() {
+        let (st2, rep) = SofortStore::open(PoolSet::open_sim(img, &opts()).unwrap())
+            .unwrap_or_else(|e| panic!("image {k}: {e}"));
+        let u = st2.unfinished();
+        assert!(u.len() <= 1 && u.iter().all(|u| u.statements == 0), "{u:?} {rep:?}");
+        assert!(contents(&st2).contains_key(&100));
+        st2.check().unwrap();
+    }
+}

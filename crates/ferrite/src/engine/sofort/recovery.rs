@@ -472,7 +472,15 @@ pub(super) fn open(alloc: PAllocator) -> SofortResult<(Inner, RecoveryReport)> {
         epoch: Mutex::new(epoch),
         failure_time,
         poisoned: AtomicBool::new(false),
-        cont: ContShared { dir: Mutex::new(logs.dir), unfinished: Mutex::new(logs.unfinished) },
+        cont: ContShared {
+            dir: Mutex::new(logs.dir),
+            recovered: {
+                let mut v: Vec<u64> = logs.unfinished.iter().map(|u| u.txid).collect();
+                v.sort_unstable();
+                v
+            },
+            unfinished: Mutex::new(logs.unfinished),
+        },
     };
     report.duration = t0.elapsed();
     Ok((inner, report))

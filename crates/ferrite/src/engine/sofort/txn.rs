@@ -724,15 +724,13 @@ impl TxHandle {
         let inner = &self.inner;
         // An older epoch's TXID is uncommitted unless its slot still holds it: an unfinished
         // continuable transaction that recovery kept (design §13).
-        let old = epoch_of(field) < inner.open_epoch;
+        // A recovered one whose slot moved on has ended: its fields were finalized or undone
+        // before the slot was released, so a re-read finds the new value.
+        if epoch_of(field) < inner.open_epoch && !inner.cont.is_recovered(field) {
+            return Locker::Uncommitted;
+        }
         let Some(s) = inner.slots.get(slot_of(field)) else { return Locker::Uncommitted };
-        if old && !s.taken.load(Ordering::Acquire) {
-            return Locker::Uncommitted;
-        }
         let i = lock(&s.info);
-        if old && i.txid != field {
-            return Locker::Uncommitted;
-        }
         if i.txid != field || i.status == Status::Invalid {
             return Locker::Retry;
         }
@@ -923,7 +921,7 @@ impl TxHandle {
                     if is_txid(a)
                         && epoch_of(a) < self.inner.open_epoch
                         && a != cur
-                        && !self.inner.holds(a) =>
+                        && !self.inner.cont.is_recovered(a) =>
                 {
                     cur = a
                 }
@@ -1074,6 +1072,13 @@ impl TxHandle {
             return Err(SofortError::Conflict("the transaction met a conflict".into()));
         }
         if self.created.is_empty() && self.deleted.is_empty() {
+            if self.cont.is_some()
+                && let Err(e) = self.clear_log_durably()
+            {
+                self.inner.poison();
+                self.finish_abort();
+                return Err(e);
+            }
             self.done = true;
             self.inner.set_invalid(self.slot);
             self.inner.release_slot(self.slot);
@@ -1168,7 +1173,8 @@ impl TxHandle {
     }
 
     /// P-SOF-32: a continuable transaction's log is cleared durably before its undo
-    /// stores, so recovery never keeps locks that the abort has started to release.
+    /// stores, so recovery never keeps locks that the abort has started to release; and at a
+    /// commit that wrote nothing (no area names it, so nothing else tells recovery it ended).
     fn clear_log_durably(&self) -> SofortResult<()> {
         if let Some(head) = self.inner.clear_log(self.slot)? {
             let s = self.inner.s();
