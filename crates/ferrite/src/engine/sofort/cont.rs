@@ -290,7 +290,7 @@ impl TxHandle {
     /// Ends a statement of a continuable transaction (no-op otherwise): logs the rows it
     /// created and deleted and its `reads` (`(table id, payload)`), flushes them with its
     /// locks and values, fences (P-SOF-30), then persists the statement counter and the
-    /// records' end (P-SOF-31).
+    /// records' end (P-SOF-31), whose line also carries the header's TXID and STS.
     pub fn statement_end(&mut self, reads: &[(u16, Vec<u8>)]) -> SofortResult<()> {
         let Some(c) = self.cont.as_deref().cloned() else { return Ok(()) };
         self.live()?;
@@ -338,10 +338,11 @@ impl TxHandle {
                 s.flush_rule("P-SOF-30", g, len)?; // ORDER(P-SOF-30): values written on another thread (M4)
             }
         }
+        // The header's TXID and STS (stored at begin) share the state word's line and were
+        // stored before it: with M2 they are durable no later than it (P-SOF-31 flushes it).
         for &(g, len) in &ranges {
             s.flush_rule("P-SOF-30", g, len)?; // ORDER(P-SOF-30): the statement's records
         }
-        s.flush_rule("P-SOF-30", head, 64)?; // ORDER(P-SOF-30): the header's TXID and STS (stored at begin)
         s.fence_rule("P-SOF-30"); // ORDER(P-SOF-30): records, locks, values durable before the counter
         let state = u64::from(stmt + 1) << 32 | u64::from(pos);
         s.store_u64(head + L_STATE, state, Ordering::Release)?;
