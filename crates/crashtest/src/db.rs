@@ -279,7 +279,13 @@ pub struct DbTarget {
     kind: EngineKind,
     txns: u64,
     name: &'static str,
+    /// `db-sofort-continue`: some transactions are continuable (see [`DbTarget::continuable`]).
+    continuable: bool,
 }
+
+/// Model ids of the continuable target: transaction `id` is `id * STMT_IDS`, statement `k`
+/// (from 1) of a continuable one `id * STMT_IDS + k`, so model ids follow the begin order.
+const STMT_IDS: u64 = 64;
 
 /// Registry names, one leaked string per engine kind (built once).
 fn target_name(kind: EngineKind) -> &'static str {
@@ -288,11 +294,17 @@ fn target_name(kind: EngineKind) -> &'static str {
     m.entry(kind).or_insert_with(|| Box::leak(format!("db-{}", kind.name()).into_boxed_str()))
 }
 
-/// One `db-<kind>` target per persistent engine of this build.
+/// One `db-<kind>` target per persistent engine of this build, and `db-sofort-continue`.
 pub fn targets() -> Vec<Box<dyn DynTarget>> {
-    EngineKind::persistent()
+    let mut v: Vec<Box<dyn DynTarget>> = EngineKind::persistent()
         .map(|k| Box::new(Arc::new(DbTarget::new(k))) as Box<dyn DynTarget>)
-        .collect()
+        .collect();
+    v.extend(
+        EngineKind::persistent()
+            .filter(|k| k.name() == "sofort")
+            .map(|k| Box::new(Arc::new(DbTarget::continuable(k, TXNS))) as Box<dyn DynTarget>),
+    );
+    v
 }
 
 impl DbTarget {
@@ -303,7 +315,17 @@ impl DbTarget {
 
     /// A workload of `txns` transactions (small ones for exhaustive runs).
     pub fn with_txns(kind: EngineKind, txns: u64) -> DbTarget {
-        DbTarget { kind, txns, name: target_name(kind) }
+        DbTarget { kind, txns, name: target_name(kind), continuable: false }
+    }
+
+    /// `db-sofort-continue` (SOFORT design §13): the same workload where about a third of the
+    /// transactions are continuable and always commit. Each of their statements is a model
+    /// transaction of its own, begun before the statement and done when it returns (a
+    /// statement is durable then). Recovery resumes and commits every unfinished transaction
+    /// before it reads the database, so the check's expected states hold: every completed
+    /// statement present, the interrupted one whole or absent.
+    pub fn continuable(kind: EngineKind, txns: u64) -> DbTarget {
+        DbTarget { kind, txns, name: "db-sofort-continue", continuable: true }
     }
 
     fn options(&self) -> Options {
@@ -335,19 +357,19 @@ const SOFORT_BENIGN: &[(&str, &str)] = &[
         "P-SOF-2 zeroed MVCC block before its publication: NOT shown harmless, only not reached. Every MVCC block the workload adds comes fresh from the pool, zero on media, so none of the workload's persists here changes the durable image; only inside recoveries (the probe growing a table onto a block that held data before) did one, and the mutated run, with every recovery crashed after the dropped persist, found no failure. A reused block whose stale bytes were read as MVCC entries would be a real loss",
     ),
     (
-        "sofort/recovery.rs:111:",
+        "sofort/recovery.rs:119:",
         "P-SOF-1 empty catalog: every line of it is persisted again before creation returns: geometry, checksum and magic (one line) by the checksum and magic persists, the directory and area pointers by their publications (P-SOF-2), the staging line by the first staged allocation, epoch and ceiling by the open that ends creation (P-SOF-3); a crash before that is inside creation, when the store may fail to open (with that line lost, the zero ceiling is reported as a corrupt catalog rather than an unfinished creation)",
     ),
     (
-        "sofort/recovery.rs:128:",
+        "sofort/recovery.rs:136:",
         "P-SOF-1 checksum: it shares the magic's line and is stored before it; with M2 (declared) it is durable no later than the magic",
     ),
     (
-        "sofort/txn.rs:553:",
+        "sofort/txn.rs:579:",
         "P-SOF-11 close: recovery rolls every committed area forward at every open, clean close or not, so the finalizations close makes durable are redone from the areas",
     ),
     (
-        "sofort/txn.rs:556:",
+        "sofort/txn.rs:582:",
         "P-SOF-11 close fence: as its flushes (recovery redoes the finalizations from the committed areas)",
     ),
     (
@@ -363,10 +385,28 @@ const SOFORT_BENIGN: &[(&str, &str)] = &[
         "P-SOF-2 unstage inside recovery: if it is lost, the next recovery finds the same staged, published block and clears the slot again, and the next staged allocation overwrites the slot and persists it",
     ),
     (
-        "poolset/mod.rs:497:",
+        "poolset/mod.rs:505:",
         "P-PM-2 shutdown state: it only tells open whether the set was closed cleanly, and SOFORT recovers the same way either way",
     ),
 ];
+
+/// `db-sofort-continue`'s benign sites: `SOFORT_BENIGN` and these (found by its mutation
+/// check, `tests/db.rs`).
+const CONTINUE_BENIGN: &[(&str, &str)] = &[
+    (
+        "alloc/redo.rs:323:",
+        "P-ALLOC-3 disarm flush after a commit: NOT shown harmless here, only not detected by this variant's mix (a third of the transactions continuable changes which allocator operations follow each other); db-sofort's mutation check detects the same site",
+    ),
+    (
+        "sofort/txn.rs:1181:",
+        "P-SOF-32 reached only inside recovery, by the commit of a resumed transaction that wrote nothing (its completed statements wrote nothing): if the clear is lost, the next recovery finds it unfinished again with the same empty effects and commits it again; the unit test a_continuable_transaction_that_wrote_nothing_is_not_unfinished_after_commit detects the loss",
+    ),
+];
+
+fn continue_benign() -> &'static [(&'static str, &'static str)] {
+    static ALL: OnceLock<Vec<(&'static str, &'static str)>> = OnceLock::new();
+    ALL.get_or_init(|| SOFORT_BENIGN.iter().chain(CONTINUE_BENIGN).copied().collect())
+}
 
 /// Whether `kind` relies on axiom M2 (same-line stores durable in order). SOFORT does: its
 /// commit word shares the area's header line with what it commits (P-SOF-7), and `CTS`/`DTS`
@@ -787,13 +827,23 @@ impl Target for DbTarget {
         self.name
     }
     fn summary(&self) -> &'static str {
-        "a persistent engine behind the Database API: seeded transactions over two indexed tables, checked against the reference engine"
+        if self.continuable {
+            "db-sofort with continuable transactions: a crash inside a statement, then resume and commit at recovery, checked against the reference engine"
+        } else {
+            "a persistent engine behind the Database API: seeded transactions over two indexed tables, checked against the reference engine"
+        }
     }
     fn axioms(&self) -> Axioms {
         Axioms { m2: relies_on_m2(self.kind) }
     }
     fn rules(&self) -> &'static [&'static str] {
         match self.kind.name() {
+            // P-SOF-33 (the continuation log's clear at commit) persists nothing: it is
+            // flushed with the finalization's lines.
+            "sofort" if self.continuable => &[
+                "P-SOF-1", "P-SOF-2", "P-SOF-3", "P-SOF-5", "P-SOF-6", "P-SOF-7", "P-SOF-10",
+                "P-SOF-11", "P-SOF-30", "P-SOF-31", "P-SOF-32",
+            ],
             // P-SOF-8 (the finalization) persists nothing: its lines are flushed at the next
             // F1, under P-SOF-5.
             "sofort" => &[
@@ -805,6 +855,7 @@ impl Target for DbTarget {
     }
     fn benign_sites(&self) -> &'static [(&'static str, &'static str)] {
         match self.kind.name() {
+            "sofort" if self.continuable => continue_benign(),
             "sofort" => SOFORT_BENIGN,
             _ => &[],
         }
@@ -832,6 +883,18 @@ impl Target for DbTarget {
         for id in 1..=self.txns {
             let mut w = mirror.clone();
             let writes = gen_writes(&mut rng, &mut w);
+            let mid = if self.continuable { id * STMT_IDS } else { id };
+            if self.continuable && rng.next_u64().is_multiple_of(3) {
+                let mut tx = db.begin_continuable().map_err(|x| e("begin_continuable", x))?;
+                for (k, wr) in writes.iter().enumerate() {
+                    let t = ctx.begin(DbOp::Txn(mid + k as u64 + 1, vec![wr.clone()]));
+                    wr.apply(&mut tx).map_err(|x| format!("txn {id}: {wr:?}: {x}"))?;
+                    ctx.done(t);
+                }
+                tx.commit().map_err(|x| format!("txn {id}: continuable commit: {x}"))?;
+                mirror = w;
+                continue;
+            }
             let mut tx = db.begin().map_err(|x| e("begin", x))?;
             let fail_at =
                 rng.next_u64().is_multiple_of(10).then(|| rng.next_u64() as usize % writes.len());
@@ -854,7 +917,7 @@ impl Target for DbTarget {
                 0 => tx.abort(),
                 1 => drop(tx),
                 2 | 3 => {
-                    let t = ctx.begin(DbOp::Txn(id, writes));
+                    let t = ctx.begin(DbOp::Txn(mid, writes));
                     let ticket = tx.commit_deferred().map_err(|x| e("commit_deferred", x))?;
                     mirror = w;
                     deferred.push((ticket, t));
@@ -866,7 +929,7 @@ impl Target for DbTarget {
                     }
                 }
                 _ => {
-                    let t = ctx.begin(DbOp::Txn(id, writes));
+                    let t = ctx.begin(DbOp::Txn(mid, writes));
                     tx.commit().map_err(|x| format!("txn {id}: commit: {x}"))?;
                     ctx.done(t);
                     mirror = w;
@@ -911,10 +974,19 @@ impl Target for DbTarget {
             Ok(db) => db,
             Err(x) => return Ok(Recovered::NotCreated(format!("the database does not open: {x}"))),
         };
+        // Continuable transactions a crash interrupted: resumed and committed (every statement
+        // they completed; the interrupted one was rolled back by recovery).
+        let mut resumed = Vec::new();
+        for u in db.unfinished_transactions().unwrap_or_default() {
+            if let Err(x) = db.resume(u.id).and_then(|tx| tx.commit()) {
+                resumed.push(format!("resuming unfinished transaction {:#x}: {x}", u.id));
+            }
+        }
         let names = db.table_names().map_err(|x| format!("table_names: {x}"))?;
         let mut r = db.begin_read().map_err(|x| format!("begin_read: {x}"))?;
         let tables = contents(&mut r, &names).map_err(|x| format!("scan: {x}"))?;
-        let mut problems = engine_check(&db);
+        let mut problems = resumed;
+        problems.extend(engine_check(&db));
         for (n, rows) in &tables {
             problems.extend(index_problems(&db, &mut r, n, rows));
         }

@@ -34,6 +34,7 @@ fn every_persistent_engine_has_a_db_target() {
         let name = format!("db-{}", k.name());
         assert!(find(&name).is_some(), "{name} is not registered");
     }
+    assert!(find("db-sofort-continue").is_some(), "db-sofort-continue is not registered");
 }
 
 #[test]
@@ -85,6 +86,28 @@ fn every_persist_site_of_the_db_targets_is_needed() {
             assert_eq!(roll_forward.len(), 2, "{m}");
             assert!(roll_forward.iter().all(|(_, o)| *o == MutationOutcome::Detected), "{m}");
         }
+    }
+}
+
+/// The mutation check of `db-sofort-continue` (continuable transactions, SOFORT design §13):
+/// every persist site it reaches, the statement-end ones (P-SOF-30, P-SOF-31) and the
+/// abort's (P-SOF-32) among them, is detected or benign with its reason. Ignored like the one
+/// above (minutes long): `cargo test --profile ci -p ferrite-crashtest --test db -- --ignored`.
+#[test]
+#[ignore = "minutes long: run with --ignored (see the doc comment)"]
+fn every_persist_site_of_the_continuable_target_is_needed() {
+    let dir = TestDir::new("crashtest-db-continue-mutate");
+    let kind = EngineKind::persistent().find(|k| k.name() == "sofort").expect("sofort");
+    let t = Arc::new(DbTarget::continuable(kind, 30));
+    let m =
+        ferrite_crashtest::mutate(t.clone(), &Config { nested_rate: 0.05, ..cfg(&dir, 10_000) });
+    eprint!("{}{m}", m.base);
+    assert!(m.base.smoke_problem(t.min_images()).is_none(), "{}", m.base);
+    assert!(m.passed(), "{m}");
+    for rule in ["#P-SOF-30", "#P-SOF-31"] {
+        let sites: Vec<_> = m.sites.iter().filter(|(s, _)| s.ends_with(rule)).collect();
+        assert!(!sites.is_empty(), "{rule}: {m}");
+        assert!(sites.iter().any(|(_, o)| *o == MutationOutcome::Detected), "{rule}: {m}");
     }
 }
 

@@ -64,6 +64,24 @@ pub struct RecoveryReport {
     pub tables: u64,
 }
 
+/// An unfinished continuable transaction that [`Database::open`] found
+/// ([`Database::unfinished_transactions`]): resume it with [`Database::resume`] or abort it
+/// with [`Database::abort_unfinished`]; unclaimed, it is aborted after
+/// [`Options::unfinished_timeout`].
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnfinishedTransaction {
+    /// Its id (stable across crashes until it ends).
+    pub id: u64,
+    /// Statements it completed; the one that was running when the database stopped is
+    /// rolled back and must be run again.
+    pub statements: u32,
+    /// Whether it is read-only (always `false`: only read-write transactions are continuable).
+    pub read_only: bool,
+    /// When `open` found it (its timeout counts from here).
+    pub found_at: std::time::Instant,
+}
+
 /// An open database.
 ///
 /// ```
@@ -109,7 +127,70 @@ impl Database {
     /// The reference engine keeps nothing on disk, so opening one fails with
     /// [`Error::Unsupported`] (rather than silently returning an empty database).
     pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Database> {
-        Ok(Database::from_engine(registry::open(path.as_ref(), &options, false)?))
+        let db = Database::from_engine(registry::open(path.as_ref(), &options, false)?);
+        db.start_reaper();
+        Ok(db)
+    }
+
+    /// If `open` found unfinished transactions, a thread aborts each one its timeout passes
+    /// unclaimed ([`Database::reap_unfinished`] with the current time). It holds the engine
+    /// weakly and ends when none is left or the database is gone.
+    fn start_reaper(&self) {
+        let Ok(left) = self.engine.unfinished() else { return };
+        if left.is_empty() {
+            return;
+        }
+        let weak = Arc::downgrade(&self.engine);
+        let spawned = std::thread::Builder::new().name("ferrite-reaper".into()).spawn(move || {
+            loop {
+                std::thread::park_timeout(Duration::from_millis(500));
+                let Some(engine) = weak.upgrade() else { return };
+                let _ = engine.reap_unfinished(std::time::Instant::now());
+                if engine.unfinished().map_or(true, |u| u.is_empty()) {
+                    return;
+                }
+            }
+        });
+        // Without the thread, unclaimed transactions wait for `reap_unfinished` or a reopen.
+        drop(spawned);
+    }
+
+    /// Starts a **continuable** read-write transaction (SOFORT only; others return
+    /// `Unsupported`): like [`Database::begin`], and each statement (`insert`, `update`,
+    /// `delete`, `get`, a scan or select) is durable when it returns, though invisible to
+    /// others until commit. After a crash, [`Database::open`] lists it in
+    /// [`Database::unfinished_transactions`] with the statement that was running rolled back.
+    /// Each statement costs two persist barriers more than in a normal transaction.
+    pub fn begin_continuable(&self) -> Result<Transaction> {
+        Ok(Transaction::new(Arc::clone(&self.engine), self.engine.begin_continuable()?, self.id))
+    }
+
+    /// The unfinished continuable transactions that `open` found and nobody has resumed or
+    /// aborted yet (each holds one of the engine's transaction slots until then). Errors:
+    /// `Unsupported` on engines without continuable transactions.
+    pub fn unfinished_transactions(&self) -> Result<Vec<UnfinishedTransaction>> {
+        self.engine.unfinished()
+    }
+
+    /// Resumes unfinished transaction `id`: a [`Transaction`] that carries on with the same
+    /// snapshot, sees its own completed statements, and is validated at commit against
+    /// everything it read before and after the crash (serializable). Errors:
+    /// `UnknownTransaction` (no such id, or already resumed, aborted or timed out).
+    pub fn resume(&self, id: u64) -> Result<Transaction> {
+        Ok(Transaction::new(Arc::clone(&self.engine), self.engine.resume(id)?, self.id))
+    }
+
+    /// Aborts unfinished transaction `id`. Errors: `UnknownTransaction`.
+    pub fn abort_unfinished(&self, id: u64) -> Result<()> {
+        self.resume(id)?.abort();
+        Ok(())
+    }
+
+    /// Aborts every unfinished transaction whose timeout ([`Options::unfinished_timeout`])
+    /// has passed at `now`, and returns their ids. The database's background thread calls it
+    /// with the current time; tests call it with a chosen one.
+    pub fn reap_unfinished(&self, now: std::time::Instant) -> Result<Vec<u64>> {
+        self.engine.reap_unfinished(now)
     }
 
     /// What `open` recovered and how long it took: time to open, to the first transaction and

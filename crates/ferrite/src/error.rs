@@ -123,6 +123,12 @@ pub enum Error {
     #[error("unsupported: {0}")]
     Unsupported(String),
 
+    /// [`crate::Database::resume`] or [`crate::Database::abort_unfinished`] named no
+    /// unfinished transaction: it never existed, or was already resumed, aborted, or aborted
+    /// by the timeout. Nothing was changed.
+    #[error("no unfinished transaction {0:#x}")]
+    UnknownTransaction(u64),
+
     /// An argument is invalid (a bad option, a ticket of another database, ...).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -85,7 +85,7 @@ pub mod storage;
 mod txn;
 mod value;
 
-pub use db::{Database, RecoveryReport};
+pub use db::{Database, RecoveryReport, UnfinishedTransaction};
 pub use error::{Error, Result, SchemaError};
 pub use options::{Concurrency, EngineKind, Options, SofortConfig, WhileWriting};
 pub use query::{Direction, Predicate, Projection, Scan};

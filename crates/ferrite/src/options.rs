@@ -188,9 +188,28 @@ pub struct Options {
     pmem: ferrite_pmem::Options,
     reference: ReferenceConfig,
     sofort: SofortConfig,
+    unfinished_timeout: Option<std::time::Duration>,
 }
 
+/// How long an unfinished continuable transaction waits after `open` for a client to resume
+/// it before it is aborted, unless [`Options::unfinished_timeout`] says otherwise.
+pub const DEFAULT_UNFINISHED_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
 impl Options {
+    /// Sets how long an unfinished continuable transaction found by `open` waits to be
+    /// resumed ([`crate::Database::resume`]) before it is aborted (default
+    /// [`DEFAULT_UNFINISHED_TIMEOUT`], 10 minutes). A background thread of the database
+    /// aborts it; [`crate::Database::reap_unfinished`] does the same for a given time.
+    pub fn unfinished_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.unfinished_timeout = Some(timeout);
+        self
+    }
+
+    /// The timeout of unfinished continuable transactions.
+    pub fn unfinished_timeout_value(&self) -> std::time::Duration {
+        self.unfinished_timeout.unwrap_or(DEFAULT_UNFINISHED_TIMEOUT)
+    }
+
     /// Default options: the default engine and default persistence options.
     pub fn new() -> Self {
         Self::default()

@@ -80,6 +80,34 @@ pub(crate) trait Engine: Send + Sync + fmt::Debug {
     fn recovery_report(&self) -> Option<crate::db::RecoveryReport> {
         None
     }
+
+    /// Starts a continuable read-write transaction (SOFORT design §13): each statement is
+    /// durable at its end, and after a crash the transaction can be resumed.
+    fn begin_continuable(&self) -> Result<Box<dyn EngineTxn>> {
+        Err(unsupported(self.kind()))
+    }
+
+    /// The unfinished continuable transactions `open` found and nobody claimed yet.
+    fn unfinished(&self) -> Result<Vec<crate::db::UnfinishedTransaction>> {
+        Err(unsupported(self.kind()))
+    }
+
+    /// Claims unfinished transaction `id`. Errors: `UnknownTransaction`.
+    fn resume(&self, id: u64) -> Result<Box<dyn EngineTxn>> {
+        let _ = id;
+        Err(unsupported(self.kind()))
+    }
+
+    /// Aborts every unfinished transaction whose timeout has passed at `now`; returns their
+    /// ids.
+    fn reap_unfinished(&self, now: std::time::Instant) -> Result<Vec<u64>> {
+        let _ = now;
+        Err(unsupported(self.kind()))
+    }
+}
+
+fn unsupported(kind: EngineKind) -> crate::Error {
+    crate::Error::Unsupported(format!("the {} engine has no continuable transactions", kind.name()))
 }
 
 /// One transaction of an engine. Writes are only called on read-write transactions.

@@ -48,14 +48,14 @@ use std::fmt;
 use std::ops::Bound;
 use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ferrite_pmem::PoolSet;
 
 use super::ixkey::IxKey;
 use super::table::entry_bounds;
 use super::{KeyState, SofortError, SofortOptions, SofortStore, TableRef, TxHandle};
-use crate::db::RecoveryReport;
+use crate::db::{RecoveryReport, UnfinishedTransaction};
 use crate::encoding::ByteRange;
 use crate::engine::api::{CommitMode, Engine, EngineTxn};
 use crate::engine::common::unique::{duplicate_index, duplicate_pk};
@@ -94,6 +94,7 @@ fn map_err(e: SofortError, table: &str) -> Error {
             Error::ValueTooLarge { table: table.to_owned(), column, len, max }
         }
         SofortError::Schema(s) => Error::Schema(s),
+        SofortError::UnknownTransaction(id) => Error::UnknownTransaction(id),
     }
 }
 
@@ -129,6 +130,8 @@ pub(crate) struct Sofort {
     store: RwLock<Option<SofortStore>>,
     shared: Arc<Shared>,
     report: Option<RecoveryReport>,
+    /// How long an unfinished continuable transaction waits to be resumed (§13).
+    timeout: Duration,
 }
 
 impl fmt::Debug for Sofort {
@@ -185,7 +188,8 @@ impl Sofort {
                 map.insert(p.name().to_owned(), TableEntry::new(p));
             }
         }
-        let mut engine = Sofort { store: RwLock::new(Some(store)), shared, report };
+        let timeout = options.unfinished_timeout_value();
+        let mut engine = Sofort { store: RwLock::new(Some(store)), shared, report, timeout };
         if let Some(r) = engine.report.as_mut() {
             // E1 recovery is synchronous: the first transaction can start now.
             r.time_to_first_transaction = t0.elapsed().max(r.time_to_index_rebuild);
@@ -203,14 +207,36 @@ impl Sofort {
 
     fn start_txn(&self, read_only: bool) -> Result<Box<dyn EngineTxn>> {
         let h = self.with_store(|s| s.begin(read_only).map_err(|e| map_err(e, "")))?;
-        Ok(Box::new(SofortTxn {
+        Ok(Box::new(self.txn(h, read_only, Vec::new())))
+    }
+
+    fn txn(&self, h: TxHandle, read_only: bool, reads: Vec<ReadRec>) -> SofortTxn {
+        SofortTxn {
             shared: Arc::clone(&self.shared),
             h: Some(h),
             read_only,
             cache: Vec::new(),
-            reads: Vec::new(),
+            logged: reads.len(),
+            reads,
             keys: HashSet::new(),
-        }))
+        }
+    }
+
+    /// Decodes a resumed transaction's read records (§13); a record that does not decode or
+    /// names an unknown table or index is `Corrupted`.
+    fn decode_reads(&self, raw: Vec<(u16, Vec<u8>)>) -> Result<Vec<ReadRec>> {
+        let map = self.shared.tables.read().map_err(|_| Error::Poisoned)?;
+        raw.into_iter()
+            .map(|(tid, bytes)| {
+                let entry = map
+                    .values()
+                    .find(|e| e.p.id() == tid)
+                    .cloned()
+                    .ok_or_else(|| readrec::bad(format!("a read record names table {tid}")))?;
+                let (index, range, filters) = readrec::decode(&bytes, &entry.schema)?;
+                Ok(ReadRec { entry, index, range, filters })
+            })
+            .collect()
     }
 }
 
@@ -283,6 +309,59 @@ impl Engine for Sofort {
     fn recovery_report(&self) -> Option<RecoveryReport> {
         self.report.clone()
     }
+
+    fn begin_continuable(&self) -> Result<Box<dyn EngineTxn>> {
+        let h = self.with_store(|s| s.begin_continuable().map_err(|e| map_err(e, "")))?;
+        Ok(Box::new(self.txn(h, false, Vec::new())))
+    }
+
+    fn unfinished(&self) -> Result<Vec<UnfinishedTransaction>> {
+        self.with_store(|s| {
+            Ok(s.unfinished()
+                .into_iter()
+                .map(|u| UnfinishedTransaction {
+                    id: u.txid,
+                    statements: u.statements,
+                    read_only: false,
+                    found_at: u.since,
+                })
+                .collect())
+        })
+    }
+
+    fn resume(&self, id: u64) -> Result<Box<dyn EngineTxn>> {
+        let (h, raw) = self.with_store(|s| s.resume(id).map_err(|e| map_err(e, "")))?;
+        match self.decode_reads(raw) {
+            Ok(reads) => Ok(Box::new(self.txn(h, false, reads))),
+            Err(e) => {
+                // Kept unfinished would only fail again: the records are damaged.
+                drop(h);
+                Err(e)
+            }
+        }
+    }
+
+    fn reap_unfinished(&self, now: Instant) -> Result<Vec<u64>> {
+        let due: Vec<u64> = self
+            .unfinished()?
+            .into_iter()
+            .filter(|u| u.found_at + self.timeout <= now)
+            .map(|u| u.id)
+            .collect();
+        let mut done = Vec::new();
+        for id in due {
+            match self.with_store(|s| s.resume(id).map_err(|e| map_err(e, ""))) {
+                Ok((h, _)) => {
+                    h.abort();
+                    done.push(id);
+                }
+                // Claimed meanwhile by a client: not ours to abort.
+                Err(Error::UnknownTransaction(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(done)
+    }
 }
 
 /// One recorded read of a read-write transaction (validated at commit, G1).
@@ -303,6 +382,8 @@ struct SofortTxn {
     /// Tables used so far (looked up by `Arc` identity, then by name).
     cache: Vec<Arc<TableEntry>>,
     reads: Vec<ReadRec>,
+    /// Reads already in the continuation log (continuable transactions, §13).
+    logged: usize,
     /// Primary keys already recorded, `(table id, key)`.
     keys: HashSet<(u16, Vec<u8>)>,
 }
@@ -329,6 +410,25 @@ impl SofortTxn {
         let e = self.shared.entry(table.name())?;
         self.cache.push(Arc::clone(&e));
         Ok(e)
+    }
+
+    /// Ends a statement of a continuable transaction (§13): its new reads and writes durable.
+    /// A failure dooms the transaction. Returns `r`, the statement's own outcome.
+    fn end<T>(&mut self, r: Result<T>) -> Result<T> {
+        let Some(h) = self.h.as_mut() else { return r };
+        if !h.is_continuable() || h.is_doomed() {
+            return r;
+        }
+        let recs: Vec<(u16, Vec<u8>)> = self.reads[self.logged..]
+            .iter()
+            .map(|rd| (rd.entry.p.id(), readrec::encode(rd.index, &rd.range, &rd.filters)))
+            .collect();
+        if let Err(e) = h.statement_end(&recs) {
+            h.doom();
+            return Err(map_err(e, ""));
+        }
+        self.logged = self.reads.len();
+        r
     }
 
     fn record_key(&mut self, e: &Arc<TableEntry>, pk: &[u8]) {
@@ -502,7 +602,7 @@ impl EngineTxn for SofortTxn {
         let h = self.h.as_mut().ok_or_else(ended)?;
         let found = h.get(&e.p, pk).map_err(|x| map_err(x, table.name()))?;
         self.record_key(&e, pk);
-        Ok(found.map(|(_, row)| row))
+        self.end(Ok(found.map(|(_, row)| row)))
     }
 
     fn scan(
@@ -542,7 +642,7 @@ impl EngineTxn for SofortTxn {
             }
         }
         self.record_range(&e, index, examined, filters);
-        Ok(rows)
+        self.end(Ok(rows))
     }
 
     /// The primary-key probe is recorded as a read only when the insert fails: a new
@@ -556,7 +656,7 @@ impl EngineTxn for SofortTxn {
         if r.is_err() {
             self.record_key(&e, &pk);
         }
-        r
+        self.end(r)
     }
 
     /// Updates record the key read only when the update fails: a successful one holds the
@@ -574,7 +674,7 @@ impl EngineTxn for SofortTxn {
         if r.is_err() {
             self.record_key(&e, pk);
         }
-        r
+        self.end(r)
     }
 
     /// As for updates, the key read is recorded only when the delete fails.
@@ -589,7 +689,7 @@ impl EngineTxn for SofortTxn {
         if r.is_err() {
             self.record_key(&e, pk);
         }
-        r
+        self.end(r)
     }
 
     fn commit(mut self: Box<Self>, _mode: CommitMode) -> Result<u64> {
@@ -617,5 +717,167 @@ impl EngineTxn for SofortTxn {
         if let Some(h) = self.h.take() {
             h.abort();
         }
+    }
+}
+
+/// The payload of a read record in a continuation log (§13), version 1: `u8` version, `u16`
+/// index (`u16::MAX`: the primary key), the range's two bounds, `u16` filter count, per filter
+/// `u16` column and two value bounds. A bound is `u8` tag (0 unbounded, 1 included, 2
+/// excluded) and, unless unbounded, its bytes (`u32` length) or value (`u8` type: 0 i64, 1
+/// f64, 2 bytes, 3 str; 8 bytes or `u32` length + bytes). Decoding checks every length, tag,
+/// index and column: anything else is `Corrupted`, never a panic.
+mod readrec {
+    use std::ops::Bound;
+
+    use crate::encoding::ByteRange;
+    use crate::error::Error;
+    use crate::query::Filter;
+    use crate::schema::Table;
+    use crate::value::Value;
+
+    const VERSION: u8 = 1;
+
+    pub(super) fn bad(what: String) -> Error {
+        Error::Corrupted { what, at: "SOFORT read record".into() }
+    }
+
+    fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+        out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+        out.extend_from_slice(b);
+    }
+
+    fn put_value(out: &mut Vec<u8>, v: &Value) {
+        match v {
+            Value::I64(x) => {
+                out.push(0);
+                out.extend_from_slice(&x.to_le_bytes());
+            }
+            Value::F64(x) => {
+                out.push(1);
+                out.extend_from_slice(&x.to_bits().to_le_bytes());
+            }
+            Value::Bytes(b) => {
+                out.push(2);
+                put_bytes(out, b);
+            }
+            Value::Str(s) => {
+                out.push(3);
+                put_bytes(out, s.as_bytes());
+            }
+        }
+    }
+
+    fn put_bound<T>(out: &mut Vec<u8>, b: &Bound<T>, put: impl Fn(&mut Vec<u8>, &T)) {
+        match b {
+            Bound::Unbounded => out.push(0),
+            Bound::Included(x) => {
+                out.push(1);
+                put(out, x);
+            }
+            Bound::Excluded(x) => {
+                out.push(2);
+                put(out, x);
+            }
+        }
+    }
+
+    pub(super) fn encode(index: Option<usize>, range: &ByteRange, filters: &[Filter]) -> Vec<u8> {
+        let mut out = vec![VERSION];
+        out.extend_from_slice(&(index.map_or(u16::MAX, |i| i as u16)).to_le_bytes());
+        put_bound(&mut out, &range.lower, |o, b: &Vec<u8>| put_bytes(o, b));
+        put_bound(&mut out, &range.upper, |o, b: &Vec<u8>| put_bytes(o, b));
+        out.extend_from_slice(&(filters.len() as u16).to_le_bytes());
+        for f in filters {
+            out.extend_from_slice(&(f.column as u16).to_le_bytes());
+            put_bound(&mut out, &f.lower, put_value);
+            put_bound(&mut out, &f.upper, put_value);
+        }
+        out
+    }
+
+    struct Reader<'a>(&'a [u8]);
+
+    impl Reader<'_> {
+        fn take(&mut self, n: usize) -> Result<&[u8], Error> {
+            if self.0.len() < n {
+                return Err(bad(format!("{} bytes left, {n} needed", self.0.len())));
+            }
+            let (a, b) = self.0.split_at(n);
+            self.0 = b;
+            Ok(a)
+        }
+        fn u8(&mut self) -> Result<u8, Error> {
+            Ok(self.take(1)?[0])
+        }
+        fn u16(&mut self) -> Result<u16, Error> {
+            let b = self.take(2)?;
+            Ok(u16::from_le_bytes([b[0], b[1]]))
+        }
+        fn u64(&mut self) -> Result<u64, Error> {
+            let b = self.take(8)?;
+            let mut a = [0u8; 8];
+            a.copy_from_slice(b);
+            Ok(u64::from_le_bytes(a))
+        }
+        fn bytes(&mut self) -> Result<Vec<u8>, Error> {
+            let b = self.take(4)?;
+            let n = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
+            Ok(self.take(n)?.to_vec())
+        }
+        fn value(&mut self) -> Result<Value, Error> {
+            Ok(match self.u8()? {
+                0 => Value::I64(self.u64()? as i64),
+                1 => Value::F64(f64::from_bits(self.u64()?)),
+                2 => Value::Bytes(self.bytes()?),
+                3 => Value::Str(
+                    String::from_utf8(self.bytes()?)
+                        .map_err(|_| bad("a string not UTF-8".into()))?,
+                ),
+                t => return Err(bad(format!("value type {t}"))),
+            })
+        }
+        fn bound<T>(
+            &mut self,
+            get: impl Fn(&mut Self) -> Result<T, Error>,
+        ) -> Result<Bound<T>, Error> {
+            Ok(match self.u8()? {
+                0 => Bound::Unbounded,
+                1 => Bound::Included(get(self)?),
+                2 => Bound::Excluded(get(self)?),
+                t => return Err(bad(format!("bound tag {t}"))),
+            })
+        }
+    }
+
+    pub(super) type Decoded = (Option<usize>, ByteRange, Vec<Filter>);
+
+    pub(super) fn decode(bytes: &[u8], table: &Table) -> Result<Decoded, Error> {
+        let mut r = Reader(bytes);
+        let v = r.u8()?;
+        if v != VERSION {
+            return Err(bad(format!("read record version {v}")));
+        }
+        let index = match r.u16()? {
+            u16::MAX => None,
+            i if usize::from(i) < table.indexes.len() => Some(usize::from(i)),
+            i => return Err(bad(format!("index {i} of {:?}", table.name()))),
+        };
+        let lower = r.bound(Reader::bytes)?;
+        let upper = r.bound(Reader::bytes)?;
+        let n = r.u16()?;
+        let mut filters = Vec::with_capacity(usize::from(n).min(64));
+        for _ in 0..n {
+            let column = usize::from(r.u16()?);
+            if column >= table.arity() {
+                return Err(bad(format!("column {column} of {:?}", table.name())));
+            }
+            let lower = r.bound(Reader::value)?;
+            let upper = r.bound(Reader::value)?;
+            filters.push(Filter { column, lower, upper });
+        }
+        if !r.0.is_empty() {
+            return Err(bad(format!("{} bytes after the record", r.0.len())));
+        }
+        Ok((index, ByteRange { lower, upper }, filters))
     }
 }

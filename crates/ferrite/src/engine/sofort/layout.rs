@@ -138,6 +138,13 @@ const _: () = {
     assert!(C_STAGING == 192 && C_STAGING_TARGET == 208);
 };
 
+/// The continuation directory of continuable transactions (design §13): a PPtr in the
+/// catalog's mutable, unchecksummed part (bytes 144..160, zero in stores made before it
+/// existed). All-zero or null: none yet; made at the first continuable transaction.
+pub const C_CONT_DIR: u64 = 144;
+
+const _: () = assert!(C_CONT_DIR >= C_CEILING + 8 && C_CONT_DIR + 16 <= C_STAGING);
+
 /// The crc32c of a catalog: bytes 8..48 and 64..128 (the immutable part).
 pub fn catalog_crc(bytes: &[u8]) -> u32 {
     let a = crc32c::crc32c(&bytes[8..48]);
@@ -228,6 +235,40 @@ pub fn unentry(e: u64) -> (u16, u64) {
 
 /// Most rows a table may have (row ids are 48 bits in area entries).
 pub const MAX_ROWS: u64 = 1 << 48;
+
+// ----- continuation logs (continuable transactions, design §13) -----
+
+/// "FERRCNT1".
+pub const LOG_MAGIC: u64 = u64::from_le_bytes(*b"FERRCNT1");
+/// Format version of a continuation log.
+pub const LOG_VERSION: u64 = 1;
+/// Bytes of a log block; its next pointer is at the end.
+pub const LOG_BYTES: u64 = MAX_SMALL;
+pub const L_MAGIC: u64 = 0;
+pub const L_VERSION: u64 = 8;
+/// The TXID of the slot's continuable transaction (0: none).
+pub const L_TXID: u64 = 16;
+/// Its start timestamp.
+pub const L_STS: u64 = 24;
+/// `statements completed << 32 | durable end of the records` (one word: M1).
+pub const L_STATE: u64 = 32;
+/// Records start here in the first block (the header line is bytes 0..64), at 0 in the others.
+pub const L_DATA: u64 = 64;
+pub const L_NEXT: u64 = LOG_BYTES - 16;
+
+const _: () = assert!(L_NEXT < 1 << 16 && L_STATE + 8 <= L_DATA);
+
+/// A log position: block index (16 bits) | byte offset in the block (16 bits).
+#[inline]
+pub fn log_pos(block: u64, off: u64) -> u32 {
+    ((block << 16) | off) as u32
+}
+
+/// (block index, offset) of a log position.
+#[inline]
+pub fn unlog_pos(p: u32) -> (u64, u64) {
+    (u64::from(p >> 16), u64::from(p & 0xffff))
+}
 
 // ----- value slots -----
 

@@ -29,6 +29,7 @@
 #[allow(dead_code)]
 mod adaptive;
 mod codec;
+mod cont;
 pub(crate) mod engine;
 mod heap;
 mod index;
@@ -43,6 +44,7 @@ mod txn;
 
 use std::sync::Arc;
 
+pub use cont::{ReadRecords, UnfinishedTxn};
 pub use layout::{DEFAULT_SLOTS, HEAP_CHUNK, INF, K_MIN_TS, MAX_SLOTS};
 pub use recovery::{CheckReport, RecoveryReport};
 pub use table::{PTable, TableRef};
@@ -89,6 +91,10 @@ pub enum SofortError {
     /// DDL misuse (a table that exists, an invalid definition, an unknown table).
     #[error(transparent)]
     Schema(#[from] SchemaError),
+
+    /// No unfinished transaction with this id (never was, or already resumed or aborted).
+    #[error("no unfinished transaction {0:#x}")]
+    UnknownTransaction(u64),
 }
 
 impl From<ferrite_pmem::Error> for SofortError {
@@ -175,6 +181,21 @@ impl SofortStore {
     }
 
     /// Checks the store's invariants (allocator, rows, heaps, indexes).
+    /// Starts a continuable read-write transaction (design §13).
+    pub fn begin_continuable(&self) -> SofortResult<TxHandle> {
+        txn::Inner::begin_continuable(&self.inner)
+    }
+
+    /// Unfinished transactions recovery kept that nobody claimed yet.
+    pub fn unfinished(&self) -> Vec<UnfinishedTxn> {
+        self.inner.unfinished()
+    }
+
+    /// Claims unfinished transaction `txid` (its handle and its read records).
+    pub fn resume(&self, txid: u64) -> SofortResult<(TxHandle, ReadRecords)> {
+        txn::Inner::resume(&self.inner, txid)
+    }
+
     pub fn check(&self) -> SofortResult<CheckReport> {
         self.inner.check()
     }

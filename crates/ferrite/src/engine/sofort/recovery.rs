@@ -27,10 +27,11 @@ use std::time::{Duration, Instant};
 use ferrite_pmem::PPtr;
 use zerocopy::{FromZeros, IntoBytes};
 
+use super::cont::{self, ContShared};
 use super::layout::*;
 use super::pm::{Pm, corrupt, init_null_ptrs, lock};
 use super::table::{PTable, RowAlloc};
-use super::txn::{Inner, Slot};
+use super::txn::{Inner, Slot, Status, TxInfo};
 use super::{SofortOptions, SofortResult, codec};
 use crate::alloc::PAllocator;
 use crate::storage::{StorageError, StorageResult};
@@ -54,6 +55,13 @@ pub struct RecoveryReport {
     pub garbage_rows: u64,
     /// Tables.
     pub tables: u64,
+    /// Unfinished continuable transactions kept for resumption (design §13).
+    pub unfinished: u64,
+    /// MVCC fields holding the TXID of an unfinished transaction, kept as locks.
+    pub kept_locks: u64,
+    /// Versions deleted after the oldest unfinished transaction's snapshot, kept (not
+    /// collected) until it ends.
+    pub retained_rows: u64,
     /// Time from the start of the store's open until every DRAM index is rebuilt (the full
     /// scan's end; allocator excluded).
     pub index_rebuild: Duration,
@@ -266,6 +274,10 @@ pub(super) fn open(alloc: PAllocator) -> SofortResult<(Inner, RecoveryReport)> {
             std::iter::once((*a, AREA_BYTES)).chain(ext.iter().map(|&g| (g, EXT_BYTES)))
         })
         .collect();
+    // Continuation logs (design §13): read-only here; blocks join the overlap check.
+    let failure_time = head.ts_ceiling.max(K_MIN_TS + 1);
+    let logs = cont::load(&pm, &areas, head.epoch, failure_time)?;
+    blocks.extend(logs.extents());
     blocks.sort_unstable();
     if blocks.windows(2).any(|w| w[0].0.saturating_add(w[0].1) > w[1].0) {
         return Err(bad("two transaction areas or area extensions overlap").into());
@@ -274,7 +286,6 @@ pub(super) fn open(alloc: PAllocator) -> SofortResult<(Inner, RecoveryReport)> {
     // ----- writes -----
     pm.recover_staging()?;
     let epoch = head.epoch + 1;
-    let failure_time = head.ts_ceiling.max(K_MIN_TS + 1);
     let clock = failure_time + 1; // FIX-8
     let ceiling = clock + TS_CEILING_STEP;
     s.store_u64(pm.cat + C_EPOCH, epoch, Ordering::Release)?;
@@ -329,6 +340,34 @@ pub(super) fn open(alloc: PAllocator) -> SofortResult<(Inner, RecoveryReport)> {
             }
         }
     }
+    // Logs of transactions that committed: cleared before any area is rewritten.
+    for &h in &logs.finished {
+        s.store_u64(h + L_TXID, 0, Ordering::Release)?;
+        lines.push(h);
+    }
+    // Locks of unfinished transactions: exactly those their durable records name.
+    let mut keep: HashSet<(u16, u64, u64)> = HashSet::new();
+    for u in &logs.unfinished {
+        for (list, field) in [(&u.created, 0), (&u.deleted, 8)] {
+            for &(tid, r) in list {
+                let t = tables
+                    .get(usize::from(tid))
+                    .ok_or_else(|| corrupt(format!("log names table {tid}"), "SOFORT log"))?;
+                let f = t.mvcc_at(r)? + field;
+                if s.load_u64(f, Ordering::Acquire)? != u.txid {
+                    return Err(corrupt(
+                        format!("row {r}: a logged lock of {:#x} is not held", u.txid),
+                        t.name().to_owned(),
+                    )
+                    .into());
+                }
+                keep.insert((tid, r + field / 8 * MAX_ROWS, u.txid));
+            }
+        }
+    }
+    let min_sts = logs.unfinished.iter().map(|u| u.sts).min().unwrap_or(INF);
+    let mut retained: Vec<(u16, u64)> = Vec::new();
+    let mut retained_ts = 0;
     lines.sort_unstable();
     lines.dedup();
     for &l in &lines {
@@ -360,18 +399,29 @@ pub(super) fn open(alloc: PAllocator) -> SofortResult<(Inner, RecoveryReport)> {
                     .into());
                 }
             }
-            if is_txid(cts) {
+            let kept_c = is_txid(cts) && keep.contains(&(t.id, r, cts));
+            let kept_d = is_txid(dts) && keep.contains(&(t.id, r + MAX_ROWS, dts));
+            let kept = kept_c || kept_d;
+            report.kept_locks += u64::from(kept_c) + u64::from(kept_d);
+            if is_txid(cts) && !kept_c {
                 // A creation that never committed (stored, not flushed: re-derived the same way).
                 s.store_u64(off, INF, Ordering::Release)?;
                 cts = INF;
                 report.undone += 1;
             }
-            if is_txid(dts) {
+            if is_txid(dts) && !kept_d {
                 s.store_u64(off + 8, INF, Ordering::Release)?;
                 dts = INF;
                 report.undone += 1;
             }
-            if is_ts(cts) && cts != INF && dts == INF {
+            // A version an unfinished transaction's snapshot may see (§13): kept.
+            let retain = is_ts(cts) && cts != INF && is_ts(dts) && dts != INF && dts > min_sts;
+            if retain {
+                retained.push((t.id, r));
+                retained_ts = retained_ts.max(dts);
+                report.retained_rows += 1;
+            }
+            if (is_ts(cts) && cts != INF && dts == INF) || kept || retain {
                 let row = t.read_row(s, r)?;
                 t.index_add(r, &row);
                 for (c, chunk, o, l) in t.extents(s, r)? {
@@ -393,6 +443,21 @@ pub(super) fn open(alloc: PAllocator) -> SofortResult<(Inner, RecoveryReport)> {
     report.index_rebuild = t0.elapsed();
 
     let slots: Box<[Slot]> = areas.into_iter().map(|(a, ext)| Slot::new(a, epoch, ext)).collect();
+    for (slot, blocks) in slots.iter().zip(logs.blocks) {
+        lock(&slot.local).log = blocks;
+    }
+    report.unfinished = logs.unfinished.len() as u64;
+    for u in &logs.unfinished {
+        let slot = &slots[u.slot as usize];
+        slot.taken.store(true, Ordering::Release);
+        *lock(&slot.info) = TxInfo { status: Status::Active, txid: u.txid, commit_ts: INF };
+        slot.min_ts.store(u.sts, Ordering::SeqCst);
+    }
+    if let Some(u) = logs.unfinished.iter().min_by_key(|u| u.sts)
+        && !retained.is_empty()
+    {
+        lock(&slots[u.slot as usize].local).garbage.push_back((retained_ts, retained));
+    }
     let inner = Inner {
         pm,
         tables: RwLock::new(tables),
@@ -402,11 +467,20 @@ pub(super) fn open(alloc: PAllocator) -> SofortResult<(Inner, RecoveryReport)> {
         clock: AtomicU64::new(clock),
         ceiling: AtomicU64::new(ceiling),
         ceiling_lock: Mutex::new(()),
-        cur_min: AtomicU64::new(clock),
+        cur_min: AtomicU64::new(clock.min(min_sts)),
         open_epoch: epoch,
         epoch: Mutex::new(epoch),
         failure_time,
         poisoned: AtomicBool::new(false),
+        cont: ContShared {
+            dir: Mutex::new(logs.dir),
+            recovered: {
+                let mut v: Vec<u64> = logs.unfinished.iter().map(|u| u.txid).collect();
+                v.sort_unstable();
+                v
+            },
+            unfinished: Mutex::new(logs.unfinished),
+        },
     };
     report.duration = t0.elapsed();
     Ok((inner, report))
@@ -445,7 +519,8 @@ impl Inner {
                 if qset.contains(&r) || (cts == 0 && dts == 0) {
                     continue;
                 }
-                if is_txid(cts) || is_txid(dts) {
+                let stray = |f: u64| is_txid(f) && !self.holds(f);
+                if stray(cts) || stray(dts) {
                     return fail(format!("row {r} is locked with no transaction running"));
                 }
                 rep.rows_in_use += 1;

@@ -294,6 +294,21 @@ fn reopen_after_close_and_after_drop_without_close() {
     st.close().unwrap();
 }
 
+/// The model after `ops` (aborts ignored).
+fn apply(m: &mut BTreeMap<i64, (String, i64)>, ops: &[Op]) {
+    for o in ops {
+        match o {
+            Op::Put(k, v, x) => {
+                m.insert(*k, (v.clone(), *x));
+            }
+            Op::Del(k) => {
+                m.remove(k);
+            }
+            Op::Abort => {}
+        }
+    }
+}
+
 /// A deterministic workload on `kv`: the model after each transaction that commits.
 struct Workload {
     txns: Vec<Vec<Op>>,
@@ -341,17 +356,7 @@ impl Workload {
             if ops.iter().any(|o| matches!(o, Op::Abort)) {
                 continue;
             }
-            for o in ops {
-                match o {
-                    Op::Put(k, v, x) => {
-                        m.insert(*k, (v.clone(), *x));
-                    }
-                    Op::Del(k) => {
-                        m.remove(k);
-                    }
-                    Op::Abort => {}
-                }
-            }
+            apply(&mut m, ops);
         }
         m
     }
@@ -780,3 +785,6 @@ fn a_stale_finalization_flush_cannot_undo_a_later_commit() {
     assert_eq!(contents(&st), want, "a committed delete was undone by a stale flush");
     st.check().unwrap();
 }
+
+#[path = "cont_tests.rs"]
+mod cont;

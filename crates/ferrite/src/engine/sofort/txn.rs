@@ -31,6 +31,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use ferrite_pmem::sim::thread_index;
 use ferrite_pmem::{PPtr, Space};
 
+use super::cont::{ContShared, ContState};
 use super::ixkey::IxKey;
 use super::layout::*;
 use super::pm::{Pm, corrupt, init_null_ptrs, lock};
@@ -71,6 +72,8 @@ pub(super) struct SlotLocal {
     pub seq: u64,
     /// Global offsets of the area's extension blocks, in chain order.
     pub ext: Vec<u64>,
+    /// Global offsets of the slot's continuation log blocks (continuable transactions).
+    pub log: Vec<u64>,
 }
 
 /// Aligned to two cache lines (the adjacent-line prefetcher pairs lines): threads working in
@@ -118,6 +121,8 @@ pub(super) struct Inner {
     pub epoch: Mutex<u64>,
     pub failure_time: u64,
     pub poisoned: AtomicBool,
+    /// Continuable transactions (design §13).
+    pub cont: ContShared,
 }
 
 enum LockState {
@@ -275,6 +280,7 @@ impl Inner {
                 thread: thread_index(),
                 moved: false,
                 done: false,
+                cont: None,
             }),
             Err(e) => {
                 self.set_invalid(slot);
@@ -393,6 +399,15 @@ impl Inner {
         t.release_extents(s, r)?;
         t.give_back([r]);
         Ok(())
+    }
+
+    /// Whether a slot holds TXID `txid` for a live transaction (an unfinished one that
+    /// recovery kept, or one resumed from it).
+    pub(super) fn holds(&self, txid: u64) -> bool {
+        self.slots.get(slot_of(txid)).is_some_and(|s| {
+            let i = lock(&s.info);
+            i.txid == txid && i.status != Status::Invalid
+        })
     }
 
     /// Increment-and-fetch of `CurrentTime`, raising the persisted ceiling first when the
@@ -535,6 +550,17 @@ impl Inner {
             Ok(())
         };
         let r = fin();
+        if h.cont.is_some()
+            && let Some(&head) = local.log.first()
+        {
+            // P-SOF-33: the log's clear rides with the finalization: flushed by the slot's
+            // next F1, before that commit's F2 can rewrite the area.
+            if let Err(e) = s.store_u64(head + L_TXID, 0, Ordering::Release) {
+                local.pending = lines;
+                return (true, Err(e.into()));
+            }
+            lines.push(head);
+        }
         local.pending = lines;
         let mut prev = prev;
         prev.clear();
@@ -560,24 +586,26 @@ impl Inner {
 
 /// A transaction of the SOFORT core. Dropping an unfinished one aborts it.
 pub struct TxHandle {
-    inner: Arc<Inner>,
-    slot: u32,
-    txid: u64,
-    sts: u64,
-    read_only: bool,
+    pub(super) inner: Arc<Inner>,
+    pub(super) slot: u32,
+    pub(super) txid: u64,
+    pub(super) sts: u64,
+    pub(super) read_only: bool,
     /// Validation view: this transaction's own locks count as uncommitted (its creations
     /// invisible, its deletions not effective), so a re-run read sees committed data only.
-    committed_only: bool,
+    pub(super) committed_only: bool,
     /// `willAbort`: a conflict was met; the transaction can only abort.
-    doomed: bool,
-    created: Vec<(u16, u64)>,
-    deleted: Vec<(u16, u64)>,
+    pub(super) doomed: bool,
+    pub(super) created: Vec<(u16, u64)>,
+    pub(super) deleted: Vec<(u16, u64)>,
     /// Ranges written into rows (flushed at commit; the non-temporal ones only if the
     /// transaction changed threads).
-    written: Written,
-    thread: u32,
-    moved: bool,
-    done: bool,
+    pub(super) written: Written,
+    pub(super) thread: u32,
+    pub(super) moved: bool,
+    pub(super) done: bool,
+    /// Continuable transactions: what is durable so far (design §13).
+    pub(super) cont: Option<Box<ContState>>,
 }
 
 impl std::fmt::Debug for TxHandle {
@@ -626,7 +654,37 @@ impl TxHandle {
         &self.deleted
     }
 
-    fn live(&self) -> SofortResult<()> {
+    /// A handle for an unfinished transaction recovery kept (design §13): the same TXID, STS
+    /// and slot; its locks and values are durable already, so nothing is left to flush but
+    /// its MVCC lines (the commit's F1 does).
+    pub(super) fn resumed(
+        inner: Arc<Inner>,
+        slot: u32,
+        txid: u64,
+        sts: u64,
+        created: Vec<(u16, u64)>,
+        deleted: Vec<(u16, u64)>,
+        cont: ContState,
+    ) -> TxHandle {
+        TxHandle {
+            inner,
+            slot,
+            txid,
+            sts,
+            read_only: false,
+            committed_only: false,
+            doomed: false,
+            created,
+            deleted,
+            written: Written::default(),
+            thread: thread_index(),
+            moved: false,
+            done: false,
+            cont: Some(Box::new(cont)),
+        }
+    }
+
+    pub(super) fn live(&self) -> SofortResult<()> {
         if self.done {
             return Err(StorageError::InvalidArgument("the transaction has ended".into()).into());
         }
@@ -664,7 +722,11 @@ impl TxHandle {
             return Locker::Own;
         }
         let inner = &self.inner;
-        if epoch_of(field) < inner.open_epoch {
+        // An older epoch's TXID is uncommitted unless its slot still holds it: an unfinished
+        // continuable transaction that recovery kept (design §13).
+        // A recovered one whose slot moved on has ended: its fields were finalized or undone
+        // before the slot was released, so a re-read finds the new value.
+        if epoch_of(field) < inner.open_epoch && !inner.cont.is_recovered(field) {
             return Locker::Uncommitted;
         }
         let Some(s) = inner.slots.get(slot_of(field)) else { return Locker::Uncommitted };
@@ -855,7 +917,14 @@ impl TxHandle {
                     ))
                     .into());
                 }
-                Err(a) if is_txid(a) && epoch_of(a) < self.inner.open_epoch && a != cur => cur = a,
+                Err(a)
+                    if is_txid(a)
+                        && epoch_of(a) < self.inner.open_epoch
+                        && a != cur
+                        && !self.inner.cont.is_recovered(a) =>
+                {
+                    cur = a
+                }
                 Err(_) => {
                     return Err(self.conflict(format!(
                         "row {r} of {:?} is locked or deleted by another transaction",
@@ -1003,6 +1072,13 @@ impl TxHandle {
             return Err(SofortError::Conflict("the transaction met a conflict".into()));
         }
         if self.created.is_empty() && self.deleted.is_empty() {
+            if self.cont.is_some()
+                && let Err(e) = self.clear_log_durably()
+            {
+                self.inner.poison();
+                self.finish_abort();
+                return Err(e);
+            }
             self.done = true;
             self.inner.set_invalid(self.slot);
             self.inner.release_slot(self.slot);
@@ -1086,11 +1162,25 @@ impl TxHandle {
             let mut i = lock(&self.inner.slots[self.slot as usize].info);
             i.status = Status::Aborted;
         }
+        if self.cont.is_some() && self.clear_log_durably().is_err() {
+            self.inner.poison();
+        }
         if self.undo().is_err() {
             self.inner.poison();
         }
         self.inner.set_invalid(self.slot);
         self.inner.release_slot(self.slot);
+    }
+
+    /// P-SOF-32: a continuable transaction's log is cleared durably before its undo
+    /// stores, so recovery never keeps locks that the abort has started to release; and at a
+    /// commit that wrote nothing (no area names it, so nothing else tells recovery it ended).
+    fn clear_log_durably(&self) -> SofortResult<()> {
+        if let Some(head) = self.inner.clear_log(self.slot)? {
+            let s = self.inner.s();
+            s.persist_rule("P-SOF-32", head + L_TXID, 8)?; // ORDER(P-SOF-32): the log no longer names the transaction before any undo store
+        }
+        Ok(())
     }
 
     fn undo(&self) -> SofortResult<()> {
