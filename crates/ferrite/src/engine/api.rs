@@ -80,6 +80,16 @@ pub(crate) trait Engine: Send + Sync + fmt::Debug {
     fn recovery_report(&self) -> Option<crate::db::RecoveryReport> {
         None
     }
+
+    /// Returns once recovery is complete (background index rebuilds ended). Errors: an index
+    /// that could not be rebuilt.
+    fn wait_recovered(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Test hook: holds background index rebuilds at `hold` rows (see
+    /// `Database::hold_rebuild`).
+    fn hold_rebuild(&self, _hold: Option<u64>) {}
 }
 
 /// One transaction of an engine. Writes are only called on read-write transactions.
