@@ -281,20 +281,26 @@ pub struct DbTarget {
     name: &'static str,
     /// `db-sofort-continue`: some transactions are continuable (see [`DbTarget::continuable`]).
     continuable: bool,
+    /// SOFORT with instant recovery (`db-sofort-instant`): see [`DbTarget::instant`].
+    instant: bool,
 }
 
 /// Model ids of the continuable target: transaction `id` is `id * STMT_IDS`, statement `k`
 /// (from 1) of a continuable one `id * STMT_IDS + k`, so model ids follow the begin order.
 const STMT_IDS: u64 = 64;
 
-/// Registry names, one leaked string per engine kind (built once).
-fn target_name(kind: EngineKind) -> &'static str {
-    static NAMES: OnceLock<Mutex<HashMap<EngineKind, &'static str>>> = OnceLock::new();
+/// Registry names, one leaked string per engine kind and recovery mode (built once).
+fn target_name(kind: EngineKind, instant: bool) -> &'static str {
+    static NAMES: OnceLock<Mutex<HashMap<(EngineKind, bool), &'static str>>> = OnceLock::new();
     let mut m = NAMES.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
-    m.entry(kind).or_insert_with(|| Box::leak(format!("db-{}", kind.name()).into_boxed_str()))
+    m.entry((kind, instant)).or_insert_with(|| {
+        let suffix = if instant { "-instant" } else { "" };
+        Box::leak(format!("db-{}{suffix}", kind.name()).into_boxed_str())
+    })
 }
 
-/// One `db-<kind>` target per persistent engine of this build, and `db-sofort-continue`.
+/// One `db-<kind>` target per persistent engine of this build, `db-sofort-continue` and
+/// `db-sofort-instant`.
 pub fn targets() -> Vec<Box<dyn DynTarget>> {
     let mut v: Vec<Box<dyn DynTarget>> = EngineKind::persistent()
         .map(|k| Box::new(Arc::new(DbTarget::new(k))) as Box<dyn DynTarget>)
@@ -304,8 +310,14 @@ pub fn targets() -> Vec<Box<dyn DynTarget>> {
             .filter(|k| k.name() == "sofort")
             .map(|k| Box::new(Arc::new(DbTarget::continuable(k, TXNS))) as Box<dyn DynTarget>),
     );
+    v.push(Box::new(Arc::new(DbTarget::instant(TXNS))));
     v
 }
+
+/// Rows of each table that the instant target's recovery lets the background index rebuild
+/// insert before it holds it (the rest of the live rows stay unindexed while the target reads,
+/// checks and probes).
+const INSTANT_HOLD: u64 = 4;
 
 impl DbTarget {
     /// The registered workload ([`TXNS`] transactions) on engine `kind`.
@@ -315,25 +327,70 @@ impl DbTarget {
 
     /// A workload of `txns` transactions (small ones for exhaustive runs).
     pub fn with_txns(kind: EngineKind, txns: u64) -> DbTarget {
-        DbTarget { kind, txns, name: target_name(kind), continuable: false }
+        DbTarget { kind, txns, name: target_name(kind, false), continuable: false, instant: false }
     }
 
-    /// `db-sofort-continue` (SOFORT design §13): the same workload where about a third of the
-    /// transactions are continuable and always commit. Each of their statements is a model
-    /// transaction of its own, begun before the statement and done when it returns (a
-    /// statement is durable then). Recovery resumes and commits every unfinished transaction
-    /// before it reads the database, so the check's expected states hold: every completed
-    /// statement present, the interrupted one whole or absent.
+    /// `db-sofort-continue` (SOFORT design, continuing transactions): the same workload where
+    /// about a third of the transactions are continuable and always commit. Each of their
+    /// statements is a model transaction of its own, begun before the statement and done when it
+    /// returns (a statement is durable then). Recovery resumes and commits every unfinished
+    /// transaction before it reads the database, so the check's expected states hold: every
+    /// completed statement present, the interrupted one whole or absent.
     pub fn continuable(kind: EngineKind, txns: u64) -> DbTarget {
-        DbTarget { kind, txns, name: "db-sofort-continue", continuable: true }
+        DbTarget { kind, txns, name: "db-sofort-continue", continuable: true, instant: false }
+    }
+
+    /// SOFORT with instant recovery (SOFORT design, instant recovery), `txns` transactions:
+    /// every recovery opens the image with `RecoveryMode::Instant` and the background index
+    /// rebuild held at [`INSTANT_HOLD`] rows, reads and checks the state and runs the probe's
+    /// transactions (they commit while every index is partial; a nested crash lands inside
+    /// them, during the rebuild), then releases the rebuild, waits for it and checks again.
+    pub fn instant(txns: u64) -> DbTarget {
+        DbTarget {
+            kind: EngineKind::Sofort,
+            txns,
+            name: target_name(EngineKind::Sofort, true),
+            continuable: false,
+            instant: true,
+        }
     }
 
     fn options(&self) -> Options {
         // Four transaction slots: slots are reused (and their garbage collected) often.
-        Options::new()
-            .engine(self.kind)
-            .pmem(pmem_options())
-            .sofort(ferrite::SofortConfig { slots: 4, ..Default::default() })
+        let (recovery, rebuild_hold) = if self.instant {
+            (ferrite::RecoveryMode::Instant, Some(INSTANT_HOLD))
+        } else {
+            (ferrite::RecoveryMode::Synchronous, None)
+        };
+        Options::new().engine(self.kind).pmem(pmem_options()).sofort(ferrite::SofortConfig {
+            slots: 4,
+            recovery,
+            rebuild_hold,
+            ..Default::default()
+        })
+    }
+
+    /// The instant target's end of recovery: releases the held rebuild, waits for it, and
+    /// checks that the complete indexes show the state read through the partial ones.
+    fn finish_rebuild(&self, db: &Database, names: &[String], tables: &Contents) -> Vec<String> {
+        db.hold_rebuild(None);
+        if let Err(x) = db.wait_recovered() {
+            return vec![format!("the background index rebuild failed: {x}")];
+        }
+        let mut problems = engine_check(db);
+        let mut r = match db.begin_read() {
+            Ok(r) => r,
+            Err(x) => return vec![format!("begin_read after the rebuild: {x}")],
+        };
+        match workload_contents(&mut r, names) {
+            Ok(again) if again == *tables => {}
+            Ok(again) => problems.push(format!(
+                "the rebuilt indexes show another state than the partial ones did: {}",
+                diff(tables, &again)
+            )),
+            Err(x) => problems.push(format!("scan after the rebuild: {x}")),
+        }
+        problems
     }
 }
 
@@ -829,6 +886,8 @@ impl Target for DbTarget {
     fn summary(&self) -> &'static str {
         if self.continuable {
             "db-sofort with continuable transactions: a crash inside a statement, then resume and commit at recovery, checked against the reference engine"
+        } else if self.instant {
+            "db-sofort recovered with instant recovery: reads, checks and probe commits while the index rebuild is held, then again after it"
         } else {
             "a persistent engine behind the Database API: seeded transactions over two indexed tables, checked against the reference engine"
         }
@@ -996,6 +1055,9 @@ impl Target for DbTarget {
         problems.extend(earlier);
         if problems.is_empty() && tables.contains_key(Tab::Account.name()) {
             problems.extend(probe(&db, base, &names, &digest(&tables)));
+        }
+        if self.instant && problems.is_empty() {
+            problems.extend(self.finish_rebuild(&db, &names, &tables));
         }
         drop(db);
         Ok(Recovered::Db { tables, problems })

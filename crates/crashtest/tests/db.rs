@@ -35,13 +35,17 @@ fn every_persistent_engine_has_a_db_target() {
         assert!(find(&name).is_some(), "{name} is not registered");
     }
     assert!(find("db-sofort-continue").is_some(), "db-sofort-continue is not registered");
+    assert!(find("db-sofort-instant").is_some(), "the instant-recovery target is registered");
 }
 
 #[test]
 fn small_workload_passes_exhaustively() {
     let dir = TestDir::new("crashtest-db-exhaustive");
-    for kind in EngineKind::persistent() {
-        let t = Arc::new(DbTarget::with_txns(kind, 6));
+    let targets = EngineKind::persistent()
+        .map(|kind| DbTarget::with_txns(kind, 6))
+        .chain([DbTarget::instant(6)]);
+    for t in targets {
+        let t = Arc::new(t);
         let r = ferrite_crashtest::explore(
             t.clone(),
             // Every top-level crash point, no nested crashes: crashes inside recovery explore

@@ -86,6 +86,7 @@ mod txn;
 mod value;
 
 pub use db::{Database, RecoveryReport, UnfinishedTransaction};
+pub use engine::sofort::RecoveryMode;
 pub use error::{Error, Result, SchemaError};
 pub use options::{Concurrency, EngineKind, Options, SofortConfig, WhileWriting};
 pub use query::{Direction, Predicate, Projection, Scan};

@@ -151,8 +151,11 @@ impl Default for ReferenceConfig {
     }
 }
 
-/// Settings of the SOFORT engine ([`EngineKind::Sofort`]), used when a database is
-/// **created** (they are stored in its catalog; `open` reads them back and ignores these).
+use crate::engine::sofort::RecoveryMode;
+
+/// Settings of the SOFORT engine ([`EngineKind::Sofort`]). `slots` and `alloc_slots` are
+/// used when a database is **created** (they are stored in its catalog; `open` reads them
+/// back and ignores these); the recovery settings are used by `open` and stored nowhere.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SofortConfig {
     /// Transaction slots: the most transactions (read-only ones included) open at once;
@@ -160,12 +163,29 @@ pub struct SofortConfig {
     pub slots: u32,
     /// Slots of the persistent allocator (concurrent allocations). Default 4.
     pub alloc_slots: u32,
+    /// How `open` rebuilds the DRAM indexes: before it returns (`Synchronous`, the default)
+    /// or in the background while transactions run (`Instant`; see
+    /// [`crate::Database::wait_recovered`]).
+    pub recovery: RecoveryMode,
+    /// Index rebuild threads (one index per thread at a time; 0: one per index, at most the
+    /// machine's parallelism). Default 0.
+    pub recovery_threads: u32,
+    /// Test hook (instant recovery): no index rebuild passes this many rows of its table
+    /// until [`crate::Database::hold_rebuild`] moves the hold.
+    #[doc(hidden)]
+    pub rebuild_hold: Option<u64>,
 }
 
 impl Default for SofortConfig {
     fn default() -> Self {
         let d = crate::engine::sofort::SofortOptions::default();
-        SofortConfig { slots: d.slots, alloc_slots: d.alloc_slots }
+        SofortConfig {
+            slots: d.slots,
+            alloc_slots: d.alloc_slots,
+            recovery: RecoveryMode::Synchronous,
+            recovery_threads: 0,
+            rebuild_hold: None,
+        }
     }
 }
 

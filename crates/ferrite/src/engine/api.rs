@@ -104,6 +104,16 @@ pub(crate) trait Engine: Send + Sync + fmt::Debug {
         let _ = now;
         Err(unsupported(self.kind()))
     }
+
+    /// Returns once recovery is complete (background index rebuilds ended). Errors: an index
+    /// that could not be rebuilt.
+    fn wait_recovered(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Test hook: holds background index rebuilds at `hold` rows (see
+    /// `Database::hold_rebuild`).
+    fn hold_rebuild(&self, _hold: Option<u64>) {}
 }
 
 fn unsupported(kind: EngineKind) -> crate::Error {

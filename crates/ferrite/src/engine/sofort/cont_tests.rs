@@ -220,7 +220,11 @@ fn an_unfinished_transaction_holds_its_slot_and_locks_across_crashes() {
     a.abort();
     // Key 100 is held by the unfinished insert.
     let mut c = st.begin(false).unwrap();
-    let r100 = t.pk_rows(&super::super::ixkey::IxKey::new(&pk(100))).unwrap().as_slice()[0];
+    let r100 = t
+        .pk_rows(c.space(), &super::super::ixkey::IxKey::new(&pk(100)))
+        .unwrap()
+        .expect("key 100 has a version")
+        .as_slice()[0];
     assert_eq!(c.key_state(&t, r100).unwrap(), KeyState::Conflict);
     c.abort();
     // Resume, one more statement, crash again: two plus one statements, same id.

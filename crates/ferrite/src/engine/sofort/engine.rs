@@ -54,7 +54,9 @@ use ferrite_pmem::PoolSet;
 
 use super::ixkey::IxKey;
 use super::table::entry_bounds;
-use super::{KeyState, SofortError, SofortOptions, SofortStore, TableRef, TxHandle};
+use super::{
+    KeyState, RecoveryOptions, SofortError, SofortOptions, SofortStore, TableRef, TxHandle,
+};
 use crate::db::{RecoveryReport, UnfinishedTransaction};
 use crate::encoding::ByteRange;
 use crate::engine::api::{CommitMode, Engine, EngineTxn};
@@ -129,9 +131,12 @@ impl Shared {
 pub(crate) struct Sofort {
     store: RwLock<Option<SofortStore>>,
     shared: Arc<Shared>,
+    /// The report as of `open`'s return (the background rebuild's times are added on demand).
     report: Option<RecoveryReport>,
-    /// How long an unfinished continuable transaction waits to be resumed (§13).
+    /// How long an unfinished continuable transaction waits to be resumed.
     timeout: Duration,
+    /// When `open` started.
+    t0: Instant,
 }
 
 impl fmt::Debug for Sofort {
@@ -152,7 +157,14 @@ impl Sofort {
             // Opening the set marked it "open"; if SOFORT refuses it (corrupt, newer), put the
             // clean state back so that a refused open changes nothing.
             let set = Arc::new(set);
-            let opened = SofortStore::open_shared(Arc::clone(&set));
+            let c = options.sofort_config();
+            let ropts = RecoveryOptions {
+                mode: c.recovery,
+                threads: c.recovery_threads,
+                order: Vec::new(),
+                hold: c.rebuild_hold,
+            };
+            let opened = SofortStore::open_with(Arc::clone(&set), &ropts);
             let (store, core) = match opened {
                 Ok(x) => {
                     drop(set);
@@ -169,7 +181,9 @@ impl Sofort {
             let opened = total.saturating_sub(core.duration);
             let report = RecoveryReport {
                 time_to_open: opened,
-                time_to_index_rebuild: opened + core.index_rebuild,
+                time_to_index_rebuild: core.index_rebuild.map_or(Duration::ZERO, |d| opened + d),
+                indexes_complete: core.index_rebuild.is_some(),
+                index_times: Vec::new(),
                 time_to_first_transaction: total,
                 clean_shutdown: clean,
                 committed_areas: core.committed_areas,
@@ -189,10 +203,15 @@ impl Sofort {
             }
         }
         let timeout = options.unfinished_timeout_value();
-        let mut engine = Sofort { store: RwLock::new(Some(store)), shared, report, timeout };
+        let mut engine = Sofort { store: RwLock::new(Some(store)), shared, report, timeout, t0 };
         if let Some(r) = engine.report.as_mut() {
-            // E1 recovery is synchronous: the first transaction can start now.
-            r.time_to_first_transaction = t0.elapsed().max(r.time_to_index_rebuild);
+            // The first transaction can start now (with synchronous recovery, after the
+            // rebuild; with instant recovery, the rebuild runs on).
+            r.time_to_first_transaction = t0.elapsed();
+            if r.indexes_complete {
+                r.time_to_first_transaction =
+                    r.time_to_first_transaction.max(r.time_to_index_rebuild);
+            }
         }
         Ok(engine)
     }
@@ -307,7 +326,46 @@ impl Engine for Sofort {
     }
 
     fn recovery_report(&self) -> Option<RecoveryReport> {
-        self.report.clone()
+        let mut r = self.report.clone()?;
+        if r.indexes_complete {
+            return Some(r);
+        }
+        // Instant recovery: the background rebuild's progress.
+        let status = self.with_store(|s| Ok(s.rebuild_status())).ok()?;
+        r.index_times = status
+            .indexes
+            .iter()
+            .map(|(n, at)| (n.clone(), at.map(|i| i.saturating_duration_since(self.t0))))
+            .collect();
+        if status.complete {
+            r.indexes_complete = true;
+            r.time_to_index_rebuild = r
+                .index_times
+                .iter()
+                .filter_map(|(_, d)| *d)
+                .fold(r.time_to_first_transaction, Duration::max);
+        }
+        Some(r)
+    }
+
+    fn wait_recovered(&self) -> Result<()> {
+        let status = self.with_store(|s| Ok(s.wait_rebuilt()))?;
+        match status.error {
+            Some(e) => {
+                Err(crate::storage::StorageError::corrupted(e, "SOFORT index rebuild").into())
+            }
+            None => Ok(()),
+        }
+    }
+
+    fn hold_rebuild(&self, hold: Option<u64>) {
+        let _ = self.with_store(|s| {
+            s.set_rebuild_hold(hold);
+            if hold.is_some() {
+                s.wait_rebuild_held();
+            }
+            Ok(())
+        });
     }
 
     fn begin_continuable(&self) -> Result<Box<dyn EngineTxn>> {
@@ -468,7 +526,9 @@ impl SofortTxn {
     ) -> Result<()> {
         if let Some(pk) = pk {
             let key = IxKey::new(pk);
-            if let Some(rows) = e.p.pk_rows(&key) {
+            let h = self.h.as_ref().ok_or_else(ended)?;
+            let rows = e.p.pk_rows(h.space(), &key).map_err(|x| map_err(x, e.p.name()))?;
+            if let Some(rows) = rows {
                 let cands = rows.as_slice().iter().map(|&r| (key.clone(), r));
                 self.probe(e, None, cands, row, skip)?;
             }
@@ -478,8 +538,9 @@ impl SofortTxn {
             let range = ByteRange::prefix(e.schema.index_prefix(ix, row));
             let (lo, hi) = range.as_slices();
             let (lo, hi) = entry_bounds(lo, hi);
+            let h = self.h.as_ref().ok_or_else(ended)?;
             let cands =
-                e.p.candidates(Some(i), &lo, &hi, true, usize::MAX)
+                e.p.candidates(h.space(), Some(i), &lo, &hi, true, usize::MAX)
                     .map_err(|x| map_err(x, e.p.name()))?;
             self.record_range(e, Some(i), range, &[]);
             self.probe(e, Some(i), cands, row, skip)?;

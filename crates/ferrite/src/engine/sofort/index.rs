@@ -10,7 +10,8 @@
 //! - No head maps to no key and no key to no row; `entries` counts the pairs.
 //!
 //! # Ordering / concurrency
-//! DRAM only, rebuilt at open; the table locks it (`RwLock`).
+//! DRAM only, rebuilt at open (or in the background after it: `rebuild.rs`); the table locks
+//! it (`RwLock`).
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -27,6 +28,15 @@ pub(super) enum Rows {
 }
 
 impl Rows {
+    /// The rows of an ascending list without duplicates (`None`: empty).
+    pub fn from_sorted(mut rows: Vec<u64>) -> Option<Rows> {
+        match rows.len() {
+            0 => None,
+            1 => rows.pop().map(Rows::One),
+            _ => Some(Rows::Many(Box::new(rows))),
+        }
+    }
+
     /// The row ids, ascending.
     pub fn as_slice(&self) -> &[u64] {
         match self {
@@ -38,6 +48,21 @@ impl Rows {
 
 /// A bound on index entries `(key, row id)`.
 pub(super) type EntryBound = Bound<(IxKey, u64)>;
+
+/// Whether entry `(k, r)` lies within the entry bounds `(lo, hi)`.
+pub(super) fn entry_in(lo: &EntryBound, hi: &EntryBound, k: &IxKey, r: u64) -> bool {
+    let after_lo = match lo {
+        Bound::Included((lk, lr)) => (k, r) >= (lk, *lr),
+        Bound::Excluded((lk, lr)) => (k, r) > (lk, *lr),
+        Bound::Unbounded => true,
+    };
+    after_lo
+        && match hi {
+            Bound::Included((hk, hr)) => (k, r) <= (hk, *hr),
+            Bound::Excluded((hk, hr)) => (k, r) < (hk, *hr),
+            Bound::Unbounded => true,
+        }
+}
 
 /// The keys sharing one head, with their row ids (24 bytes). Canonical form (so that two
 /// indexes holding the same pairs are equal): `Short` iff the head holds exactly one key and
@@ -103,7 +128,7 @@ fn short_key(head: u64, len: u8) -> IxKey {
 }
 
 /// One index (see the module docs).
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct Index {
     map: BTreeMap<u64, Bucket>,
     entries: usize,
@@ -250,16 +275,6 @@ impl Index {
         ascending: bool,
         max: usize,
     ) -> Vec<(IxKey, u64)> {
-        let after_lo = |k: &IxKey, r: u64| match lo {
-            Bound::Included((lk, lr)) => (k, r) >= (lk, *lr),
-            Bound::Excluded((lk, lr)) => (k, r) > (lk, *lr),
-            Bound::Unbounded => true,
-        };
-        let before_hi = |k: &IxKey, r: u64| match hi {
-            Bound::Included((hk, hr)) => (k, r) <= (hk, *hr),
-            Bound::Excluded((hk, hr)) => (k, r) < (hk, *hr),
-            Bound::Unbounded => true,
-        };
         // The bounds' keys, included (their rows are filtered one by one). Heads bound keys
         // from below (`IxKey`'s invariant): every entry in the bounds has a head in
         // `[head(lo), head(hi)]`.
@@ -283,7 +298,7 @@ impl Index {
         };
         let range = self.map.range((head(&klo), head(&khi)));
         let mut take = |k: &IxKey, r: u64| {
-            if after_lo(k, r) && before_hi(k, r) {
+            if entry_in(lo, hi, k, r) {
                 out.push((k.clone(), r));
             }
             out.len() < max

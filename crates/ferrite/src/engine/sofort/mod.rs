@@ -36,16 +36,21 @@ mod index;
 mod ixkey;
 mod layout;
 mod pm;
+mod rebuild;
 mod recovery;
 mod table;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_instant;
 mod txn;
 
 use std::sync::Arc;
+use std::time::Instant;
 
 pub use cont::{ReadRecords, UnfinishedTxn};
 pub use layout::{DEFAULT_SLOTS, HEAP_CHUNK, INF, K_MIN_TS, MAX_SLOTS};
+pub use rebuild::{RebuildStatus, RecoveryMode, RecoveryOptions};
 pub use recovery::{CheckReport, RecoveryReport};
 pub use table::{PTable, TableRef};
 pub use txn::{KeyState, TxHandle};
@@ -122,6 +127,9 @@ impl Default for SofortOptions {
 #[derive(Debug, Clone)]
 pub struct SofortStore {
     inner: Arc<txn::Inner>,
+    /// The index rebuild started by `open` (`None` after `create`); its workers stop when the
+    /// last handle goes.
+    rebuild: Option<Arc<rebuild::RebuildOwner>>,
 }
 
 impl SofortStore {
@@ -129,7 +137,7 @@ impl SofortStore {
     pub fn create(set: ferrite_pmem::PoolSet, opts: SofortOptions) -> SofortResult<SofortStore> {
         let alloc = PAllocator::create(Arc::new(set), opts.alloc_slots)?;
         let alloc = recovery::format(alloc, opts)?;
-        Ok(SofortStore { inner: Arc::new(recovery::open(alloc)?.0) })
+        Ok(SofortStore { inner: Arc::new(recovery::open(alloc, None)?.0), rebuild: None })
     }
 
     /// Opens (and recovers) the store on `set`. Returns what recovery did.
@@ -142,15 +150,88 @@ impl SofortStore {
     pub fn open_shared(
         set: Arc<ferrite_pmem::PoolSet>,
     ) -> SofortResult<(SofortStore, RecoveryReport)> {
+        SofortStore::open_with(set, &RecoveryOptions::default())
+    }
+
+    /// [`SofortStore::open_shared`] with recovery options: in [`RecoveryMode::Instant`] it
+    /// returns before the DRAM indexes are rebuilt (`docs/design/sofort.md` §13); see
+    /// [`SofortStore::wait_rebuilt`].
+    pub fn open_with(
+        set: Arc<ferrite_pmem::PoolSet>,
+        opts: &RecoveryOptions,
+    ) -> SofortResult<(SofortStore, RecoveryReport)> {
         let alloc = PAllocator::open(set)?;
-        let (inner, report) = recovery::open(alloc)?;
-        Ok((SofortStore { inner: Arc::new(inner) }, report))
+        let started = Instant::now();
+        let instant = opts.mode == RecoveryMode::Instant;
+        let (inner, mut report) = recovery::open(alloc, opts.hold.filter(|_| instant))?;
+        let inner = Arc::new(inner);
+        let rb = rebuild::Rebuild::start(&inner, opts);
+        if !instant {
+            let status = rb.wait();
+            if let Some(e) = status.error {
+                rb.stop();
+                return Err(StorageError::corrupted(e, "SOFORT index rebuild").into());
+            }
+            report.index_rebuild = Some(started.elapsed());
+            report.duration = started.elapsed();
+        }
+        let store = SofortStore { inner, rebuild: Some(Arc::new(rebuild::RebuildOwner(rb))) };
+        Ok((store, report))
+    }
+
+    /// The index rebuild's progress (complete at once after `create`).
+    pub fn rebuild_status(&self) -> RebuildStatus {
+        match &self.rebuild {
+            Some(rb) => rb.0.status(),
+            None => RebuildStatus { complete: true, ..RebuildStatus::default() },
+        }
+    }
+
+    /// Waits until the index rebuild of an instant open ended (at once otherwise) and returns
+    /// its outcome (`error`: an index that could not be rebuilt stays readable through its
+    /// remainder, W1 of `docs/design/sofort.md` §13).
+    pub fn wait_rebuilt(&self) -> RebuildStatus {
+        match &self.rebuild {
+            Some(rb) => rb.0.wait(),
+            None => self.rebuild_status(),
+        }
+    }
+
+    /// Test hook: no index rebuild passes watermark `hold` (rows of its table's live list
+    /// indexed) until called again (`None`: released). Use [`RecoveryOptions::hold`] to hold
+    /// from the start.
+    #[doc(hidden)]
+    pub fn set_rebuild_hold(&self, hold: Option<u64>) {
+        if let Some(rb) = &self.rebuild {
+            rb.0.set_hold(hold);
+        }
+    }
+
+    /// Test hook: waits until every index's rebuild is complete or held at its hold.
+    #[doc(hidden)]
+    pub fn wait_rebuild_held(&self) {
+        if let Some(rb) = &self.rebuild {
+            rb.0.wait_held();
+        }
     }
 
     /// Makes every finalization durable and closes the pool set cleanly (P-SOF-11). Errors:
     /// `InvalidArgument` while transactions or other handles are open (nothing is closed).
+    /// An unfinished index rebuild is stopped (nothing of it is persistent).
     pub fn close(self) -> SofortResult<()> {
-        match Arc::try_unwrap(self.inner) {
+        let SofortStore { inner, rebuild } = self;
+        // This handle's reference, and the rebuild's (its workers reach the store through it).
+        let ours = 1 + usize::from(rebuild.is_some());
+        if Arc::strong_count(&inner) != ours
+            || rebuild.as_ref().is_some_and(|rb| Arc::strong_count(rb) != 1)
+        {
+            return Err(StorageError::InvalidArgument(
+                "transactions or other handles of the store are still open".into(),
+            )
+            .into());
+        }
+        drop(rebuild); // stops and joins the workers, releasing their reference
+        match Arc::try_unwrap(inner) {
             Ok(inner) => inner.close(),
             Err(_) => Err(StorageError::InvalidArgument(
                 "transactions or other handles of the store are still open".into(),

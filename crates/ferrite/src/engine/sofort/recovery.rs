@@ -8,8 +8,8 @@
 //!   and stays as it was.
 //! - After open: no MVCC field holds a TXID of a committed transaction; every TXID left is of
 //!   an older epoch and uncommitted; every timestamp stored is `≤ failureTime < CurrentTime`;
-//!   the indexes hold exactly the live rows; the reusable queues hold every other row of the
-//!   complete chunks, once.
+//!   the indexes hold exactly the live rows (or, pending, will hold them once rebuilt:
+//!   `rebuild.rs`); the reusable queues hold every other row of the complete chunks, once.
 //!
 //! # Ordering
 //! P-SOF-1 (creation: magic last), P-SOF-2 (staging cleanup), P-SOF-3/P-SOF-4 (epoch and
@@ -55,16 +55,22 @@ pub struct RecoveryReport {
     pub garbage_rows: u64,
     /// Tables.
     pub tables: u64,
-    /// Unfinished continuable transactions kept for resumption (design §13).
+    /// Unfinished continuable transactions kept for resumption (design: continuing
+    /// transactions).
     pub unfinished: u64,
     /// MVCC fields holding the TXID of an unfinished transaction, kept as locks.
     pub kept_locks: u64,
     /// Versions deleted after the oldest unfinished transaction's snapshot, kept (not
     /// collected) until it ends.
     pub retained_rows: u64,
-    /// Time from the start of the store's open until every DRAM index is rebuilt (the full
-    /// scan's end; allocator excluded).
-    pub index_rebuild: Duration,
+    /// Time from the start of the store's open until the rows were classified (the full
+    /// scan's end; allocator excluded): the persistent structures are recovered, the DRAM
+    /// indexes not yet built.
+    pub classified: Duration,
+    /// Time from the start of the store's open until every DRAM index was rebuilt (`None`:
+    /// an instant open whose background rebuild is not complete at `open`'s return; see
+    /// [`super::SofortStore::wait_rebuilt`]).
+    pub index_rebuild: Option<Duration>,
     /// Time of the whole open (allocator excluded).
     pub duration: Duration,
 }
@@ -232,7 +238,9 @@ fn load_ext(pm: &Pm, area: u64) -> StorageResult<Vec<u64>> {
 }
 
 /// Opens and recovers a store (see the module docs).
-pub(super) fn open(alloc: PAllocator) -> SofortResult<(Inner, RecoveryReport)> {
+/// The indexes are left pending over the live rows, held at `hold` (`rebuild.rs`, W4): the
+/// caller starts their rebuild.
+pub(super) fn open(alloc: PAllocator, hold: Option<u64>) -> SofortResult<(Inner, RecoveryReport)> {
     let t0 = Instant::now();
     let root = alloc.pool().resolve_range(alloc.root_location(), 16)?;
     let cat = alloc.pool().load_pptr(root)?;
@@ -379,6 +387,7 @@ pub(super) fn open(alloc: PAllocator) -> SofortResult<(Inner, RecoveryReport)> {
     for t in &tables {
         let rows = t.chunk_count() * CHUNK_ROWS;
         let mut reusable = Vec::new();
+        let mut live = Vec::new();
         let mut used: Vec<Vec<(u64, u64, u64)>> = t.heaps.iter().map(|_| Vec::new()).collect();
         for r in 0..rows {
             let off = t.mvcc_at(r)?;
@@ -414,7 +423,7 @@ pub(super) fn open(alloc: PAllocator) -> SofortResult<(Inner, RecoveryReport)> {
                 dts = INF;
                 report.undone += 1;
             }
-            // A version an unfinished transaction's snapshot may see (§13): kept.
+            // A version an unfinished transaction's snapshot may see: kept.
             let retain = is_ts(cts) && cts != INF && is_ts(dts) && dts != INF && dts > min_sts;
             if retain {
                 retained.push((t.id, r));
@@ -422,8 +431,8 @@ pub(super) fn open(alloc: PAllocator) -> SofortResult<(Inner, RecoveryReport)> {
                 report.retained_rows += 1;
             }
             if (is_ts(cts) && cts != INF && dts == INF) || kept || retain {
-                let row = t.read_row(s, r)?;
-                t.index_add(r, &row);
+                // Indexed by the rebuild (`rebuild.rs`; before `open` returns or after).
+                live.push(r);
                 for (c, chunk, o, l) in t.extents(s, r)? {
                     used[c].push((chunk, o, l));
                 }
@@ -439,8 +448,9 @@ pub(super) fn open(alloc: PAllocator) -> SofortResult<(Inner, RecoveryReport)> {
             }
         }
         *lock(&t.rows) = RowAlloc { next: rows, reusable: reusable.into() };
+        t.set_pending(live.into(), hold);
     }
-    report.index_rebuild = t0.elapsed();
+    report.classified = t0.elapsed();
 
     let slots: Box<[Slot]> = areas.into_iter().map(|(a, ext)| Slot::new(a, epoch, ext)).collect();
     for (slot, blocks) in slots.iter().zip(logs.blocks) {
@@ -508,6 +518,8 @@ impl Inner {
             if queued.iter().any(|&r| r >= next) || next > t.chunk_count() * CHUNK_ROWS {
                 return fail("row allocation beyond the table".into());
             }
+            // While an index is rebuilt (instant open), it must hold its partial index plus
+            // its remainder (W1 of `rebuild.rs`).
             let mut expect_pk = super::index::Index::default();
             let mut expect_sec: Vec<super::index::Index> =
                 t.sec.iter().map(|_| super::index::Index::default()).collect();
@@ -537,11 +549,11 @@ impl Inner {
                     extents.push((c, chunk, o, l));
                 }
             }
-            let pk = t.pk.read().unwrap_or_else(|p| p.into_inner());
+            let pk = t.effective_index(s, None)?;
             if !pk.is_consistent() {
                 return fail("the primary index's structure is inconsistent".into());
             }
-            if *pk != expect_pk {
+            if pk != expect_pk {
                 return fail(format!(
                     "primary index: {} entries, {} rows in use",
                     pk.len(),
@@ -549,9 +561,9 @@ impl Inner {
                 ));
             }
             rep.index_entries += pk.len() as u64;
-            for (i, (ix, e)) in t.sec.iter().zip(&expect_sec).enumerate() {
-                let ix = ix.read().unwrap_or_else(|p| p.into_inner());
-                if *ix != *e || !ix.is_consistent() {
+            for (i, e) in expect_sec.iter().enumerate() {
+                let ix = t.effective_index(s, Some(i))?;
+                if ix != *e || !ix.is_consistent() {
                     return fail(format!("secondary index {i} disagrees with the rows"));
                 }
                 rep.index_entries += ix.len() as u64;

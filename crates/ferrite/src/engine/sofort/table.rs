@@ -27,10 +27,11 @@ use ferrite_pmem::{PPtr, Space};
 
 use super::heap::Heap;
 pub(super) use super::index::EntryBound;
-use super::index::{Index, Rows};
+use super::index::{Index, Rows, entry_in};
 use super::ixkey::IxKey;
 use super::layout::*;
 use super::pm::{BlockArray, Init, Pm, corrupt, lock};
+use super::rebuild::{IxState, Pending, Step};
 use super::{SofortError, SofortResult};
 use crate::schema::{Table, TableSchema};
 use crate::storage::StorageResult;
@@ -58,8 +59,13 @@ pub(super) struct Written {
     pub nt: Vec<(u64, u64)>,
 }
 
-/// An index: `(key, row id)` entries.
-pub(super) type IndexSet = RwLock<Index>;
+/// An index: `(key, row id)` entries, with its rebuild state after an instant open.
+pub(super) type IndexSet = RwLock<IxState>;
+
+/// A primary-key lookup on an index being rebuilt helps the rebuild (inserts batches itself)
+/// while more than this many rows are left; below, it scans them (`docs/design/sofort.md`
+/// §13.3).
+const HELP_ABOVE: usize = 4096;
 
 /// One table (see the module docs).
 #[derive(Debug)]
@@ -91,7 +97,7 @@ impl PTable {
             });
         }
         let chunks = cols.iter().map(BlockArray::count).fold(mvcc.count(), u64::min);
-        let sec = table.indexes.iter().map(|_| RwLock::new(Index::default())).collect();
+        let sec = table.indexes.iter().map(|_| RwLock::new(IxState::default())).collect();
         Ok(PTable {
             id,
             table,
@@ -100,7 +106,7 @@ impl PTable {
             heaps,
             rows: Mutex::new(RowAlloc::default()),
             chunks: AtomicU64::new(chunks),
-            pk: RwLock::new(Index::default()),
+            pk: RwLock::new(IxState::default()),
             sec,
         })
     }
@@ -436,20 +442,91 @@ impl PTable {
         (IxKey::new(&pk), sec)
     }
 
+    /// Adds row `r`'s entries to every index (straight into a pending one too: W3 of
+    /// `rebuild.rs`).
     pub(super) fn index_add(&self, r: u64, row: &[Value]) {
         let (pk, sec) = self.keys(row);
-        self.pk.write().unwrap_or_else(|p| p.into_inner()).insert(pk, r);
-        for (ix, k) in self.sec.iter().zip(sec) {
-            ix.write().unwrap_or_else(|p| p.into_inner()).insert(k, r);
+        for (set, k) in self.index_sets().zip(std::iter::once(pk).chain(sec)) {
+            set.write().unwrap_or_else(|p| p.into_inner()).ix.insert(k, r);
         }
     }
 
+    /// Removes row `r`'s entries from every index; on a pending index where `r` is not
+    /// indexed yet, marks it removed so that the rebuild never adds it (W3, FIX-12).
     pub(super) fn index_remove(&self, r: u64, row: &[Value]) {
         let (pk, sec) = self.keys(row);
-        self.pk.write().unwrap_or_else(|p| p.into_inner()).remove(&pk, r);
-        for (ix, k) in self.sec.iter().zip(sec) {
-            ix.write().unwrap_or_else(|p| p.into_inner()).remove(&k, r);
+        for (set, k) in self.index_sets().zip(std::iter::once(pk).chain(sec)) {
+            let mut g = set.write().unwrap_or_else(|p| p.into_inner());
+            let st = &mut *g;
+            st.ix.remove(&k, r);
+            if let Some(p) = st.pending.as_mut()
+                && p.unindexed(r)
+            {
+                p.removed.insert(r);
+            }
         }
+    }
+
+    /// The primary index, then the secondary ones.
+    pub(super) fn index_sets(&self) -> impl Iterator<Item = &IndexSet> {
+        std::iter::once(&self.pk).chain(&self.sec)
+    }
+
+    /// Starts every index's rebuild over `rows` (the live rows, ascending), holding it at
+    /// `hold` (W4 of `rebuild.rs`).
+    pub(super) fn set_pending(&self, rows: Arc<[u64]>, hold: Option<u64>) {
+        for set in self.index_sets() {
+            let hold = super::rebuild::hold_at(hold, rows.len());
+            set.write().unwrap_or_else(|p| p.into_inner()).pending =
+                Some(Pending { rows: Arc::clone(&rows), wm: 0, removed: Default::default(), hold });
+        }
+    }
+
+    /// Whether `index` is being rebuilt.
+    pub(super) fn is_pending(&self, index: Option<usize>) -> SofortResult<bool> {
+        Ok(self.index(index)?.read().unwrap_or_else(|p| p.into_inner()).pending.is_some())
+    }
+
+    /// The batch size for iterating over `index`: `normal`, or everything at once while the
+    /// index is rebuilt (each call of [`PTable::candidates`] then scans the remainder).
+    pub(super) fn scan_batch(&self, index: Option<usize>, normal: usize) -> SofortResult<usize> {
+        Ok(if self.is_pending(index)? { usize::MAX } else { normal })
+    }
+
+    /// The entries `(key, row)` of the remainder of pending index `index` (W1) that pass
+    /// `keep`, in no order.
+    fn remainder_entries(
+        &self,
+        s: &Space,
+        index: Option<usize>,
+        p: &Pending,
+        keep: impl Fn(&IxKey, u64) -> bool,
+    ) -> StorageResult<Vec<(IxKey, u64)>> {
+        let mut out = Vec::new();
+        for r in p.remainder() {
+            let k = self.index_key(index, &self.read_key_columns(s, r)?);
+            if keep(&k, r) {
+                out.push((k, r));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The entries index `index` must hold now, with its remainder (W1; for `check`).
+    pub(super) fn effective_index(&self, s: &Space, index: Option<usize>) -> SofortResult<Index> {
+        let g = self.index(index)?.read().unwrap_or_else(|p| p.into_inner());
+        let mut ix = g.ix.clone();
+        if let Some(p) = &g.pending {
+            for (k, r) in self.remainder_entries(s, index, p, |_, _| true)? {
+                ix.insert(k, r);
+            }
+        }
+        Ok(ix)
+    }
+
+    /// The key of row `row` in index `index`.
+    pub(super) fn index_key(&self, index: Option<usize>, row: &[Value]) -> IxKey {
+        IxKey::new(&self.key_of(index, row))
     }
 
     /// The index `index` (`None`: primary), for range iteration.
@@ -477,6 +554,7 @@ impl PTable {
     /// entry order (descending if not `ascending`).
     pub(super) fn candidates(
         &self,
+        s: &Space,
         index: Option<usize>,
         lo: &EntryBound,
         hi: &EntryBound,
@@ -495,12 +573,48 @@ impl PTable {
             _ => {}
         }
         let set = self.index(index)?.read().unwrap_or_else(|p| p.into_inner());
-        Ok(set.candidates(lo, hi, ascending, max))
+        let mut out = set.ix.candidates(lo, hi, ascending, max);
+        if let Some(p) = &set.pending {
+            // The other access path (W1): the remainder's entries in the bounds, merged.
+            out.extend(self.remainder_entries(s, index, p, |k, r| entry_in(lo, hi, k, r))?);
+            out.sort_unstable();
+            out.dedup();
+            if !ascending {
+                out.reverse();
+            }
+            out.truncate(max);
+        }
+        Ok(out)
     }
 
-    /// The row ids of the versions holding primary key `pk` (one descent of the index).
-    pub(super) fn pk_rows(&self, pk: &IxKey) -> Option<Rows> {
-        self.pk.read().unwrap_or_else(|p| p.into_inner()).rows(pk)
+    /// The row ids of the versions holding primary key `pk` (one descent of the index). While
+    /// the primary index is rebuilt, helps the rebuild down to [`HELP_ABOVE`] rows left, then
+    /// adds the matching rows of the remainder (W1).
+    pub(super) fn pk_rows(&self, s: &Space, pk: &IxKey) -> SofortResult<Option<Rows>> {
+        loop {
+            {
+                let g = self.pk.read().unwrap_or_else(|p| p.into_inner());
+                match &g.pending {
+                    None => return Ok(g.ix.rows(pk)),
+                    Some(p) if p.left() <= HELP_ABOVE || p.wm >= p.hold => {
+                        let mut rows: Vec<u64> =
+                            g.ix.rows(pk).map(|r| r.as_slice().to_vec()).unwrap_or_default();
+                        rows.extend(
+                            self.remainder_entries(s, None, p, |k, _| k == pk)?
+                                .into_iter()
+                                .map(|e| e.1),
+                        );
+                        rows.sort_unstable();
+                        rows.dedup();
+                        return Ok(Rows::from_sorted(rows));
+                    }
+                    Some(_) => {}
+                }
+            }
+            if super::rebuild::step(self, s, None, super::rebuild::BATCH)? == Step::Done {
+                return Ok(self.pk.read().unwrap_or_else(|p| p.into_inner()).ix.rows(pk));
+            }
+        }
     }
 }
 

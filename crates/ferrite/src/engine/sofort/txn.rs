@@ -812,6 +812,11 @@ impl TxHandle {
         self.visible_at(t, r, at)
     }
 
+    /// The store's persistent space (for index reads that may scan rows: `rebuild.rs`).
+    pub(super) fn space(&self) -> &Space {
+        self.inner.s()
+    }
+
     /// Row `r`'s values (whatever its visibility).
     pub fn read_row(&self, t: &PTable, r: u64) -> SofortResult<Row> {
         Ok(t.read_row(self.inner.s(), r)?)
@@ -819,7 +824,7 @@ impl TxHandle {
 
     /// The row with encoded primary key `pk` visible at `at`, with its row id.
     pub fn get_at(&mut self, t: &PTable, pk: &[u8], at: u64) -> SofortResult<Option<(u64, Row)>> {
-        let Some(rows) = t.pk_rows(&IxKey::new(pk)) else { return Ok(None) };
+        let Some(rows) = t.pk_rows(self.inner.s(), &IxKey::new(pk))? else { return Ok(None) };
         for &r in rows.as_slice() {
             if self.visible_at(t, r, at)? {
                 let row = t.read_row(self.inner.s(), r)?;
@@ -851,11 +856,11 @@ impl TxHandle {
         limit: usize,
         at: u64,
     ) -> SofortResult<Vec<(u64, Row)>> {
-        const BATCH: usize = 64;
+        let batch_len = t.scan_batch(index, 64)?;
         let (mut lo, mut hi) = entry_bounds(lower, upper);
         let mut out = Vec::new();
         while out.len() < limit {
-            let batch = t.candidates(index, &lo, &hi, ascending, BATCH)?;
+            let batch = t.candidates(self.inner.s(), index, &lo, &hi, ascending, batch_len)?;
             for (k, r) in &batch {
                 if out.len() >= limit {
                     break;
@@ -868,7 +873,7 @@ impl TxHandle {
                 }
             }
             match batch.last() {
-                Some(last) if batch.len() == BATCH => {
+                Some(last) if batch.len() == batch_len => {
                     if ascending {
                         lo = Bound::Excluded(last.clone());
                     } else {
@@ -1005,13 +1010,13 @@ impl TxHandle {
         keep: &dyn Fn(&[Value]) -> bool,
         at: u64,
     ) -> SofortResult<bool> {
-        const BATCH: usize = 256;
+        let batch_len = t.scan_batch(index, 256)?;
         let sts = self.sts;
         self.committed_only = true;
         let (mut lo, hi) = entry_bounds(lower, upper);
         let mut result = Ok(false);
         'outer: loop {
-            let batch = match t.candidates(index, &lo, &hi, true, BATCH) {
+            let batch = match t.candidates(self.inner.s(), index, &lo, &hi, true, batch_len) {
                 Ok(b) => b,
                 Err(e) => {
                     result = Err(e);
@@ -1043,7 +1048,7 @@ impl TxHandle {
                 }
             }
             match batch.last() {
-                Some(last) if batch.len() == BATCH => lo = Bound::Excluded(last.clone()),
+                Some(last) if batch.len() == batch_len => lo = Bound::Excluded(last.clone()),
                 _ => break,
             }
         }
