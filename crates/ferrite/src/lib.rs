@@ -87,6 +87,8 @@ mod value;
 
 pub use db::{Database, RecoveryReport, UnfinishedTransaction};
 pub use engine::sofort::RecoveryMode;
+pub use engine::sofort::adaptive as adaptive_recovery;
+pub use engine::sofort::adaptive::Strategy as RecoveryStrategy;
 pub use error::{Error, Result, SchemaError};
 pub use options::{Concurrency, EngineKind, Options, SofortConfig, WhileWriting};
 pub use query::{Direction, Predicate, Projection, Scan};

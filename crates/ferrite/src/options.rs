@@ -170,6 +170,13 @@ pub struct SofortConfig {
     /// Index rebuild threads (one index per thread at a time; 0: one per index, at most the
     /// machine's parallelism). Default 0.
     pub recovery_threads: u32,
+    /// Adaptive recovery (seed 001 ch. 6): a configuration of its Table 6.1, parsed from
+    /// the seed's labels (`"rk.Q^ad.R2^ad".parse()`, `rk.Q1.R1`, `¬rk.Q1.R1`, `sync.R2`; see
+    /// [`crate::RecoveryStrategy`]). When set it overrides `recovery` and `recovery_threads`:
+    /// synchronous for `¬rk.Q0.Rz`, instant otherwise, with `z` rebuild threads, jobs in rank
+    /// order for `rk`, threads released as the best pending benefit falls for `^ad`.
+    /// Default `None`.
+    pub recovery_strategy: Option<crate::RecoveryStrategy>,
     /// Test hook (instant recovery): no index rebuild passes this many rows of its table
     /// until [`crate::Database::hold_rebuild`] moves the hold.
     #[doc(hidden)]
@@ -184,6 +191,7 @@ impl Default for SofortConfig {
             alloc_slots: d.alloc_slots,
             recovery: RecoveryMode::Synchronous,
             recovery_threads: 0,
+            recovery_strategy: None,
             rebuild_hold: None,
         }
     }

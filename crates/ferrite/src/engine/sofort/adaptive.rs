@@ -401,7 +401,7 @@ where
 }
 
 /// A recovery configuration of the seed's Table 6.1.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Strategy {
     /// `open` returns once every secondary structure is rebuilt, with `threads` rebuilding
     /// (the seed's `¬rk.Q0.R8`).
@@ -707,6 +707,57 @@ impl CostModel for ShapeCosts {
         self.structures()
             .find(|&(id, _)| id == s)
             .map_or(0.0, |(_, t)| self.units.build_row * t.rows as f64)
+    }
+}
+
+/// The restart workload as the engine reports it, and the ranker it feeds while a background
+/// rebuild runs (shared by the store's transactions and the rebuild's workers).
+///
+/// Inactive (no ranked rebuild running) it costs a transaction one relaxed load per statement.
+#[derive(Debug, Default)]
+pub struct RestartWorkload {
+    active: std::sync::atomic::AtomicBool,
+    planner: std::sync::Mutex<Option<Planner>>,
+}
+
+/// The ranking state of one ranked rebuild.
+#[derive(Debug)]
+pub struct Planner {
+    /// The ranker over the store's indexes.
+    pub ranker: Ranker<ShapeCosts>,
+    /// Adaptive allocation (`None`: static).
+    pub alloc: Option<Allocator>,
+}
+
+impl RestartWorkload {
+    /// Starts ranking with `planner` (statements are recorded from now on).
+    pub fn start(&self, planner: Planner) {
+        *self.lock() = Some(planner);
+        self.active.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Stops recording (the rebuild ended).
+    pub fn stop(&self) {
+        self.active.store(false, std::sync::atomic::Ordering::Release);
+        *self.lock() = None;
+    }
+
+    /// Records a statement of the restart workload (eq. 6.5's `S(t_Q)` is the usable set now).
+    pub fn note(&self, q: Stmt) {
+        if self.active.load(std::sync::atomic::Ordering::Relaxed)
+            && let Some(p) = self.lock().as_mut()
+        {
+            p.ranker.record_restart(&q);
+        }
+    }
+
+    /// Runs `f` on the planner, if a ranked rebuild runs.
+    pub fn with<R>(&self, f: impl FnOnce(&mut Planner) -> R) -> Option<R> {
+        self.lock().as_mut().map(f)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Planner>> {
+        self.planner.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 

@@ -158,9 +158,17 @@ impl Sofort {
             // clean state back so that a refused open changes nothing.
             let set = Arc::new(set);
             let c = options.sofort_config();
+            let (mode, threads) = match c.recovery_strategy {
+                Some(s @ super::adaptive::Strategy::Synchronous { .. }) => {
+                    (super::RecoveryMode::Synchronous, s.initial_threads())
+                }
+                Some(s) => (super::RecoveryMode::Instant, s.initial_threads()),
+                None => (c.recovery, c.recovery_threads),
+            };
             let ropts = RecoveryOptions {
-                mode: c.recovery,
-                threads: c.recovery_threads,
+                mode,
+                threads,
+                strategy: c.recovery_strategy,
                 order: Vec::new(),
                 hold: c.rebuild_hold,
             };

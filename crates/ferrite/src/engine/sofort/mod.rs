@@ -25,9 +25,7 @@
 //! committing thread). Locks: per table (row ids, chunks), per heap, per index (`RwLock`), per
 //! slot (`TxInfo`), one for staged allocations.
 
-// Not called by the engine until the background rebuild uses it (E2 part 4).
-#[allow(dead_code)]
-mod adaptive;
+pub mod adaptive;
 mod codec;
 mod cont;
 pub(crate) mod engine;

@@ -37,6 +37,10 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use super::SofortResult;
+use super::adaptive::{
+    Allocator, Planner, RankSettings, Ranker, ReleasePolicy, ShapeCosts, Strategy, StructSet,
+    TableShape, UnitCosts,
+};
 use super::index::Index;
 use super::pm::lock;
 use super::table::{PTable, TableRef};
@@ -67,6 +71,11 @@ pub struct RecoveryOptions {
     /// every other index follows in table order, primary key first. (Where a ranking of
     /// indexes, spec §6, plugs in.)
     pub order: Vec<(String, Option<usize>)>,
+    /// Adaptive recovery (seed 001 ch. 6, `adaptive.rs`): with a ranked strategy the jobs are
+    /// taken in rank order (eq. 6.3 over the restart workload; `order` is then ignored), and an
+    /// adaptive one releases threads as the best pending benefit falls. `None`: `order`, then
+    /// table order, on `threads` threads for the whole rebuild.
+    pub strategy: Option<Strategy>,
     /// Test hook: no index's rebuild passes this watermark until
     /// [`super::SofortStore::set_rebuild_hold`] moves it (W4).
     pub hold: Option<u64>,
@@ -186,6 +195,8 @@ pub(super) struct Rebuild {
     cv: Condvar,
     cancel: AtomicBool,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// With a strategy: whether jobs go in rank order (`rk`) or referenced-first (`¬rk`).
+    ranked: Option<bool>,
 }
 
 /// Progress of the jobs (under `Rebuild::state`).
@@ -199,6 +210,8 @@ struct State {
     error: Option<String>,
     /// Bumped whenever the hold moves (wakes held workers).
     generation: u64,
+    /// A strategy's planner runs (`adaptive.rs`).
+    ranked: bool,
 }
 
 /// The rebuild's outcome so far.
@@ -234,7 +247,11 @@ impl Rebuild {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()).min(jobs.len()),
             n => (n as usize).min(jobs.len()),
         };
-        let mut state = State { running: jobs.len(), ..State::default() };
+        let ranked = opts.strategy.map(Strategy::ranked);
+        if ranked.is_some() {
+            inner.restart.start(planner(&jobs, opts.strategy));
+        }
+        let mut state = State { running: jobs.len(), ranked: ranked.is_some(), ..State::default() };
         let mut queue = Queue::default();
         for (slot, (name, table, index)) in jobs.into_iter().enumerate() {
             state.done.push((name, None));
@@ -247,13 +264,14 @@ impl Rebuild {
             cv: Condvar::new(),
             cancel: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
+            ranked,
         });
         let mut handles = lock(&rb.threads);
         for i in 0..threads {
             let w = Arc::clone(&rb);
             let spawned = std::thread::Builder::new()
                 .name(format!("sofort-rebuild-{i}"))
-                .spawn(move || w.work());
+                .spawn(move || w.work(i));
             match spawned {
                 Ok(h) => handles.push(h),
                 // No thread: the jobs left are run by the threads that started, or (none
@@ -268,9 +286,21 @@ impl Rebuild {
     /// A worker: takes ready jobs until none is left or the rebuild is stopped. A job held at
     /// its hold (W4) goes to the held list and the worker takes the next ready one; with only
     /// held jobs left, it parks until the hold moves.
-    fn work(&self) {
+    fn work(&self, worker: usize) {
+        let mut idle = false;
         while !self.cancel.load(Ordering::Acquire) {
-            let job = lock(&self.queue).ready.pop_front();
+            match self.budget(worker) {
+                Budget::Keep => {}
+                Budget::Idle if !idle => {
+                    idle = true;
+                    // Best effort: at normal priority the rebuild only ends sooner.
+                    let tid = ferrite_pmem::platform::current_thread_id();
+                    let _ = ferrite_pmem::platform::idle_thread(tid);
+                }
+                Budget::Idle => {}
+                Budget::Release => return,
+            }
+            let job = self.take();
             let Some(mut job) = job else {
                 let mut st = lock(&self.state);
                 let mut q = lock(&self.queue);
@@ -324,10 +354,59 @@ impl Rebuild {
         }
     }
 
+    /// The next ready job: with a strategy, the best-ranked one (`rk`) or the first one some
+    /// statement referenced (`¬rk`); else the first.
+    fn take(&self) -> Option<Job> {
+        let mut q = lock(&self.queue);
+        let order = match self.ranked {
+            None => None,
+            Some(true) => self.inner.restart.with(|p| p.ranker.next_to_rebuild(usize::MAX)),
+            Some(false) => self.inner.restart.with(|p| p.ranker.next_unranked(usize::MAX)),
+        };
+        if let Some(order) = order {
+            for id in order {
+                if let Some(at) = q.ready.iter().position(|j| j.slot == id) {
+                    return q.ready.remove(at);
+                }
+            }
+        }
+        q.ready.pop_front()
+    }
+
+    /// Whether worker `worker` goes on (adaptive allocation, `adaptive::Allocator`). The
+    /// caller of [`Rebuild::wait`] (`usize::MAX`) always does.
+    fn budget(&self, worker: usize) -> Budget {
+        if worker == usize::MAX {
+            return Budget::Keep;
+        }
+        self.inner
+            .restart
+            .with(|p| {
+                let best = p.ranker.next_to_rebuild(1).first().map(|&s| p.ranker.benefit(s));
+                let Some(a) = p.alloc.as_mut() else { return Budget::Keep };
+                let b = a.budget(best);
+                if worker < b.dedicated as usize {
+                    Budget::Keep
+                } else if b.idle && worker == 0 {
+                    Budget::Idle
+                } else {
+                    Budget::Release
+                }
+            })
+            .unwrap_or(Budget::Keep)
+    }
+
     fn finish(&self, job: &Job, at: Option<Instant>, error: Option<String>) {
         let mut st = lock(&self.state);
         st.done[job.slot].1 = at;
         st.running -= 1;
+        if st.ranked {
+            if st.running == 0 {
+                self.inner.restart.stop();
+            } else if at.is_some() {
+                self.inner.restart.with(|p| p.ranker.mark_built(job.slot));
+            }
+        }
         if st.error.is_none() {
             st.error = error;
         }
@@ -349,7 +428,7 @@ impl Rebuild {
     /// could be spawned), runs the jobs on the calling thread.
     pub fn wait(&self) -> RebuildStatus {
         if lock(&self.threads).is_empty() {
-            self.work();
+            self.work(usize::MAX);
         }
         let mut st = lock(&self.state);
         while st.running > 0 && !self.cancel.load(Ordering::Acquire) {
@@ -406,6 +485,60 @@ impl Rebuild {
             let _ = h.join();
         }
     }
+}
+
+/// What a worker does next under adaptive allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Budget {
+    /// Goes on at normal priority.
+    Keep,
+    /// Goes on at idle priority (the last thread, once every dedicated one is released).
+    Idle,
+    /// Exits (its core goes back to the queries).
+    Release,
+}
+
+/// The ranking of `jobs` (structure id = job slot) for `strategy`: costs from each table's live
+/// rows, no past workload (`WoPast` is not persisted yet, so the first order is by rebuild cost
+/// and the restart workload takes over as statements arrive).
+fn planner(jobs: &[(String, TableRef, Option<usize>)], strategy: Option<Strategy>) -> Planner {
+    let mut tables: Vec<TableShape> = Vec::new();
+    for (slot, (_, t, ix)) in jobs.iter().enumerate() {
+        let at = usize::from(t.id);
+        if tables.len() <= at {
+            tables
+                .resize(at + 1, TableShape { rows: 0, primary: usize::MAX, secondary: Vec::new() });
+        }
+        let shape = &mut tables[at];
+        shape.rows = shape.rows.max(pending_rows(t, *ix));
+        match ix {
+            None => shape.primary = slot,
+            Some(i) => {
+                let unique = t.table.indexes.get(*i).is_some_and(|d| d.unique);
+                if shape.secondary.len() <= *i {
+                    shape.secondary.resize(*i + 1, (usize::MAX, false));
+                }
+                shape.secondary[*i] = (slot, unique);
+            }
+        }
+    }
+    let model = ShapeCosts { tables, units: UnitCosts::default() };
+    let ranker = Ranker::new(model, jobs.len(), StructSet::new(), &[], RankSettings::default());
+    let alloc = match strategy {
+        Some(Strategy::Adaptive { recovery_threads }) => {
+            Some(Allocator::new(recovery_threads, ReleasePolicy::default()))
+        }
+        _ => None,
+    };
+    Planner { ranker, alloc }
+}
+
+/// The rows index `ix` of `t` has left to index at the start (0 if it is complete).
+fn pending_rows(t: &PTable, ix: Option<usize>) -> u64 {
+    t.index(ix).map_or(0, |set| {
+        let g = set.read().unwrap_or_else(|p| p.into_inner());
+        g.pending.as_ref().map_or(0, |p| p.rows.len() as u64)
+    })
 }
 
 /// A pending index's hold for a requested watermark (W4).

@@ -491,6 +491,7 @@ pub(super) fn open(alloc: PAllocator, hold: Option<u64>) -> SofortResult<(Inner,
             },
             unfinished: Mutex::new(logs.unfinished),
         },
+        restart: Default::default(),
     };
     report.duration = t0.elapsed();
     Ok((inner, report))

@@ -163,3 +163,47 @@ fn jobs_run_in_the_supplied_order() {
     assert!(a <= b, "one thread runs the first job first");
     st.close().expect("close");
 }
+
+/// Adaptive recovery's ranking (`rk.Q1.R1`, eq. 6.3): with no past workload the two equal
+/// indexes tie and the primary key (the lower id) would go first; statements of the restart
+/// workload that scan `by_g` while the rebuild is held make `by_g` the best-ranked job, so the
+/// one rebuild thread completes it first once released.
+#[test]
+fn a_ranked_rebuild_serves_the_restart_workload_first() {
+    let dir = TestDir::new("sofort-ranked");
+    let path = populated(&dir, 600);
+    let strategy: adaptive::Strategy = "rk.Q1.R1".parse().expect("label");
+    let st = open(&path, RecoveryOptions { strategy: Some(strategy), ..instant(Some(0)) });
+    st.wait_rebuild_held();
+    for g in 0..10 {
+        let want: Vec<i64> = (0..600).filter(|k| k % 10 == g).collect();
+        assert_eq!(group(&st, g), want);
+    }
+    st.set_rebuild_hold(None);
+    let status = st.wait_rebuilt();
+    assert!(status.complete && status.error.is_none(), "{status:?}");
+    let at = |name: &str| {
+        status.indexes.iter().find(|(n, _)| n == name).and_then(|(_, at)| *at).expect(name)
+    };
+    assert!(at("t.by_g") < at("t.primary"), "by_g first: {status:?}");
+    st.check().expect("check");
+    st.close().expect("close");
+}
+
+/// The same without restart statements: the tie goes to the lower id (the primary key), so
+/// the order above is the restart workload's doing.
+#[test]
+fn a_ranked_rebuild_without_statements_breaks_ties_by_id() {
+    let dir = TestDir::new("sofort-ranked-tie");
+    let path = populated(&dir, 600);
+    let strategy: adaptive::Strategy = "rk.Q1.R1".parse().expect("label");
+    let st = open(&path, RecoveryOptions { strategy: Some(strategy), ..instant(Some(0)) });
+    st.wait_rebuild_held();
+    st.set_rebuild_hold(None);
+    let status = st.wait_rebuilt();
+    let at = |name: &str| {
+        status.indexes.iter().find(|(n, _)| n == name).and_then(|(_, at)| *at).expect(name)
+    };
+    assert!(at("t.primary") < at("t.by_g"), "primary first: {status:?}");
+    st.close().expect("close");
+}

@@ -31,6 +31,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use ferrite_pmem::sim::thread_index;
 use ferrite_pmem::{PPtr, Space};
 
+use super::adaptive::Stmt;
 use super::cont::{ContShared, ContState};
 use super::ixkey::IxKey;
 use super::layout::*;
@@ -123,6 +124,8 @@ pub(super) struct Inner {
     pub poisoned: AtomicBool,
     /// Continuable transactions (design §13).
     pub cont: ContShared,
+    /// The restart workload, fed to adaptive recovery's ranking while a ranked rebuild runs.
+    pub restart: super::adaptive::RestartWorkload,
 }
 
 enum LockState {
@@ -824,6 +827,7 @@ impl TxHandle {
 
     /// The row with encoded primary key `pk` visible at `at`, with its row id.
     pub fn get_at(&mut self, t: &PTable, pk: &[u8], at: u64) -> SofortResult<Option<(u64, Row)>> {
+        self.inner.restart.note(Stmt::Get { table: t.id.into() });
         let Some(rows) = t.pk_rows(self.inner.s(), &IxKey::new(pk))? else { return Ok(None) };
         for &r in rows.as_slice() {
             if self.visible_at(t, r, at)? {
@@ -856,6 +860,8 @@ impl TxHandle {
         limit: usize,
         at: u64,
     ) -> SofortResult<Vec<(u64, Row)>> {
+        let ix = index.map(|i| u32::try_from(i).unwrap_or(u32::MAX));
+        self.inner.restart.note(Stmt::Scan { table: t.id.into(), index: ix });
         let batch_len = t.scan_batch(index, 64)?;
         let (mut lo, mut hi) = entry_bounds(lower, upper);
         let mut out = Vec::new();
@@ -890,6 +896,7 @@ impl TxHandle {
     /// `CTS = txid`, `DTS = INF`, then index entries. Returns its row id.
     pub fn insert(&mut self, t: &PTable, row: &[Value]) -> SofortResult<u64> {
         self.writable()?;
+        self.inner.restart.note(Stmt::Insert { table: t.id.into() });
         t.table.check_row(row)?;
         let inner = self.inner.clone();
         let s = inner.s();
@@ -910,6 +917,7 @@ impl TxHandle {
     /// else in `DTS` is a write-write conflict.
     pub fn delete(&mut self, t: &PTable, r: u64) -> SofortResult<()> {
         self.writable()?;
+        self.inner.restart.note(Stmt::Write { table: t.id.into() });
         let s = self.inner.s();
         let off = t.mvcc_at(r)? + 8;
         let mut cur = INF;
@@ -946,6 +954,7 @@ impl TxHandle {
     /// If the insert fails (a value too large, a full pool), the delete is undone: a failed
     /// update has no effect.
     pub fn update(&mut self, t: &PTable, r: u64, row: &[Value]) -> SofortResult<u64> {
+        self.inner.restart.note(Stmt::Write { table: t.id.into() });
         t.table.check_row(row)?;
         self.delete(t, r)?;
         match self.insert(t, row) {
