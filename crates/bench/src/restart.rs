@@ -96,6 +96,11 @@ fn usage(s: impl Into<String>) -> RestartError {
 pub const SETTINGS: &[(&str, &str)] = &[
     ("slots", "SofortConfig::slots: transaction slots (1..=960)"),
     ("alloc_slots", "SofortConfig::alloc_slots: slots of the persistent allocator"),
+    (
+        "prefault",
+        "pmem prefault (true/false): populate every segment's pages when mapped (the \
+         benchmark's default: true), inside open's time",
+    ),
 ];
 
 /// Named configurations that `--config NAME` (without settings) stands for.
@@ -154,6 +159,7 @@ impl RestartConfig {
     /// `base` with this configuration's settings applied.
     pub fn options(&self, base: Options) -> Result<Options, RestartError> {
         let mut sofort = base.sofort_config();
+        let mut pmem = base.pmem_options().clone();
         for (k, v) in &self.settings {
             let num = || -> Result<u32, RestartError> {
                 v.parse().map_err(|_| {
@@ -163,6 +169,12 @@ impl RestartConfig {
             match k.as_str() {
                 "slots" => sofort.slots = num()?,
                 "alloc_slots" => sofort.alloc_slots = num()?,
+                "prefault" => {
+                    let on = v.parse().map_err(|_| {
+                        usage(format!("configuration {:?}: {k}={v:?}: true or false", self.name))
+                    })?;
+                    pmem = pmem.prefault(on);
+                }
                 _ => {
                     let known: Vec<&str> = SETTINGS.iter().map(|s| s.0).collect();
                     return Err(usage(format!(
@@ -173,7 +185,7 @@ impl RestartConfig {
                 }
             }
         }
-        Ok(base.sofort(sofort))
+        Ok(base.sofort(sofort).pmem(pmem))
     }
 
     /// `NAME=SETTING=VALUE,…` (what [`RestartConfig::parse`] reads back).
@@ -1023,10 +1035,13 @@ mod tests {
         let c = RestartConfig::parse("sync").unwrap();
         assert_eq!(c.name, "sync");
         assert!(c.settings.is_empty());
-        let c = RestartConfig::parse("small=slots=8,alloc_slots=2").unwrap();
-        assert_eq!(c.options(Options::new()).unwrap().sofort_config().slots, 8);
+        let c = RestartConfig::parse("small=slots=8,alloc_slots=2,prefault=false").unwrap();
+        let o = c.options(Options::new().pmem(ferrite::pmem::Options::new().prefault(true)));
+        let o = o.unwrap();
+        assert_eq!(o.sofort_config().slots, 8);
+        assert!(!o.pmem_options().is_prefault());
         assert_eq!(RestartConfig::parse(&c.encode()).unwrap(), c);
-        for bad in ["", "a b=", "nope", "x=slots", "x=slots=many", "x=color=red"] {
+        for bad in ["", "a b=", "nope", "x=slots", "x=slots=many", "x=color=red", "x=prefault=1"] {
             assert!(
                 matches!(RestartConfig::parse(bad), Err(RestartError::Usage(_))),
                 "{bad:?} accepted"

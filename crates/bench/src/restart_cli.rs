@@ -31,7 +31,7 @@ use crate::restart::{self, ChildSpec, Plan, RestartConfig, RestartWorkload, pars
                   configuration), restart-summary.txt and restart-<size>.svg (one line per \
                   configuration, a marker at each first commit) into --out.\n\n\
                   Configurations: --config NAME (a preset: sync) or \
-                  --config NAME=SETTING=VALUE,... (settings: slots, alloc_slots); repeat the \
+                  --config NAME=SETTING=VALUE,... (settings: slots, alloc_slots, prefault=true|false); repeat the \
                   flag to compare several. Durations: 5s, 100ms, 250us or plain seconds."
 )]
 pub struct RestartArgs {
