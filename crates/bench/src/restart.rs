@@ -533,7 +533,9 @@ fn warm_child(spec: &ChildSpec) -> Result<(), RestartError> {
         let (c1, t1) = (total(), Instant::now());
         let rest = spec.window.saturating_sub(start.elapsed());
         std::thread::sleep(rest);
-        while total() < spec.min_txns && !failed.load(Ordering::Relaxed) {
+        // At least `min_txns` in all, and at least one commit inside the measured half (a
+        // window too short for the machine would otherwise report a steady state of 0).
+        while (total() < spec.min_txns || total() == c1) && !failed.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(1));
         }
         let (c2, t2) = (total(), Instant::now());
@@ -929,7 +931,7 @@ pub fn summary(results: &[RunResult]) -> String {
             .map_or_else(|| "not reached".to_owned(), |t| format!("{:.0} ms", t * 1e3));
         s.push_str(&format!(
             "{} {}, configuration {}:\n\
-             \x20 load {:.1} s; pre-crash steady state {:.0} tx/s ({} commits before the kill; \
+             \x20 load {:.1} s; pre-crash steady state {:.0} tx/s ({} commits at its report, just before the kill; \
              warm child ended by signal {})\n\
              \x20 time to open {} (recovery report: open {}, first transaction {}, index \
              rebuild {}; {} live rows, {} committed areas, {} rolled forward, {} undone)\n\
