@@ -33,7 +33,8 @@
 //! adaptive) is one more arm in [`RestartConfig::options`] and one line in [`PRESETS`].
 //!
 //! # Protocol (child → parent, one line each on the child's stdout, after [`TAG`])
-//! - warm child: `steady <tx_per_s> <commits>` (then it runs on until killed);
+//! - warm child: `steady <tx_per_s> <commits>`, then `alive` every 50 ms (unread; a failed
+//!   write means the parent is gone, and the child exits) until it is killed;
 //! - measuring child: `open <ns>`, `recovery <key>=<value> …`, `first <ns>` (or `first none`),
 //!   `bucket <index> <commits>` for every bucket, `check ok <summary>` or
 //!   `check failed <what>`, `done <commits>`;
@@ -545,9 +546,15 @@ fn warm_child(spec: &ChildSpec) -> Result<(), RestartError> {
         }
         let secs = (t2 - t1).as_secs_f64().max(1e-9);
         line(&format!("steady {:.1} {c2}", (c2 - c1) as f64 / secs))?;
-        // Steady state: wait for the SIGKILL while the workers run.
+        // Steady state: wait for the SIGKILL while the workers run. The `alive` lines end the
+        // child if the parent is gone (the write fails on the closed pipe; the workers stop); the parent does
+        // not read them (a full pipe only blocks this thread, not the workers).
         while !failed.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(50));
+            if line("alive").is_err() {
+                failed.store(true, Ordering::Relaxed); // the workers stop
+                return Err(RestartError::Io("the parent is gone".into()));
+            }
         }
         let e = error.lock().unwrap_or_else(|p| p.into_inner()).take();
         Err(e.map_or_else(|| RestartError::Child("the workers stopped".into()), Into::into))
