@@ -529,35 +529,41 @@ fn warm_child(spec: &ChildSpec) -> Result<(), RestartError> {
                 }
             });
         }
-        let start = Instant::now();
-        std::thread::sleep(spec.window / 2);
-        let (c1, t1) = (total(), Instant::now());
-        let rest = spec.window.saturating_sub(start.elapsed());
-        std::thread::sleep(rest);
-        // At least `min_txns` in all, and at least one commit inside the measured half (a
-        // window too short for the machine would otherwise report a steady state of 0).
-        while (total() < spec.min_txns || total() == c1) && !failed.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        let (c2, t2) = (total(), Instant::now());
-        if failed.load(Ordering::Relaxed) {
-            let e = error.lock().unwrap_or_else(|p| p.into_inner()).take();
-            return Err(e.map_or_else(|| RestartError::Child("a worker failed".into()), Into::into));
-        }
-        let secs = (t2 - t1).as_secs_f64().max(1e-9);
-        line(&format!("steady {:.1} {c2}", (c2 - c1) as f64 / secs))?;
-        // Steady state: wait for the SIGKILL while the workers run. The `alive` lines end the
-        // child if the parent is gone (the write fails on the closed pipe; the workers stop); the parent does
-        // not read them (a full pipe only blocks this thread, not the workers).
-        while !failed.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(50));
-            if line("alive").is_err() {
-                failed.store(true, Ordering::Relaxed); // the workers stop
-                return Err(RestartError::Io("the parent is gone".into()));
+        // Whatever ends the main thread's part (a failed worker, a closed pipe: the parent is
+        // gone), the workers stop, so the scope can end.
+        let main = || -> Result<(), RestartError> {
+            let start = Instant::now();
+            std::thread::sleep(spec.window / 2);
+            let (c1, t1) = (total(), Instant::now());
+            let rest = spec.window.saturating_sub(start.elapsed());
+            std::thread::sleep(rest);
+            // At least `min_txns` in all, and at least one commit inside the measured half (a
+            // window too short for the machine would otherwise report a steady state of 0).
+            while (total() < spec.min_txns || total() == c1) && !failed.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(1));
             }
-        }
-        let e = error.lock().unwrap_or_else(|p| p.into_inner()).take();
-        Err(e.map_or_else(|| RestartError::Child("the workers stopped".into()), Into::into))
+            let (c2, t2) = (total(), Instant::now());
+            if failed.load(Ordering::Relaxed) {
+                let e = error.lock().unwrap_or_else(|p| p.into_inner()).take();
+                return Err(
+                    e.map_or_else(|| RestartError::Child("a worker failed".into()), Into::into)
+                );
+            }
+            let secs = (t2 - t1).as_secs_f64().max(1e-9);
+            line(&format!("steady {:.1} {c2}", (c2 - c1) as f64 / secs))?;
+            // Steady state: wait for the SIGKILL while the workers run. The `alive` lines end the
+            // child if the parent is gone (the write fails on the closed pipe); the parent does not
+            // read them (a full pipe only blocks this thread, not the workers).
+            while !failed.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(50));
+                line("alive")?;
+            }
+            let e = error.lock().unwrap_or_else(|p| p.into_inner()).take();
+            Err(e.map_or_else(|| RestartError::Child("the workers stopped".into()), Into::into))
+        };
+        let res = main();
+        failed.store(true, Ordering::Relaxed);
+        res
     })
 }
 
@@ -938,8 +944,8 @@ pub fn summary(results: &[RunResult]) -> String {
             .map_or_else(|| "not reached".to_owned(), |t| format!("{:.0} ms", t * 1e3));
         s.push_str(&format!(
             "{} {}, configuration {}:\n\
-             \x20 load {:.1} s; pre-crash steady state {:.0} tx/s ({} commits at its report, just before the kill; \
-             warm child ended by signal {})\n\
+             \x20 load {:.1} s; pre-crash steady state {:.0} tx/s ({} commits at its report, \
+             just before the kill; warm child ended by signal {})\n\
              \x20 time to open {} (recovery report: open {}, first transaction {}, index \
              rebuild {}; {} live rows, {} committed areas, {} rolled forward, {} undone)\n\
              \x20 time to first commit {}; time to 90 % of the pre-crash steady state {}; mean \

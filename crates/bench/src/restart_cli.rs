@@ -31,7 +31,8 @@ use crate::restart::{self, ChildSpec, Plan, RestartConfig, RestartWorkload, pars
                   configuration), restart-summary.txt and restart-<size>.svg (one line per \
                   configuration, a marker at each first commit) into --out.\n\n\
                   Configurations: --config NAME (a preset: sync) or \
-                  --config NAME=SETTING=VALUE,... (settings: slots, alloc_slots, prefault=true|false); repeat the \
+                  --config NAME=SETTING=VALUE,... (settings: slots, alloc_slots, \
+                  prefault=true|false); repeat the \
                   flag to compare several. Durations: 5s, 100ms, 250us or plain seconds."
 )]
 pub struct RestartArgs {
@@ -152,7 +153,8 @@ pub fn run(args: &RestartArgs) -> anyhow::Result<ExitCode> {
     let configs: Vec<String> = plan.configs.iter().map(ToString::to_string).collect();
     let header = format!(
         "Restart benchmark, {}\nMachine: {:?}\nCommand: {}\nBuild: {}\nThreads {}, warm {:?} \
-         (at least {} commits), after {:?} (at least {} commits), bucket {:?}, seed {}\nConfigurations: {}\n\
+         (at least {} commits), after {:?} (at least {} commits), bucket {:?}, seed {}\n\
+         Configurations: {}\n\
          Databases under {}\n\n",
         utc_now(),
         machine(),
