@@ -146,8 +146,8 @@ pub struct BenchArgs {
 /// Benchmarks with arguments of their own.
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum BenchCommand {
-    /// Restart benchmark: SIGKILL at steady state, then time to open, to first commit and
-    /// throughput over time after restart.
+    // The restart benchmark. About and long help come from `RestartArgs` (a doc comment here
+    // would replace them).
     Restart(Box<crate::restart_cli::RestartArgs>),
     /// The restart benchmark's child (started by `restart`).
     #[command(hide = true)]
