@@ -36,9 +36,15 @@ use crate::workload::{Distribution, WorkloadId, dist::DEFAULT_THETA};
                   printed as a side-by-side table with a ratio column. `--list` shows the \
                   workloads and engines; `--calibrate` compares the baselines with the \
                   project's calibration anchors; `--smoke` is the quick shape-and-consistency \
-                  pass CI runs."
+                  pass CI runs. `ferrite bench restart --help`: the restart benchmark \
+                  (SIGKILL at steady state, then time to first commit and throughput over \
+                  time).",
+    args_conflicts_with_subcommands = true
 )]
 pub struct BenchArgs {
+    /// A benchmark of its own instead of the suite.
+    #[command(subcommand)]
+    pub command: Option<BenchCommand>,
     /// Workloads (comma-separated; groups: micro, ycsb, oltp, all). Default: insert1,ycsb-a,tatp.
     #[arg(long = "workload", short = 'w', value_delimiter = ',', value_name = "W")]
     pub workloads: Vec<String>,
@@ -137,8 +143,24 @@ pub struct BenchArgs {
     pub no_progress: bool,
 }
 
+/// Benchmarks with arguments of their own.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum BenchCommand {
+    // The restart benchmark. About and long help come from `RestartArgs` (a doc comment here
+    // would replace them).
+    Restart(Box<crate::restart_cli::RestartArgs>),
+    /// The restart benchmark's child (started by `restart`).
+    #[command(hide = true)]
+    RestartChild(crate::restart_cli::RestartChildArgs),
+}
+
 /// Runs `ferrite bench` with `args`.
 pub fn run(args: &BenchArgs) -> anyhow::Result<ExitCode> {
+    match &args.command {
+        Some(BenchCommand::Restart(a)) => return crate::restart_cli::run(a),
+        Some(BenchCommand::RestartChild(a)) => return crate::restart_cli::run_child(a),
+        None => {}
+    }
     if args.list {
         print_list();
         return Ok(ExitCode::SUCCESS);
@@ -167,16 +189,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         Mode::Run
     };
     let (spec_base, ratio_to) = build_spec(args, mode)?;
-    let parent = match &args.dir {
-        Some(d) => d.clone(),
-        None => {
-            let shm = PathBuf::from("/dev/shm");
-            if shm.is_dir() { shm } else { std::env::temp_dir() }
-        }
-    };
-    if !parent.is_dir() {
-        bail!("--dir {}: not a directory", parent.display());
-    }
+    let parent = data_parent(args.dir.as_deref())?;
     let stamp = utc_stamp();
     let run_dir = parent.join(format!("ferrite-bench-{}-{stamp}", std::process::id()));
     std::fs::create_dir(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
@@ -289,6 +302,21 @@ enum Mode {
     Run,
     Calibrate,
     Smoke,
+}
+
+/// The parent directory of a run's data: `dir`, else `/dev/shm` (else the temp directory).
+pub(crate) fn data_parent(dir: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let parent = match dir {
+        Some(d) => d.to_path_buf(),
+        None => {
+            let shm = PathBuf::from("/dev/shm");
+            if shm.is_dir() { shm } else { std::env::temp_dir() }
+        }
+    };
+    if !parent.is_dir() {
+        bail!("--dir {}: not a directory", parent.display());
+    }
+    Ok(parent)
 }
 
 struct Cleanup {

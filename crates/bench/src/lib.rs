@@ -22,6 +22,10 @@
 //! `EngineKind`); a baseline is a variant of [`subject::EngineId`] and a module implementing
 //! [`subject::Subject`].
 //!
+//! The restart benchmark ([`restart`], `ferrite bench restart`) kills a child running TATP or
+//! TPC-C on SOFORT with SIGKILL at steady state and measures, in a fresh process, the time to
+//! open, to the first commit and the throughput over time after the restart.
+//!
 //! Performance is measured here and never asserted in tests; tests check shapes and
 //! consistency.
 #![forbid(unsafe_code)]
@@ -34,6 +38,8 @@ pub mod machine;
 pub mod oltp;
 pub mod plot;
 pub mod report;
+pub mod restart;
+pub mod restart_cli;
 pub mod runner;
 pub mod spec;
 pub mod subject;

@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::report::{CsvRow, read_csv, si};
@@ -158,14 +159,8 @@ fn draw(
     let (x0, x1) = if x1 > x0 { (x0, x1) } else { (x0 - 1.0, x0 + 1.0) };
     let pad = (x1 - x0) * 0.05;
     let root = SVGBackend::new(path, (960, 600)).into_drawing_area();
-    root.fill(&WHITE).map_err(|x| e(&x))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 22))
-        .margin(16)
-        .x_label_area_size(48)
-        .y_label_area_size(90)
-        .build_cartesian_2d((x0 - pad)..(x1 + pad), 0.0..(ymax * 1.15).max(1.0))
-        .map_err(|x| e(&x))?;
+    let mut chart =
+        canvas(&root, title, (x0 - pad)..(x1 + pad), 0.0..(ymax * 1.15).max(1.0), path)?;
     // Thread counts and latencies are whole numbers: label only integral ticks, and ask for no
     // more ticks than there are integers in range (at most 12).
     let xfmt =
@@ -203,15 +198,121 @@ fn draw(
                 .map_err(|x| e(&x))?;
         }
     }
+    finish(&mut chart, &root, SeriesLabelPosition::UpperRight, path)
+}
+
+type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// A white canvas on `root` with `title` and the given axis ranges.
+fn canvas<'a, 'b: 'a>(
+    root: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+    title: &str,
+    x: std::ops::Range<f64>,
+    y: std::ops::Range<f64>,
+    path: &Path,
+) -> Result<Chart<'a, 'b>, String> {
+    let e = |e: &dyn std::fmt::Display| format!("plot {}: {e}", path.display());
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(90)
+        .build_cartesian_2d(x, y)
+        .map_err(|x| e(&x))
+}
+
+/// Draws the legend at `position` and writes the file.
+fn finish<'a, 'b: 'a>(
+    chart: &mut Chart<'a, 'b>,
+    root: &DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+    position: SeriesLabelPosition,
+    path: &Path,
+) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| format!("plot {}: {e}", path.display());
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
+        .position(position)
         .draw()
         .map_err(|x| e(&x))?;
-    root.present().map_err(|x| e(&x))?;
-    Ok(())
+    root.present().map_err(|x| e(&x))
+}
+
+/// One line of a restart plot ([`restart_plot`]): a configuration's throughput over seconds
+/// since restart, when its first transaction committed, and its pre-crash steady state.
+#[derive(Clone, Debug)]
+pub struct RestartLine {
+    /// The configuration's name.
+    pub name: String,
+    /// `(seconds since restart, transactions/s)`.
+    pub points: Vec<(f64, f64)>,
+    /// Seconds since restart of the first commit, if any.
+    pub first_commit_s: Option<f64>,
+    /// The pre-crash steady state, transactions/s.
+    pub steady_tx_s: f64,
+}
+
+/// Draws the restart benchmark's plot: throughput over seconds since restart, one line per
+/// configuration, a dotted horizontal line at its pre-crash steady state and a vertical marker
+/// at its first commit (labelled with the time).
+pub fn restart_plot(path: &Path, title: &str, lines: &[RestartLine]) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| format!("plot {}: {e}", path.display());
+    let x1 = lines.iter().flat_map(|l| l.points.iter().map(|p| p.0)).fold(0.0f64, f64::max);
+    let x1 = if x1 > 0.0 { x1 } else { 1.0 };
+    let ymax = lines
+        .iter()
+        .flat_map(|l| l.points.iter().map(|p| p.1).chain([l.steady_tx_s]))
+        .fold(0.0f64, f64::max);
+    let ytop = (ymax * 1.15).max(1.0);
+    let root = SVGBackend::new(path, (960, 600)).into_drawing_area();
+    let mut chart = canvas(&root, title, 0.0..x1 * 1.02, 0.0..ytop, path)?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds since restart (SIGKILL, then open)")
+        .y_desc("committed transactions/s")
+        .y_label_formatter(&|v| si(*v))
+        .draw()
+        .map_err(|x| e(&x))?;
+    for (i, l) in lines.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let style = color.stroke_width(2);
+        // Each bucket drawn as a step: flat over its width.
+        let width = l.points.first().map_or(0.0, |p| p.0);
+        let mut steps = Vec::with_capacity(l.points.len() * 2);
+        for &(x, y) in &l.points {
+            steps.push((x - width, y));
+            steps.push((x, y));
+        }
+        chart
+            .draw_series(LineSeries::new(steps, style))
+            .map_err(|x| e(&x))?
+            .label(l.name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+        let thin = color.stroke_width(1);
+        chart
+            .draw_series(DashedLineSeries::new(
+                vec![(0.0, l.steady_tx_s), (x1, l.steady_tx_s)],
+                3,
+                4,
+                thin,
+            ))
+            .map_err(|x| e(&x))?
+            .label(format!("{}: before the kill ({} tx/s)", l.name, si(l.steady_tx_s)))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], thin));
+        if let Some(t) = l.first_commit_s {
+            chart
+                .draw_series(DashedLineSeries::new(vec![(t, 0.0), (t, ytop)], 8, 5, style))
+                .map_err(|x| e(&x))?
+                .label(format!("{}: first commit at {:.1} ms", l.name, t * 1e3))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+            chart
+                .draw_series([TriangleMarker::new((t, 0.0), 7, color.filled())])
+                .map_err(|x| e(&x))?;
+        }
+    }
+    finish(&mut chart, &root, SeriesLabelPosition::LowerRight, path)
 }
 
 #[cfg(test)]
@@ -281,6 +382,26 @@ mod tests {
         assert!(files[2].ends_with("w-p99-latency.svg"), "{files:?}");
         assert!(p99.iter().any(|t| t == "p99 latency (µs)"), "{p99:?}");
         assert!(p99.iter().any(|t| t == "LMDB t2 (baseline, 0 ns)"), "{p99:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_restart_plot_has_a_line_per_configuration_and_first_commit_markers() {
+        let dir = std::env::temp_dir().join(format!("ferrite-plot-restart-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("r.svg");
+        let line = |name: &str, first: Option<f64>| RestartLine {
+            name: name.into(),
+            points: (1..=20).map(|i| (f64::from(i) * 0.1, 1000.0 * f64::from(i.min(10)))).collect(),
+            first_commit_s: first,
+            steady_tx_s: 9000.0,
+        };
+        restart_plot(&path, "t", &[line("sync", Some(0.0123)), line("other", None)]).unwrap();
+        let t = texts(&path);
+        assert!(t.iter().any(|x| x == "sync"), "{t:?}");
+        assert!(t.iter().any(|x| x == "other"), "{t:?}");
+        assert!(t.iter().any(|x| x == "sync: first commit at 12.3 ms"), "{t:?}");
+        assert!(!t.iter().any(|x| x.starts_with("other: first commit")), "{t:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

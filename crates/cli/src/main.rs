@@ -37,7 +37,7 @@ enum Command {
     /// image and check it against the target's model (exit 0 passed, 1 failure found).
     Crashtest(crashtest::CrashtestArgs),
     // About and long help come from `BenchArgs`.
-    Bench(ferrite_bench::cli::BenchArgs),
+    Bench(Box<ferrite_bench::cli::BenchArgs>),
     /// Open a PAllocator pool set (recovering it, as any open does), run its full check and
     /// print segments, pages per class and blocks (exit 0 passed, 1 inconsistent).
     AllocStats(alloc_stats::AllocStatsArgs),

@@ -665,8 +665,23 @@ impl Summary {
     }
 }
 
-/// Kills the child when dropped, if it still runs.
-struct ChildGuard(Child);
+/// Kills the child when dropped, if it still runs (the restart benchmark's children too).
+pub(crate) struct ChildGuard(pub(crate) Child);
+
+/// Spawns `cmd` with its stdout piped to the caller (stdin empty, stderr inherited).
+pub(crate) fn spawn_piped(
+    mut cmd: Command,
+) -> Result<(ChildGuard, BufReader<ChildStdout>), String> {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("spawn the child: {e}"))?;
+    let mut guard = ChildGuard(child);
+    let stdout = guard.0.stdout.take().ok_or_else(|| "no pipe to the child".to_owned())?;
+    Ok((guard, BufReader::new(stdout)))
+}
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {
@@ -790,15 +805,7 @@ impl Campaign {
             max_commits: self.cfg.child_max_commits,
             fault: self.cfg.fault,
         };
-        let child = launch(&spec)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| CampaignError::Io(format!("spawn the child: {e}")))?;
-        let mut guard = ChildGuard(child);
-        let stdout = guard.0.stdout.take().ok_or_else(|| CampaignError::Io("no pipe".into()))?;
-        let mut reader = BufReader::new(stdout);
+        let (mut guard, mut reader) = spawn_piped(launch(&spec)).map_err(CampaignError::Io)?;
         let mut pending: Option<(u64, Vec<Write>)> = None;
         let got = self.read_lines(&mut reader, Some(n), &mut pending)?;
         let killed = got == n;

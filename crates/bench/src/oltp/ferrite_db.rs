@@ -12,22 +12,26 @@ use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;
 
-use ferrite::{Database, EngineKind, Error, Key, Read, Scan, TableSchema, Type, Value};
+use ferrite::{
+    Database, Error, Key, Options, Read, RecoveryReport, Scan, TableSchema, Type, Value,
+};
 
 use super::{OltpBody, OltpOps, OltpSession, OltpSubject, Range, Row, Schema, TableDef, TableId};
-use crate::subject::ferrite_db::{engine_err, info, options};
+use crate::subject::ferrite_db::{engine_err, info};
 use crate::subject::{OpError, SubjectInfo, SubjectSetup, TxnKind};
 
 /// Name of the packed-key column of a table with a composite key.
 pub(super) const PK: &str = "pk_";
 
+/// Creates the database in `dir` with `options` (the engine among them; the benchmark's are
+/// [`options`]) and `schema`'s tables.
 pub(super) fn open(
-    kind: EngineKind,
+    options: Options,
     dir: &Path,
     setup: &SubjectSetup,
     schema: &Arc<Schema>,
 ) -> Result<Box<dyn OltpSubject>, OpError> {
-    let options = options(kind, setup);
+    let kind = options.engine_kind();
     let settings = options.engine_settings();
     let db = Database::create(dir.join("ferrite-db"), options).map_err(engine_err)?;
     for t in &schema.tables {
@@ -59,12 +63,12 @@ pub(super) fn open(
 /// Opens the database [`open`] created in `dir` (recovery runs inside `Database::open`) and
 /// checks that every table of `schema` is there with its columns.
 pub(super) fn reopen(
-    kind: EngineKind,
+    options: Options,
     dir: &Path,
     setup: &SubjectSetup,
     schema: &Arc<Schema>,
 ) -> Result<Box<dyn OltpSubject>, OpError> {
-    let options = options(kind, setup);
+    let kind = options.engine_kind();
     let settings = options.engine_settings();
     let db = Database::open(dir.join("ferrite-db"), options).map_err(engine_err)?;
     for t in &schema.tables {
@@ -99,6 +103,10 @@ impl OltpSubject for FerriteOltp {
 
     fn engine_check(&self) -> Option<Result<String, OpError>> {
         Some(self.db.check().map_err(engine_err))
+    }
+
+    fn recovery_report(&self) -> Option<RecoveryReport> {
+        self.db.recovery_report()
     }
 }
 
@@ -328,6 +336,7 @@ mod tests {
     use super::*;
     use crate::oltp::{ColType, OltpSubject, testing};
     use crate::subject::EngineId;
+    use ferrite::EngineKind;
     use ferrite::pmem::internals::testing::TestDir;
 
     /// Regression: a key that a concurrent transaction committed after this one's snapshot is

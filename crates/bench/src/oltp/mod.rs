@@ -51,6 +51,7 @@ use std::sync::Arc;
 
 use ferrite::Value;
 
+use crate::subject::ferrite_db::options as ferrite_options;
 use crate::subject::{EngineId, OpError, SubjectInfo, SubjectSetup, TxnKind};
 use crate::workload::{Check, Instance, PointWorkload, Thread, WorkerReport};
 
@@ -472,6 +473,11 @@ pub trait OltpSubject: Send + Sync {
     fn engine_check(&self) -> Option<Result<String, OpError>> {
         None
     }
+    /// What the engine's `open` recovered and how long it took (Ferrite's
+    /// `Database::recovery_report`): `None` for engines without one and for a fresh database.
+    fn recovery_report(&self) -> Option<ferrite::RecoveryReport> {
+        None
+    }
 }
 
 /// Whether `engine` runs the OLTP workloads.
@@ -486,21 +492,23 @@ pub fn open(
     setup: &SubjectSetup,
     schema: &Arc<Schema>,
 ) -> Result<Box<dyn OltpSubject>, OpError> {
-    std::fs::create_dir_all(dir)
-        .map_err(|e| OpError::Engine(format!("create {}: {e}", dir.display())))?;
     match engine {
-        EngineId::Ferrite(kind) => ferrite_db::open(kind, dir, setup, schema),
+        EngineId::Ferrite(kind) => open_ferrite(ferrite_options(kind, setup), dir, setup, schema),
         EngineId::SqliteWalFull | EngineId::SqliteWalNormal | EngineId::SqliteJournalFull => {
+            make_dir(dir)?;
             sqlite::open(engine, dir, setup, schema)
         }
-        EngineId::Lmdb => lmdb::open(dir, setup, schema),
+        EngineId::Lmdb => {
+            make_dir(dir)?;
+            lmdb::open(dir, setup, schema)
+        }
         EngineId::Pmdk => Err(OpError::Engine("PMDK runs no OLTP workload".into())),
     }
 }
 
 /// Opens the existing instance of a persistent Ferrite engine that [`open`] made in `dir`
 /// (recovering it after a crash), checking that it holds `schema`'s tables. Other engines
-/// and the in-memory reference engine are refused (the kill campaign is its only user).
+/// and the in-memory reference engine are refused.
 pub fn reopen(
     engine: EngineId,
     dir: &Path,
@@ -508,13 +516,45 @@ pub fn reopen(
     schema: &Arc<Schema>,
 ) -> Result<Box<dyn OltpSubject>, OpError> {
     match engine {
-        EngineId::Ferrite(kind) if kind.is_persistent() => {
-            ferrite_db::reopen(kind, dir, setup, schema)
-        }
+        EngineId::Ferrite(kind) => reopen_ferrite(ferrite_options(kind, setup), dir, setup, schema),
         _ => Err(OpError::Engine(format!(
             "{engine}: only a persistent Ferrite engine can be reopened"
         ))),
     }
+}
+
+/// Creates a fresh Ferrite database in `dir` (created) with `schema`, opened with `options`
+/// as they are (the engine among them): the restart benchmark's configurations.
+pub fn open_ferrite(
+    options: ferrite::Options,
+    dir: &Path,
+    setup: &SubjectSetup,
+    schema: &Arc<Schema>,
+) -> Result<Box<dyn OltpSubject>, OpError> {
+    make_dir(dir)?;
+    ferrite_db::open(options, dir, setup, schema)
+}
+
+fn make_dir(dir: &Path) -> Result<(), OpError> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| OpError::Engine(format!("create {}: {e}", dir.display())))
+}
+
+/// Opens the database [`open_ferrite`] (or [`open`]) made in `dir` with `options` (recovering
+/// it after a crash), checking that it holds `schema`'s tables.
+pub fn reopen_ferrite(
+    options: ferrite::Options,
+    dir: &Path,
+    setup: &SubjectSetup,
+    schema: &Arc<Schema>,
+) -> Result<Box<dyn OltpSubject>, OpError> {
+    if !options.engine_kind().is_persistent() {
+        return Err(OpError::Engine(format!(
+            "{}: only a persistent Ferrite engine can be reopened",
+            options.engine_kind()
+        )));
+    }
+    ferrite_db::reopen(options, dir, setup, schema)
 }
 
 /// An OLTP workload for one point.
