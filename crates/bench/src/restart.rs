@@ -97,6 +97,16 @@ fn usage(s: impl Into<String>) -> RestartError {
 pub const SETTINGS: &[(&str, &str)] = &[
     ("slots", "SofortConfig::slots: transaction slots (1..=960)"),
     ("alloc_slots", "SofortConfig::alloc_slots: slots of the persistent allocator"),
+    ("recovery", "SofortConfig::recovery: sync (indexes rebuilt before open returns) or instant"),
+    (
+        "recovery_threads",
+        "SofortConfig::recovery_threads: index rebuild threads (0: one per index)",
+    ),
+    (
+        "strategy",
+        "SofortConfig::recovery_strategy: a label of the seed's Table 6.1 (rk.Q1.R1, !rk.Q1.R1, \
+         rk.Qad.R2ad, sync.R2); overrides recovery and recovery_threads",
+    ),
     (
         "prefault",
         "pmem prefault (true/false): populate every segment's pages when mapped (the \
@@ -108,6 +118,10 @@ pub const SETTINGS: &[(&str, &str)] = &[
 pub const PRESETS: &[(&str, &str)] = &[
     // Synchronous recovery (the default): `open` returns with every DRAM index rebuilt.
     ("sync", ""),
+    // Instant recovery: open returns once rows are classified; indexes rebuilt behind it.
+    ("instant", "recovery=instant"),
+    // Adaptive recovery: ranked by the restart workload, threads released as benefit falls.
+    ("adaptive", "strategy=rk.Qad.R2ad"),
 ];
 
 /// A named set of settings of the database's [`Options`].
@@ -170,6 +184,25 @@ impl RestartConfig {
             match k.as_str() {
                 "slots" => sofort.slots = num()?,
                 "alloc_slots" => sofort.alloc_slots = num()?,
+                "recovery" => {
+                    sofort.recovery = match v.as_str() {
+                        "sync" => ferrite::RecoveryMode::Synchronous,
+                        "instant" => ferrite::RecoveryMode::Instant,
+                        _ => {
+                            return Err(usage(format!(
+                                "configuration {:?}: {k}={v:?}: sync or instant",
+                                self.name
+                            )));
+                        }
+                    }
+                }
+                "recovery_threads" => sofort.recovery_threads = num()?,
+                "strategy" => {
+                    let s: ferrite::RecoveryStrategy = v.parse().map_err(|e| {
+                        usage(format!("configuration {:?}: {k}={v:?}: {e}", self.name))
+                    })?;
+                    sofort.recovery_strategy = Some(s);
+                }
                 "prefault" => {
                     let on = v.parse().map_err(|_| {
                         usage(format!("configuration {:?}: {k}={v:?}: true or false", self.name))
