@@ -392,16 +392,10 @@ const SOFORT_BENIGN: &[(&str, &str)] = &[
 
 /// `db-sofort-continue`'s benign sites: `SOFORT_BENIGN` and these (found by its mutation
 /// check, `tests/db.rs`).
-const CONTINUE_BENIGN: &[(&str, &str)] = &[
-    (
-        "alloc/redo.rs:323:",
-        "P-ALLOC-3 disarm flush after a commit: NOT shown harmless here, only not detected by this variant's mix (a third of the transactions continuable changes which allocator operations follow each other); db-sofort's mutation check detects the same site",
-    ),
-    (
-        "sofort/txn.rs:1181:",
-        "P-SOF-32 reached only inside recovery, by the commit of a resumed transaction that wrote nothing (its completed statements wrote nothing): if the clear is lost, the next recovery finds it unfinished again with the same empty effects and commits it again; the unit test a_continuable_transaction_that_wrote_nothing_is_not_unfinished_after_commit detects the loss",
-    ),
-];
+const CONTINUE_BENIGN: &[(&str, &str)] = &[(
+    "sofort/txn.rs:1181:",
+    "P-SOF-32 reached only inside recovery, by the commit of a resumed transaction that wrote nothing (its completed statements wrote nothing): if the clear is lost, the next recovery finds it unfinished again with the same empty effects and commits it again; the unit test a_continuable_transaction_that_wrote_nothing_is_not_unfinished_after_commit detects the loss",
+)];
 
 fn continue_benign() -> &'static [(&'static str, &'static str)] {
     static ALL: OnceLock<Vec<(&'static str, &'static str)>> = OnceLock::new();
