@@ -390,18 +390,6 @@ const SOFORT_BENIGN: &[(&str, &str)] = &[
     ),
 ];
 
-/// `db-sofort-continue`'s benign sites: `SOFORT_BENIGN` and these (found by its mutation
-/// check, `tests/db.rs`).
-const CONTINUE_BENIGN: &[(&str, &str)] = &[(
-    "sofort/txn.rs:1181:",
-    "P-SOF-32 log clear of a continuable transaction that wrote nothing (this workload's continuable transactions that abort or commit only read; so does a resumed one whose completed statements wrote nothing): if the clear is lost, recovery finds it unfinished with no effects and the target resumes and commits it, which changes nothing. The unit tests a_continuable_transaction_that_wrote_nothing_is_not_unfinished_after_commit and an_aborted_unfinished_transaction_is_gone_after_the_next_crash (an abort after writes) detect the loss",
-)];
-
-fn continue_benign() -> &'static [(&'static str, &'static str)] {
-    static ALL: OnceLock<Vec<(&'static str, &'static str)>> = OnceLock::new();
-    ALL.get_or_init(|| SOFORT_BENIGN.iter().chain(CONTINUE_BENIGN).copied().collect())
-}
-
 /// Whether `kind` relies on axiom M2 (same-line stores durable in order). SOFORT does: its
 /// commit word shares the area's header line with what it commits (P-SOF-7), and `CTS`/`DTS`
 /// pairs share a line. An engine not listed here is torn at word granularity.
@@ -848,8 +836,8 @@ impl Target for DbTarget {
         }
     }
     fn benign_sites(&self) -> &'static [(&'static str, &'static str)] {
+        // db-sofort-continue too: its mutation check found no other benign site.
         match self.kind.name() {
-            "sofort" if self.continuable => continue_benign(),
             "sofort" => SOFORT_BENIGN,
             _ => &[],
         }
