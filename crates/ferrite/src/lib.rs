@@ -87,7 +87,9 @@ mod value;
 
 pub use db::{Database, RecoveryReport, UnfinishedTransaction};
 pub use error::{Error, Result, SchemaError};
-pub use options::{Concurrency, EngineKind, Options, SofortConfig, WhileWriting};
+pub use options::{
+    Concurrency, DEFAULT_UNFINISHED_TIMEOUT, EngineKind, Options, SofortConfig, WhileWriting,
+};
 pub use query::{Direction, Predicate, Projection, Scan};
 pub use schema::{Column, IndexSchema, PRIMARY, TableSchema};
 pub use txn::{CommitTicket, Read, ReadTransaction, Transaction};
