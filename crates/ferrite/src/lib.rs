@@ -90,7 +90,9 @@ pub use engine::sofort::RecoveryMode;
 pub use engine::sofort::adaptive as adaptive_recovery;
 pub use engine::sofort::adaptive::Strategy as RecoveryStrategy;
 pub use error::{Error, Result, SchemaError};
-pub use options::{Concurrency, EngineKind, Options, SofortConfig, WhileWriting};
+pub use options::{
+    Concurrency, DEFAULT_UNFINISHED_TIMEOUT, EngineKind, Options, SofortConfig, WhileWriting,
+};
 pub use query::{Direction, Predicate, Projection, Scan};
 pub use schema::{Column, IndexSchema, PRIMARY, TableSchema};
 pub use txn::{CommitTicket, Read, ReadTransaction, Transaction};

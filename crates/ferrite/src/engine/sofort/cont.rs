@@ -303,6 +303,9 @@ impl TxHandle {
         let inner = self.inner.clone();
         let s = inner.s();
         let stmt = c.statements;
+        let next = stmt.checked_add(1).ok_or_else(|| {
+            StorageError::InvalidArgument("a continuable transaction of 2^32 statements".into())
+        })?;
         let mut recs = Vec::new();
         let mut lines = Vec::new();
         for (kind, list, from) in
@@ -344,11 +347,11 @@ impl TxHandle {
             s.flush_rule("P-SOF-30", g, len)?; // ORDER(P-SOF-30): the statement's records
         }
         s.fence_rule("P-SOF-30"); // ORDER(P-SOF-30): records, locks, values durable before the counter
-        let state = u64::from(stmt + 1) << 32 | u64::from(pos);
+        let state = u64::from(next) << 32 | u64::from(pos);
         s.store_u64(head + L_STATE, state, Ordering::Release)?;
         s.persist_rule("P-SOF-31", head + L_STATE, 8)?; // ORDER(P-SOF-31): the statement is complete
         self.cont = Some(Box::new(ContState {
-            statements: stmt + 1,
+            statements: next,
             pos,
             created: self.created.len(),
             deleted: self.deleted.len(),

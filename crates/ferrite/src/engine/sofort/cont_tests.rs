@@ -368,3 +368,41 @@ fn a_reused_log_header_never_mixes_two_transactions() {
         st2.check().unwrap();
     }
 }
+
+/// A damaged continuation log is `Corrupted` at open, never a panic: a flipped payload byte
+/// (checksum), a state word ending beyond the chain, a bad magic.
+#[test]
+fn a_damaged_continuation_log_is_corrupted() {
+    let img = crashed_in_statement_3();
+    let (st, _) = SofortStore::open(PoolSet::open_sim(&img, &opts()).unwrap()).unwrap();
+    let head = lock_log_head(&st);
+    let s = st.inner.s();
+    let state = s.load_u64(head + L_STATE, Ordering::Acquire).unwrap();
+    let first = s.load_u64(head + L_DATA + 16, Ordering::Acquire).unwrap();
+    let damage = [
+        (head + L_DATA + 16, first ^ 1),
+        (head + L_STATE, state | 0x7fff_0000),
+        (head + L_MAGIC, 0x1234),
+    ];
+    for (off, v) in damage {
+        let old = s.load_u64(off, Ordering::Acquire).unwrap();
+        s.store_u64(off, v, Ordering::Release).unwrap();
+        // ORDER(P-APP-1): the test's damage is durable before the image is taken
+        s.persist(off, 8).unwrap();
+        let bad = st.inner.pm.set().sim().unwrap().capture(&ImageSpec::durable());
+        match SofortStore::open(PoolSet::open_sim(&bad, &opts()).unwrap()) {
+            Err(SofortError::Storage(StorageError::Corrupted { .. })) => {}
+            other => panic!("damage at {off:#x}: {other:?}"),
+        }
+        s.store_u64(off, old, Ordering::Release).unwrap();
+        // ORDER(P-APP-1): the damage undone before the next one
+        s.persist(off, 8).unwrap();
+    }
+}
+
+/// The first block of the log of the (one) slot holding an unfinished transaction.
+fn lock_log_head(st: &SofortStore) -> u64 {
+    let u = st.unfinished();
+    let slot = &st.inner.slots[u[0].txid as usize & ((1 << SLOT_BITS) - 1)];
+    slot.local.lock().unwrap().log[0]
+}
