@@ -339,9 +339,12 @@ impl DbTarget {
         } else {
             (ferrite::RecoveryMode::Synchronous, None)
         };
+        // One rebuild thread: a synchronous open rebuilds on the opening thread (no thread is
+        // spawned: the simulated domain sees the threads of E1's open).
         Options::new().engine(self.kind).pmem(pmem_options()).sofort(ferrite::SofortConfig {
             slots: 4,
             recovery,
+            recovery_threads: 1,
             rebuild_hold,
             ..Default::default()
         })
