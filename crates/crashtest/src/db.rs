@@ -362,9 +362,12 @@ impl DbTarget {
         } else {
             (ferrite::RecoveryMode::Synchronous, None)
         };
+        // One rebuild thread: a synchronous open rebuilds on the opening thread (no thread is
+        // spawned: the simulated domain sees the threads of E1's open).
         Options::new().engine(self.kind).pmem(pmem_options()).sofort(ferrite::SofortConfig {
             slots: 4,
             recovery,
+            recovery_threads: 1,
             rebuild_hold,
             ..Default::default()
         })
@@ -414,11 +417,11 @@ const SOFORT_BENIGN: &[(&str, &str)] = &[
         "P-SOF-2 zeroed MVCC block before its publication: NOT shown harmless, only not reached. Every MVCC block the workload adds comes fresh from the pool, zero on media, so none of the workload's persists here changes the durable image; only inside recoveries (the probe growing a table onto a block that held data before) did one, and the mutated run, with every recovery crashed after the dropped persist, found no failure. A reused block whose stale bytes were read as MVCC entries would be a real loss",
     ),
     (
-        "sofort/recovery.rs:119:",
+        "sofort/recovery.rs:116:",
         "P-SOF-1 empty catalog: every line of it is persisted again before creation returns: geometry, checksum and magic (one line) by the checksum and magic persists, the directory and area pointers by their publications (P-SOF-2), the staging line by the first staged allocation, epoch and ceiling by the open that ends creation (P-SOF-3); a crash before that is inside creation, when the store may fail to open (with that line lost, the zero ceiling is reported as a corrupt catalog rather than an unfinished creation)",
     ),
     (
-        "sofort/recovery.rs:136:",
+        "sofort/recovery.rs:133:",
         "P-SOF-1 checksum: it shares the magic's line and is stored before it; with M2 (declared) it is durable no later than the magic",
     ),
     (
@@ -446,6 +449,21 @@ const SOFORT_BENIGN: &[(&str, &str)] = &[
         "P-PM-2 shutdown state: it only tells open whether the set was closed cleanly, and SOFORT recovers the same way either way",
     ),
 ];
+
+/// `db-sofort-instant`'s undetected sites: SOFORT's, and one that is not shown harmless.
+fn sofort_instant_benign() -> &'static [(&'static str, &'static str)] {
+    static LIST: OnceLock<Vec<(&'static str, &'static str)>> = OnceLock::new();
+    LIST.get_or_init(|| {
+        SOFORT_BENIGN
+            .iter()
+            .copied()
+            .chain([(
+                "alloc/redo.rs:323:",
+                "P-ALLOC-3 disarm after a commit: NOT shown harmless, only not detected here. db-sofort detects it with seed 0x5eed (its probe runs allocator operations after recovery and a nested crash lands after them); this target runs the same workload and probe, but its recoveries differ (instant open, the held rebuild) and its random nested crashes (5 % in the mutation test) did not land where the loss shows. Undetected by db-sofort too with other seeds (2026-11-25, a time-based seed)",
+            )])
+            .collect()
+    })
+}
 
 /// Whether `kind` relies on axiom M2 (same-line stores durable in order). SOFORT does: its
 /// commit word shares the area's header line with what it commits (P-SOF-7), and `CTS`/`DTS`
@@ -897,6 +915,7 @@ impl Target for DbTarget {
     fn benign_sites(&self) -> &'static [(&'static str, &'static str)] {
         // db-sofort-continue too: its mutation check found no other benign site.
         match self.kind.name() {
+            "sofort" if self.instant => sofort_instant_benign(),
             "sofort" => SOFORT_BENIGN,
             _ => &[],
         }

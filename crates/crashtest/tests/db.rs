@@ -69,10 +69,13 @@ fn small_workload_passes_exhaustively() {
 #[ignore = "minutes long: run with --ignored (see the doc comment)"]
 fn every_persist_site_of_the_db_targets_is_needed() {
     let dir = TestDir::new("crashtest-db-mutate");
-    for kind in EngineKind::persistent() {
+    let targets = EngineKind::persistent()
+        .map(|kind| DbTarget::with_txns(kind, 30))
+        .chain([DbTarget::instant(30)]);
+    for t in targets {
         // The registered workload shortened to 30 transactions, few nested crashes: a site
         // whose loss goes undetected (the benign ones) costs a whole run, which must finish.
-        let t = Arc::new(DbTarget::with_txns(kind, 30));
+        let t = Arc::new(t);
         let m = ferrite_crashtest::mutate(
             t.clone(),
             &Config { nested_rate: 0.05, ..cfg(&dir, 10_000) },
@@ -82,7 +85,7 @@ fn every_persist_site_of_the_db_targets_is_needed() {
         assert!(m.passed(), "{m}");
         let detected = m.sites.iter().filter(|(_, o)| *o == MutationOutcome::Detected).count();
         assert!(detected >= 20, "{m}");
-        if kind.name() == "sofort" {
+        if t.name().starts_with("db-sofort") {
             // Recovery's roll-forward (flush and fence) matters only once a transaction of
             // the new run rewrites the slot's area: the probe after recovery shows it.
             let roll_forward: Vec<_> =

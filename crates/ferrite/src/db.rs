@@ -51,8 +51,8 @@ pub struct RecoveryReport {
     pub time_to_index_rebuild: Duration,
     /// Whether every index is rebuilt (always, for synchronous recovery).
     pub indexes_complete: bool,
-    /// Per index rebuilt in the background (`table.primary`, `table.<index>`): until its
-    /// rebuild completed (`None`: not yet, or it failed).
+    /// Per index rebuilt at this open (`table.primary`, `table.<index>`): until its rebuild
+    /// completed (`None`: not yet, or it failed). Empty for engines without such a rebuild.
     pub index_times: Vec<(String, Option<Duration>)>,
     /// Whether the previous opener closed the database cleanly.
     pub clean_shutdown: bool,

@@ -335,17 +335,14 @@ impl Engine for Sofort {
 
     fn recovery_report(&self) -> Option<RecoveryReport> {
         let mut r = self.report.clone()?;
-        if r.indexes_complete {
-            return Some(r);
-        }
-        // Instant recovery: the background rebuild's progress.
-        let status = self.with_store(|s| Ok(s.rebuild_status())).ok()?;
+        // The rebuild's progress (for instant recovery, in the background).
+        let Ok(status) = self.with_store(|s| Ok(s.rebuild_status())) else { return Some(r) };
         r.index_times = status
             .indexes
             .iter()
             .map(|(n, at)| (n.clone(), at.map(|i| i.saturating_duration_since(self.t0))))
             .collect();
-        if status.complete {
+        if status.complete && !r.indexes_complete {
             r.indexes_complete = true;
             r.time_to_index_rebuild = r
                 .index_times

@@ -243,9 +243,12 @@ impl Rebuild {
             opts.order.iter().position(|(n, i)| n == t.name() && i == ix).unwrap_or(usize::MAX)
         };
         jobs.sort_by_key(rank); // stable: the default order among unranked jobs
-        let threads = match opts.threads {
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get()).min(jobs.len()),
-            n => (n as usize).min(jobs.len()),
+        let threads = match (opts.mode, opts.threads) {
+            // Synchronous on one thread: the opening thread runs the jobs (in `wait`), as E1's
+            // open did; no thread is spawned.
+            (RecoveryMode::Synchronous, 1) => 0,
+            (_, 0) => std::thread::available_parallelism().map_or(1, |n| n.get()).min(jobs.len()),
+            (_, n) => (n as usize).min(jobs.len()),
         };
         let ranked = opts.strategy.map(Strategy::ranked);
         if ranked.is_some() {
@@ -424,8 +427,9 @@ impl Rebuild {
         }
     }
 
-    /// Waits until every job ended (complete, failed or stopped). With no worker thread (none
-    /// could be spawned), runs the jobs on the calling thread.
+    /// Waits until every job ended (complete, failed or stopped). With no worker thread (a
+    /// synchronous open on one thread, or none could be spawned), runs the jobs on the calling
+    /// thread.
     pub fn wait(&self) -> RebuildStatus {
         if lock(&self.threads).is_empty() {
             self.work(usize::MAX);
