@@ -36,7 +36,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use ferrite::{Database, EngineKind, Options, Row, Scan, TableSchema, Type, Value};
+use ferrite::{
+    Database, EngineKind, Options, Row, Scan, SofortIndexPlacement, TableSchema, Type, Value,
+};
 use ferrite_pmem::{CrashImage, PoolSet, SplitMix64};
 
 use crate::explore::DynTarget;
@@ -273,12 +275,14 @@ pub enum Recovered {
     },
 }
 
-/// The crash target for one persistent engine.
+/// The crash target for one persistent engine (for SOFORT: with every index placed as
+/// `placement` says; `db-sofort` is the DRAM placement).
 #[derive(Debug, Clone)]
 pub struct DbTarget {
     kind: EngineKind,
     txns: u64,
     name: &'static str,
+    placement: SofortIndexPlacement,
 }
 
 /// Registry names, one leaked string per engine kind (built once).
@@ -288,12 +292,21 @@ fn target_name(kind: EngineKind) -> &'static str {
     m.entry(kind).or_insert_with(|| Box::leak(format!("db-{}", kind.name()).into_boxed_str()))
 }
 
-/// One `db-<kind>` target per persistent engine of this build.
+/// One `db-<kind>` target per persistent engine of this build, and SOFORT's siblings with
+/// every index in PM: `db-sofort-hybrid`, `db-sofort-persistent`.
 pub fn targets() -> Vec<Box<dyn DynTarget>> {
-    EngineKind::persistent()
+    let mut v: Vec<Box<dyn DynTarget>> = EngineKind::persistent()
         .map(|k| Box::new(Arc::new(DbTarget::new(k))) as Box<dyn DynTarget>)
-        .collect()
+        .collect();
+    for p in PM_PLACEMENTS {
+        v.push(Box::new(Arc::new(DbTarget::placed(TXNS, p))));
+    }
+    v
 }
+
+/// The SOFORT index placements in PM that get their own target.
+pub const PM_PLACEMENTS: [SofortIndexPlacement; 2] =
+    [SofortIndexPlacement::Hybrid, SofortIndexPlacement::Persistent];
 
 impl DbTarget {
     /// The registered workload ([`TXNS`] transactions) on engine `kind`.
@@ -303,15 +316,27 @@ impl DbTarget {
 
     /// A workload of `txns` transactions (small ones for exhaustive runs).
     pub fn with_txns(kind: EngineKind, txns: u64) -> DbTarget {
-        DbTarget { kind, txns, name: target_name(kind) }
+        DbTarget { kind, txns, name: target_name(kind), placement: SofortIndexPlacement::Dram }
+    }
+
+    /// SOFORT with every index placed as `placement` (`db-sofort-hybrid`,
+    /// `db-sofort-persistent`; `Dram` is `db-sofort`), `txns` transactions.
+    pub fn placed(txns: u64, placement: SofortIndexPlacement) -> DbTarget {
+        let name = match placement {
+            SofortIndexPlacement::Dram => target_name(EngineKind::Sofort),
+            SofortIndexPlacement::Hybrid => "db-sofort-hybrid",
+            SofortIndexPlacement::Persistent => "db-sofort-persistent",
+        };
+        DbTarget { kind: EngineKind::Sofort, txns, name, placement }
     }
 
     fn options(&self) -> Options {
         // Four transaction slots: slots are reused (and their garbage collected) often.
-        Options::new()
-            .engine(self.kind)
-            .pmem(pmem_options())
-            .sofort(ferrite::SofortConfig { slots: 4, ..Default::default() })
+        Options::new().engine(self.kind).pmem(pmem_options()).sofort(ferrite::SofortConfig {
+            slots: 4,
+            index_placement: self.placement,
+            ..Default::default()
+        })
     }
 }
 
@@ -323,31 +348,31 @@ const SOFORT_BENIGN: &[(&str, &str)] = &[
     crate::alloc::SINGLE_THREAD_SYNC_DISARM,
     crate::alloc::SINGLE_THREAD_COMMITTED,
     (
-        "sofort/pm.rs:89:",
+        "sofort/pm.rs:90:",
         "P-SOF-2 staging target: it shares its line with the staging slot, which the allocator persists right after; with M2 (declared) the target is durable no later than the slot (the persist matters only without M2)",
     ),
     (
-        "sofort/pm.rs:94:",
+        "sofort/pm.rs:95:",
         "P-SOF-2 unstage: recovery finds the staged block published in its target and only clears the slot; the next staged allocation overwrites the slot and persists it",
     ),
     (
-        "sofort/pm.rs:271:",
+        "sofort/pm.rs:272:",
         "P-SOF-2 zeroed MVCC block before its publication: NOT shown harmless, only not reached. Every MVCC block the workload adds comes fresh from the pool, zero on media, so none of the workload's persists here changes the durable image; only inside recoveries (the probe growing a table onto a block that held data before) did one, and the mutated run, with every recovery crashed after the dropped persist, found no failure. A reused block whose stale bytes were read as MVCC entries would be a real loss",
     ),
     (
-        "sofort/recovery.rs:111:",
+        "sofort/recovery.rs:115:",
         "P-SOF-1 empty catalog: every line of it is persisted again before creation returns: geometry, checksum and magic (one line) by the checksum and magic persists, the directory and area pointers by their publications (P-SOF-2), the staging line by the first staged allocation, epoch and ceiling by the open that ends creation (P-SOF-3); a crash before that is inside creation, when the store may fail to open (with that line lost, the zero ceiling is reported as a corrupt catalog rather than an unfinished creation)",
     ),
     (
-        "sofort/recovery.rs:128:",
+        "sofort/recovery.rs:132:",
         "P-SOF-1 checksum: it shares the magic's line and is stored before it; with M2 (declared) it is durable no later than the magic",
     ),
     (
-        "sofort/txn.rs:553:",
+        "sofort/txn.rs:610:",
         "P-SOF-11 close: recovery rolls every committed area forward at every open, clean close or not, so the finalizations close makes durable are redone from the areas",
     ),
     (
-        "sofort/txn.rs:556:",
+        "sofort/txn.rs:613:",
         "P-SOF-11 close fence: as its flushes (recovery redoes the finalizations from the committed areas)",
     ),
     (
@@ -359,7 +384,7 @@ const SOFORT_BENIGN: &[(&str, &str)] = &[
         "P-ALLOC-3 disarm after a replay inside recovery: if lost, the item stays armed and the next recovery replays it again; its words belong to its slot's segments and pages, which only that slot's operations change, and the slot's next operation overwrites the item first, so a second replay rewrites the values the words hold (the probe's operations after recovery and crashes after them do not show it either)",
     ),
     (
-        "sofort/pm.rs:111:",
+        "sofort/pm.rs:112:",
         "P-SOF-2 unstage inside recovery: if it is lost, the next recovery finds the same staged, published block and clears the slot again, and the next staged allocation overwrites the slot and persists it",
     ),
     (
@@ -796,6 +821,10 @@ impl Target for DbTarget {
         match self.kind.name() {
             // P-SOF-8 (the finalization) persists nothing: its lines are flushed at the next
             // F1, under P-SOF-5.
+            "sofort" if self.placement != SofortIndexPlacement::Dram => &[
+                "P-SOF-1", "P-SOF-2", "P-SOF-3", "P-SOF-5", "P-SOF-6", "P-SOF-7", "P-SOF-10",
+                "P-SOF-11", "P-SOF-20",
+            ],
             "sofort" => &[
                 "P-SOF-1", "P-SOF-2", "P-SOF-3", "P-SOF-5", "P-SOF-6", "P-SOF-7", "P-SOF-10",
                 "P-SOF-11",

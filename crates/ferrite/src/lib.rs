@@ -87,7 +87,10 @@ mod value;
 
 pub use db::{Database, RecoveryReport};
 pub use error::{Error, Result, SchemaError};
-pub use options::{Concurrency, EngineKind, Options, SofortConfig, WhileWriting};
+pub use options::{
+    Concurrency, EngineKind, IndexPlacementOverride, Options, SofortConfig, SofortIndexPlacement,
+    WhileWriting,
+};
 pub use query::{Direction, Predicate, Projection, Scan};
 pub use schema::{Column, IndexSchema, PRIMARY, TableSchema};
 pub use txn::{CommitTicket, Read, ReadTransaction, Transaction};

@@ -129,6 +129,8 @@ pub(crate) struct Sofort {
     store: RwLock<Option<SofortStore>>,
     shared: Arc<Shared>,
     report: Option<RecoveryReport>,
+    /// The settings this handle was opened with (index placements of new tables).
+    config: crate::SofortConfig,
 }
 
 impl fmt::Debug for Sofort {
@@ -185,12 +187,21 @@ impl Sofort {
                 map.insert(p.name().to_owned(), TableEntry::new(p));
             }
         }
-        let mut engine = Sofort { store: RwLock::new(Some(store)), shared, report };
+        let config = options.sofort_config();
+        let mut engine = Sofort { store: RwLock::new(Some(store)), shared, report, config };
         if let Some(r) = engine.report.as_mut() {
             // E1 recovery is synchronous: the first transaction can start now.
             r.time_to_first_transaction = t0.elapsed().max(r.time_to_index_rebuild);
         }
         Ok(engine)
+    }
+
+    /// Drops the table handles (before the store closes: a table's PM indexes share the
+    /// store's allocator and pool set, which close only when nothing else holds them).
+    fn forget_tables(&self) {
+        if let Ok(mut map) = self.shared.tables.write() {
+            map.clear();
+        }
     }
 
     fn with_store<T>(&self, f: impl FnOnce(&SofortStore) -> Result<T>) -> Result<T> {
@@ -221,6 +232,7 @@ impl Drop for Sofort {
         if let Ok(mut g) = self.store.write()
             && let Some(s) = g.take()
         {
+            self.forget_tables();
             let _ = s.close();
         }
     }
@@ -233,7 +245,12 @@ impl Engine for Sofort {
 
     fn create_table(&self, table: Table) -> Result<()> {
         let name = table.name().to_owned();
-        let p = self.with_store(|s| s.create_table(table.schema).map_err(|e| map_err(e, &name)))?;
+        let c = &self.config;
+        let mut placements = vec![c.placement_of(&name, None)];
+        placements.extend(table.indexes.iter().map(|ix| c.placement_of(&name, Some(&ix.name))));
+        let p = self.with_store(|s| {
+            s.create_table_with(table.schema, &placements).map_err(|e| map_err(e, &name))
+        })?;
         self.shared.tables.write().map_err(|_| Error::Poisoned)?.insert(name, TableEntry::new(p));
         Ok(())
     }
@@ -267,7 +284,10 @@ impl Engine for Sofort {
     fn close(&self) -> Result<()> {
         let store = self.store.write().map_err(|_| Error::Poisoned)?.take();
         match store {
-            Some(s) => s.close().map_err(|e| map_err(e, "")),
+            Some(s) => {
+                self.forget_tables();
+                s.close().map_err(|e| map_err(e, ""))
+            }
             None => Ok(()),
         }
     }
@@ -368,7 +388,8 @@ impl SofortTxn {
     ) -> Result<()> {
         if let Some(pk) = pk {
             let key = IxKey::new(pk);
-            if let Some(rows) = e.p.pk_rows(&key) {
+            let name = e.p.name();
+            if let Some(rows) = e.p.pk_rows(&key).map_err(|x| map_err(x, name))? {
                 let cands = rows.as_slice().iter().map(|&r| (key.clone(), r));
                 self.probe(e, None, cands, row, skip)?;
             }

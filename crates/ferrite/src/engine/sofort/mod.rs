@@ -31,6 +31,7 @@ mod heap;
 mod index;
 mod ixkey;
 mod layout;
+mod placement;
 mod pm;
 mod recovery;
 mod table;
@@ -118,7 +119,7 @@ pub struct SofortStore {
 impl SofortStore {
     /// Formats a new store on the (new, empty) pool set `set`.
     pub fn create(set: ferrite_pmem::PoolSet, opts: SofortOptions) -> SofortResult<SofortStore> {
-        let alloc = PAllocator::create(Arc::new(set), opts.alloc_slots)?;
+        let alloc = Arc::new(PAllocator::create(Arc::new(set), opts.alloc_slots)?);
         let alloc = recovery::format(alloc, opts)?;
         Ok(SofortStore { inner: Arc::new(recovery::open(alloc)?.0) })
     }
@@ -133,7 +134,7 @@ impl SofortStore {
     pub fn open_shared(
         set: Arc<ferrite_pmem::PoolSet>,
     ) -> SofortResult<(SofortStore, RecoveryReport)> {
-        let alloc = PAllocator::open(set)?;
+        let alloc = Arc::new(PAllocator::open(set)?);
         let (inner, report) = recovery::open(alloc)?;
         Ok((SofortStore { inner: Arc::new(inner) }, report))
     }
@@ -153,7 +154,19 @@ impl SofortStore {
     /// Creates a table (durable on return). Errors: `Schema(TableExists)`,
     /// `Schema(InvalidDefinition)`, `PoolFull`.
     pub fn create_table(&self, schema: crate::TableSchema) -> SofortResult<TableRef> {
-        self.inner.create_table(schema)
+        self.inner.create_table(schema, &[])
+    }
+
+    /// [`SofortStore::create_table`] with each index placed as `placements` says: the primary
+    /// key's first, then the secondary indexes in schema order (missing ones: DRAM). Stored in
+    /// the table's descriptor. A store of format version 1 keeps every index in DRAM (its
+    /// descriptors have no room for placements). Errors: as `create_table`.
+    pub fn create_table_with(
+        &self,
+        schema: crate::TableSchema,
+        placements: &[crate::SofortIndexPlacement],
+    ) -> SofortResult<TableRef> {
+        self.inner.create_table(schema, placements)
     }
 
     /// The table `name`.

@@ -9,27 +9,33 @@
 //!   reusable queue (once). Ids `>= next` are unused.
 //! - The indexes hold `(key, row)` for every row in use that is not collected (all versions,
 //!   uncommitted ones included), and nothing for rows in the reusable queue.
+//! - A PM index (hybrid or persistent FPTree, `placement.rs`) holds an entry only for a row
+//!   whose values and MVCC entry are durable (P-SOF-20), and loses it before the row's
+//!   extents are freed or its id is reused (P-SOF-21).
 //!
 //! # Ordering
 //! Rows are written with non-temporal stores (values) and `Release` stores (`CTS` then `DTS`);
-//! nothing here flushes: the transaction's commit does (P-SOF-5).
+//! nothing here flushes: the transaction's commit does (P-SOF-5), and the insert into a PM
+//! index (P-SOF-20, in `txn.rs`).
 //!
 //! # Concurrency
 //! Row-id allocation and chunk creation under the table's mutex; each heap under its own; each
-//! index under an `RwLock`. MVCC words and value slots are accessed lock-free.
+//! DRAM index under an `RwLock` (a tree has its own leaf locks). MVCC words and value slots
+//! are accessed lock-free.
 
 use std::collections::VecDeque;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 use ferrite_pmem::{PPtr, Space};
 
 use super::heap::Heap;
 pub(super) use super::index::EntryBound;
-use super::index::{Index, Rows};
+use super::index::Rows;
 use super::ixkey::IxKey;
 use super::layout::*;
+use super::placement::{IndexStore, check_key_len, key_too_long};
 use super::pm::{BlockArray, Init, Pm, corrupt, lock};
 use super::{SofortError, SofortResult};
 use crate::schema::{Table, TableSchema};
@@ -58,9 +64,6 @@ pub(super) struct Written {
     pub nt: Vec<(u64, u64)>,
 }
 
-/// An index: `(key, row id)` entries.
-pub(super) type IndexSet = RwLock<Index>;
-
 /// One table (see the module docs).
 #[derive(Debug)]
 pub struct PTable {
@@ -71,13 +74,22 @@ pub struct PTable {
     pub(super) heaps: Vec<Option<Heap>>,
     pub(super) rows: Mutex<RowAlloc>,
     pub(super) chunks: AtomicU64,
-    pub(super) pk: IndexSet,
-    pub(super) sec: Vec<IndexSet>,
+    pub(super) pk: IndexStore,
+    pub(super) sec: Vec<IndexStore>,
+    /// Whether any index is in PM (a tree).
+    pub(super) pm_index: bool,
 }
 
 impl PTable {
-    /// Loads a table from its descriptor at `g` (already validated) with its arrays.
-    pub(super) fn load(pm: &Pm, id: u16, desc: PPtr, table: Table) -> StorageResult<PTable> {
+    /// Loads a table from its descriptor at `g` (already validated) with its arrays and its
+    /// indexes `ix` (the primary key's first; `None`: all in DRAM, empty).
+    pub(super) fn load(
+        pm: &Pm,
+        id: u16,
+        desc: PPtr,
+        table: Table,
+        ix: Option<Vec<IndexStore>>,
+    ) -> StorageResult<PTable> {
         let at = |off: u64| PPtr::new(desc.segment, desc.offset + off);
         let mvcc = BlockArray::load(pm, at(T_MVCC_ROOT), MVCC_BLOCK, Init::Zero)?;
         let mut cols = Vec::new();
@@ -91,7 +103,11 @@ impl PTable {
             });
         }
         let chunks = cols.iter().map(BlockArray::count).fold(mvcc.count(), u64::min);
-        let sec = table.indexes.iter().map(|_| RwLock::new(Index::default())).collect();
+        let mut ix = ix.unwrap_or_default().into_iter();
+        let pk = ix.next().unwrap_or_else(IndexStore::dram);
+        let sec: Vec<IndexStore> =
+            table.indexes.iter().map(|_| ix.next().unwrap_or_else(IndexStore::dram)).collect();
+        let pm_index = pk.is_pm() || sec.iter().any(IndexStore::is_pm);
         Ok(PTable {
             id,
             table,
@@ -100,8 +116,9 @@ impl PTable {
             heaps,
             rows: Mutex::new(RowAlloc::default()),
             chunks: AtomicU64::new(chunks),
-            pk: RwLock::new(Index::default()),
+            pk,
             sec,
+            pm_index,
         })
     }
 
@@ -113,6 +130,11 @@ impl PTable {
     /// The table's schema.
     pub fn schema(&self) -> &TableSchema {
         &self.table.schema
+    }
+
+    /// Where index `index` lives (`None`: the primary key; `None` back: no such index).
+    pub fn index_placement(&self, index: Option<usize>) -> Option<crate::SofortIndexPlacement> {
+        self.index(index).ok().map(IndexStore::placement)
     }
 
     /// The table's name.
@@ -436,24 +458,73 @@ impl PTable {
         (IxKey::new(&pk), sec)
     }
 
-    pub(super) fn index_add(&self, r: u64, row: &[Value]) {
-        let (pk, sec) = self.keys(row);
-        self.pk.write().unwrap_or_else(|p| p.into_inner()).insert(pk, r);
-        for (ix, k) in self.sec.iter().zip(sec) {
-            ix.write().unwrap_or_else(|p| p.into_inner()).insert(k, r);
-        }
+    /// The indexes, the primary key's first, with their names (for errors).
+    fn indexes(&self) -> impl Iterator<Item = (&IndexStore, &str)> {
+        std::iter::once((&self.pk, "the primary key"))
+            .chain(self.sec.iter().zip(self.table.indexes.iter().map(|ix| ix.name.as_str())))
     }
 
-    pub(super) fn index_remove(&self, r: u64, row: &[Value]) {
-        let (pk, sec) = self.keys(row);
-        self.pk.write().unwrap_or_else(|p| p.into_inner()).remove(&pk, r);
-        for (ix, k) in self.sec.iter().zip(sec) {
-            ix.write().unwrap_or_else(|p| p.into_inner()).remove(&k, r);
+    /// `ValueTooLarge` if a key of `keys` does not fit its PM index (checked before the row is
+    /// written: the insert then has no effect).
+    pub(super) fn check_keys(&self, keys: &(IxKey, Vec<IxKey>)) -> SofortResult<()> {
+        let all = std::iter::once(&keys.0).chain(&keys.1);
+        for ((ix, name), k) in self.indexes().zip(all) {
+            if ix.is_pm()
+                && let Err(len) = check_key_len(k)
+            {
+                return Err(key_too_long(name, len));
+            }
         }
+        Ok(())
+    }
+
+    /// Adds row `r`'s entries `keys` (from [`PTable::keys`]) to every index. On error the
+    /// entries added are removed again (as far as possible) and the error returned.
+    pub(super) fn index_add_keys(&self, r: u64, keys: (IxKey, Vec<IxKey>)) -> SofortResult<()> {
+        let (pk, sec) = keys;
+        let all: Vec<IxKey> = std::iter::once(pk).chain(sec).collect();
+        for (i, ((ix, _), k)) in self.indexes().zip(&all).enumerate() {
+            if let Err(e) = ix.insert(k.clone(), r) {
+                for ((ix, _), k) in self.indexes().zip(&all).take(i) {
+                    let _ = ix.remove(k, r);
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds row `r` to the DRAM indexes only (recovery: a PM index holds its live rows).
+    pub(super) fn index_add_dram(&self, r: u64, row: &[Value]) -> SofortResult<()> {
+        let (pk, sec) = self.keys(row);
+        for ((ix, _), k) in self.indexes().zip(std::iter::once(pk).chain(sec)) {
+            if !ix.is_pm() {
+                ix.insert(k, r)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes row `r`'s entries from every index (`pm_only`: from the PM indexes only).
+    /// Idempotent.
+    pub(super) fn index_remove_in(&self, r: u64, row: &[Value], pm_only: bool) -> SofortResult<()> {
+        let (pk, sec) = self.keys(row);
+        for ((ix, _), k) in self.indexes().zip(std::iter::once(pk).chain(sec)) {
+            if !pm_only || ix.is_pm() {
+                ix.remove(&k, r)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes row `r`'s entries from every index (idempotent; durable for PM indexes when it
+    /// returns: P-SOF-21).
+    pub(super) fn index_remove(&self, r: u64, row: &[Value]) -> SofortResult<()> {
+        self.index_remove_in(r, row, false)
     }
 
     /// The index `index` (`None`: primary), for range iteration.
-    pub(super) fn index(&self, index: Option<usize>) -> SofortResult<&IndexSet> {
+    pub(super) fn index(&self, index: Option<usize>) -> SofortResult<&IndexStore> {
         match index {
             None => Ok(&self.pk),
             Some(i) => self.sec.get(i).ok_or_else(|| {
@@ -494,13 +565,12 @@ impl PTable {
             }
             _ => {}
         }
-        let set = self.index(index)?.read().unwrap_or_else(|p| p.into_inner());
-        Ok(set.candidates(lo, hi, ascending, max))
+        self.index(index)?.candidates(lo, hi, ascending, max)
     }
 
     /// The row ids of the versions holding primary key `pk` (one descent of the index).
-    pub(super) fn pk_rows(&self, pk: &IxKey) -> Option<Rows> {
-        self.pk.read().unwrap_or_else(|p| p.into_inner()).rows(pk)
+    pub(super) fn pk_rows(&self, pk: &IxKey) -> SofortResult<Option<Rows>> {
+        self.pk.rows(pk)
     }
 }
 
