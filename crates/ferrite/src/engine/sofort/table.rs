@@ -482,6 +482,14 @@ impl PTable {
     /// entries added are removed again (as far as possible) and the error returned.
     pub(super) fn index_add_keys(&self, r: u64, keys: (IxKey, Vec<IxKey>)) -> SofortResult<()> {
         let (pk, sec) = keys;
+        if !self.pm_index {
+            // DRAM only: inserts cannot fail; the keys move in without a copy.
+            self.pk.insert(pk, r)?;
+            for (ix, k) in self.sec.iter().zip(sec) {
+                ix.insert(k, r)?;
+            }
+            return Ok(());
+        }
         let all: Vec<IxKey> = std::iter::once(pk).chain(sec).collect();
         for (i, ((ix, _), k)) in self.indexes().zip(&all).enumerate() {
             if let Err(e) = ix.insert(k.clone(), r) {
