@@ -360,19 +360,19 @@ const SOFORT_BENIGN: &[(&str, &str)] = &[
         "P-SOF-2 zeroed MVCC block before its publication: NOT shown harmless, only not reached. Every MVCC block the workload adds comes fresh from the pool, zero on media, so none of the workload's persists here changes the durable image; only inside recoveries (the probe growing a table onto a block that held data before) did one, and the mutated run, with every recovery crashed after the dropped persist, found no failure. A reused block whose stale bytes were read as MVCC entries would be a real loss",
     ),
     (
-        "sofort/recovery.rs:115:",
+        "sofort/recovery.rs:112:",
         "P-SOF-1 empty catalog: every line of it is persisted again before creation returns: geometry, checksum and magic (one line) by the checksum and magic persists, the directory and area pointers by their publications (P-SOF-2), the staging line by the first staged allocation, epoch and ceiling by the open that ends creation (P-SOF-3); a crash before that is inside creation, when the store may fail to open (with that line lost, the zero ceiling is reported as a corrupt catalog rather than an unfinished creation)",
     ),
     (
-        "sofort/recovery.rs:132:",
+        "sofort/recovery.rs:129:",
         "P-SOF-1 checksum: it shares the magic's line and is stored before it; with M2 (declared) it is durable no later than the magic",
     ),
     (
-        "sofort/txn.rs:610:",
+        "sofort/txn.rs:611:",
         "P-SOF-11 close: recovery rolls every committed area forward at every open, clean close or not, so the finalizations close makes durable are redone from the areas",
     ),
     (
-        "sofort/txn.rs:613:",
+        "sofort/txn.rs:614:",
         "P-SOF-11 close fence: as its flushes (recovery redoes the finalizations from the committed areas)",
     ),
     (
@@ -386,6 +386,10 @@ const SOFORT_BENIGN: &[(&str, &str)] = &[
     (
         "sofort/pm.rs:112:",
         "P-SOF-2 unstage inside recovery: if it is lost, the next recovery finds the same staged, published block and clears the slot again, and the next staged allocation overwrites the slot and persists it",
+    ),
+    (
+        "sofort/txn.rs:917:",
+        "P-SOF-20 fence (PM index placements only): the row's flushes it orders stay pending on the inserting thread, and the FPTree insert that follows fences (P-FPT-1: the slot persisted before the bitmap commit) on the same thread before its entry becomes durable, so the row is durable before the entry either way; kept so that the rule does not depend on the tree's internals",
     ),
     (
         "poolset/mod.rs:497:",
