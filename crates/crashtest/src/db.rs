@@ -36,7 +36,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use ferrite::{Database, EngineKind, Options, Row, Scan, TableSchema, Type, Value};
+use ferrite::{
+    Database, EngineKind, Options, Row, Scan, SofortIndexPlacement, TableSchema, Type, Value,
+};
 use ferrite_pmem::{CrashImage, PoolSet, SplitMix64};
 
 use crate::explore::DynTarget;
@@ -273,7 +275,8 @@ pub enum Recovered {
     },
 }
 
-/// The crash target for one persistent engine.
+/// The crash target for one persistent engine (for SOFORT: with every index placed as
+/// `placement` says; `db-sofort` is the DRAM placement).
 #[derive(Debug, Clone)]
 pub struct DbTarget {
     kind: EngineKind,
@@ -283,6 +286,8 @@ pub struct DbTarget {
     continuable: bool,
     /// SOFORT with instant recovery (`db-sofort-instant`): see [`DbTarget::instant`].
     instant: bool,
+    /// Where SOFORT's indexes live (`db-sofort-hybrid`, `db-sofort-persistent`).
+    placement: SofortIndexPlacement,
 }
 
 /// Model ids of the continuable target: transaction `id` is `id * STMT_IDS`, statement `k`
@@ -299,8 +304,9 @@ fn target_name(kind: EngineKind, instant: bool) -> &'static str {
     })
 }
 
-/// One `db-<kind>` target per persistent engine of this build, `db-sofort-continue` and
-/// `db-sofort-instant`.
+/// One `db-<kind>` target per persistent engine of this build, and SOFORT's siblings:
+/// `db-sofort-continue`, `db-sofort-instant`, and with every index in PM `db-sofort-hybrid`,
+/// `db-sofort-persistent`.
 pub fn targets() -> Vec<Box<dyn DynTarget>> {
     let mut v: Vec<Box<dyn DynTarget>> = EngineKind::persistent()
         .map(|k| Box::new(Arc::new(DbTarget::new(k))) as Box<dyn DynTarget>)
@@ -311,8 +317,15 @@ pub fn targets() -> Vec<Box<dyn DynTarget>> {
             .map(|k| Box::new(Arc::new(DbTarget::continuable(k, TXNS))) as Box<dyn DynTarget>),
     );
     v.push(Box::new(Arc::new(DbTarget::instant(TXNS))));
+    for p in PM_PLACEMENTS {
+        v.push(Box::new(Arc::new(DbTarget::placed(TXNS, p))));
+    }
     v
 }
+
+/// The SOFORT index placements in PM that get their own target.
+pub const PM_PLACEMENTS: [SofortIndexPlacement; 2] =
+    [SofortIndexPlacement::Hybrid, SofortIndexPlacement::Persistent];
 
 /// Rows of each table that the instant target's recovery lets the background index rebuild
 /// insert before it holds it (the rest of the live rows stay unindexed while the target reads,
@@ -327,7 +340,14 @@ impl DbTarget {
 
     /// A workload of `txns` transactions (small ones for exhaustive runs).
     pub fn with_txns(kind: EngineKind, txns: u64) -> DbTarget {
-        DbTarget { kind, txns, name: target_name(kind, false), continuable: false, instant: false }
+        DbTarget {
+            kind,
+            txns,
+            name: target_name(kind, false),
+            continuable: false,
+            instant: false,
+            placement: SofortIndexPlacement::Dram,
+        }
     }
 
     /// `db-sofort-continue` (SOFORT design, continuing transactions): the same workload where
@@ -337,7 +357,14 @@ impl DbTarget {
     /// transaction before it reads the database, so the check's expected states hold: every
     /// completed statement present, the interrupted one whole or absent.
     pub fn continuable(kind: EngineKind, txns: u64) -> DbTarget {
-        DbTarget { kind, txns, name: "db-sofort-continue", continuable: true, instant: false }
+        DbTarget {
+            kind,
+            txns,
+            name: "db-sofort-continue",
+            continuable: true,
+            instant: false,
+            placement: SofortIndexPlacement::Dram,
+        }
     }
 
     /// SOFORT with instant recovery (SOFORT design, instant recovery), `txns` transactions:
@@ -352,6 +379,25 @@ impl DbTarget {
             name: target_name(EngineKind::Sofort, true),
             continuable: false,
             instant: true,
+            placement: SofortIndexPlacement::Dram,
+        }
+    }
+
+    /// SOFORT with every index placed as `placement` (`db-sofort-hybrid`,
+    /// `db-sofort-persistent`; `Dram` is `db-sofort`), `txns` transactions.
+    pub fn placed(txns: u64, placement: SofortIndexPlacement) -> DbTarget {
+        let name = match placement {
+            SofortIndexPlacement::Dram => target_name(EngineKind::Sofort, false),
+            SofortIndexPlacement::Hybrid => "db-sofort-hybrid",
+            SofortIndexPlacement::Persistent => "db-sofort-persistent",
+        };
+        DbTarget {
+            kind: EngineKind::Sofort,
+            txns,
+            name,
+            continuable: false,
+            instant: false,
+            placement,
         }
     }
 
@@ -369,6 +415,7 @@ impl DbTarget {
             recovery,
             recovery_threads: 1,
             rebuild_hold,
+            index_placement: self.placement,
             ..Default::default()
         })
     }
@@ -405,31 +452,31 @@ const SOFORT_BENIGN: &[(&str, &str)] = &[
     crate::alloc::SINGLE_THREAD_SYNC_DISARM,
     crate::alloc::SINGLE_THREAD_COMMITTED,
     (
-        "sofort/pm.rs:89:",
+        "sofort/pm.rs:90:",
         "P-SOF-2 staging target: it shares its line with the staging slot, which the allocator persists right after; with M2 (declared) the target is durable no later than the slot (the persist matters only without M2)",
     ),
     (
-        "sofort/pm.rs:94:",
+        "sofort/pm.rs:95:",
         "P-SOF-2 unstage: recovery finds the staged block published in its target and only clears the slot; the next staged allocation overwrites the slot and persists it",
     ),
     (
-        "sofort/pm.rs:271:",
+        "sofort/pm.rs:272:",
         "P-SOF-2 zeroed MVCC block before its publication: NOT shown harmless, only not reached. Every MVCC block the workload adds comes fresh from the pool, zero on media, so none of the workload's persists here changes the durable image; only inside recoveries (the probe growing a table onto a block that held data before) did one, and the mutated run, with every recovery crashed after the dropped persist, found no failure. A reused block whose stale bytes were read as MVCC entries would be a real loss",
     ),
     (
-        "sofort/recovery.rs:116:",
+        "sofort/recovery.rs:126:",
         "P-SOF-1 empty catalog: every line of it is persisted again before creation returns: geometry, checksum and magic (one line) by the checksum and magic persists, the directory and area pointers by their publications (P-SOF-2), the staging line by the first staged allocation, epoch and ceiling by the open that ends creation (P-SOF-3); a crash before that is inside creation, when the store may fail to open (with that line lost, the zero ceiling is reported as a corrupt catalog rather than an unfinished creation)",
     ),
     (
-        "sofort/recovery.rs:133:",
+        "sofort/recovery.rs:143:",
         "P-SOF-1 checksum: it shares the magic's line and is stored before it; with M2 (declared) it is durable no later than the magic",
     ),
     (
-        "sofort/txn.rs:579:",
+        "sofort/txn.rs:640:",
         "P-SOF-11 close: recovery rolls every committed area forward at every open, clean close or not, so the finalizations close makes durable are redone from the areas",
     ),
     (
-        "sofort/txn.rs:582:",
+        "sofort/txn.rs:643:",
         "P-SOF-11 close fence: as its flushes (recovery redoes the finalizations from the committed areas)",
     ),
     (
@@ -441,8 +488,12 @@ const SOFORT_BENIGN: &[(&str, &str)] = &[
         "P-ALLOC-3 disarm after a replay inside recovery: if lost, the item stays armed and the next recovery replays it again; its words belong to its slot's segments and pages, which only that slot's operations change, and the slot's next operation overwrites the item first, so a second replay rewrites the values the words hold (the probe's operations after recovery and crashes after them do not show it either)",
     ),
     (
-        "sofort/pm.rs:111:",
+        "sofort/pm.rs:112:",
         "P-SOF-2 unstage inside recovery: if it is lost, the next recovery finds the same staged, published block and clears the slot again, and the next staged allocation overwrites the slot and persists it",
+    ),
+    (
+        "sofort/txn.rs:991:",
+        "P-SOF-20 fence (PM index placements only): the row's flushes it orders stay pending on the inserting thread, and the FPTree insert that follows fences (P-FPT-1: the slot persisted before the bitmap commit) on the same thread before its entry becomes durable, so the row is durable before the entry either way; kept so that the rule does not depend on the tree's internals",
     ),
     (
         "poolset/mod.rs:505:",
@@ -905,6 +956,10 @@ impl Target for DbTarget {
             ],
             // P-SOF-8 (the finalization) persists nothing: its lines are flushed at the next
             // F1, under P-SOF-5.
+            "sofort" if self.placement != SofortIndexPlacement::Dram => &[
+                "P-SOF-1", "P-SOF-2", "P-SOF-3", "P-SOF-5", "P-SOF-6", "P-SOF-7", "P-SOF-10",
+                "P-SOF-11", "P-SOF-20",
+            ],
             "sofort" => &[
                 "P-SOF-1", "P-SOF-2", "P-SOF-3", "P-SOF-5", "P-SOF-6", "P-SOF-7", "P-SOF-10",
                 "P-SOF-11",

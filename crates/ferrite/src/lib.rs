@@ -91,7 +91,8 @@ pub use engine::sofort::adaptive as adaptive_recovery;
 pub use engine::sofort::adaptive::Strategy as RecoveryStrategy;
 pub use error::{Error, Result, SchemaError};
 pub use options::{
-    Concurrency, DEFAULT_UNFINISHED_TIMEOUT, EngineKind, Options, SofortConfig, WhileWriting,
+    Concurrency, DEFAULT_UNFINISHED_TIMEOUT, EngineKind, IndexPlacementOverride, Options,
+    SofortConfig, SofortIndexPlacement, WhileWriting,
 };
 pub use query::{Direction, Predicate, Projection, Scan};
 pub use schema::{Column, IndexSchema, PRIMARY, TableSchema};

@@ -153,10 +153,62 @@ impl Default for ReferenceConfig {
 
 use crate::engine::sofort::RecoveryMode;
 
-/// Settings of the SOFORT engine ([`EngineKind::Sofort`]). `slots` and `alloc_slots` are
-/// used when a database is **created** (they are stored in its catalog; `open` reads them
-/// back and ignores these); the recovery settings are used by `open` and stored nowhere.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// Where a SOFORT index lives (`docs/design/sofort.md` §13). Chosen per index when its table
+/// is created and stored in the table's descriptor: `open` uses the stored placement.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum SofortIndexPlacement {
+    /// In DRAM, rebuilt by the recovery scan at every open (the fastest to use).
+    #[default]
+    Dram,
+    /// An FPTree with byte keys: leaves in PM, inner nodes in DRAM rebuilt from the leaves at
+    /// open.
+    Hybrid,
+    /// An FPTree with its inner nodes in PM too: nothing is rebuilt at open.
+    Persistent,
+}
+
+impl SofortIndexPlacement {
+    /// Stable lower-case name (`dram`, `hybrid`, `persistent`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SofortIndexPlacement::Dram => "dram",
+            SofortIndexPlacement::Hybrid => "hybrid",
+            SofortIndexPlacement::Persistent => "persistent",
+        }
+    }
+}
+
+impl std::str::FromStr for SofortIndexPlacement {
+    type Err = crate::Error;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [SofortIndexPlacement::Dram, SofortIndexPlacement::Hybrid, SofortIndexPlacement::Persistent]
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| {
+                crate::Error::InvalidArgument(format!(
+                    "index placement {s:?}: one of dram, hybrid, persistent"
+                ))
+            })
+    }
+}
+
+/// A placement for one index of one table (see [`SofortConfig::index_placement`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct IndexPlacementOverride {
+    /// The table's name.
+    pub table: String,
+    /// The secondary index's name; `None`: the primary key.
+    pub index: Option<String>,
+    /// Where it lives.
+    pub placement: SofortIndexPlacement,
+}
+
+/// Settings of the SOFORT engine ([`EngineKind::Sofort`]). `slots` and `alloc_slots` are used
+/// when a database is **created** (they are stored in its catalog; `open` reads them back and
+/// ignores these); the index placements when a **table** is created (stored in its
+/// descriptor); the recovery settings are used by `open` and stored nowhere.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct SofortConfig {
     /// Transaction slots: the most transactions (read-only ones included) open at once;
     /// `begin` beyond that returns `Error::Busy`. 1..=960, default 64.
@@ -181,6 +233,11 @@ pub struct SofortConfig {
     /// until [`crate::Database::hold_rebuild`] moves the hold.
     #[doc(hidden)]
     pub rebuild_hold: Option<u64>,
+    /// Where the indexes (primary and secondary) of a new table live unless
+    /// `index_overrides` names them. Default [`SofortIndexPlacement::Dram`].
+    pub index_placement: SofortIndexPlacement,
+    /// Per-index placements (the last one naming an index wins).
+    pub index_overrides: Vec<IndexPlacementOverride>,
 }
 
 impl Default for SofortConfig {
@@ -193,7 +250,41 @@ impl Default for SofortConfig {
             recovery_threads: 0,
             recovery_strategy: None,
             rebuild_hold: None,
+            index_placement: SofortIndexPlacement::Dram,
+            index_overrides: Vec::new(),
         }
+    }
+}
+
+impl SofortConfig {
+    /// Places every index without an override.
+    pub fn default_placement(mut self, placement: SofortIndexPlacement) -> Self {
+        self.index_placement = placement;
+        self
+    }
+
+    /// Places the index `index` of table `table` (`None`: its primary key).
+    pub fn index_placement(
+        mut self,
+        table: &str,
+        index: Option<&str>,
+        placement: SofortIndexPlacement,
+    ) -> Self {
+        self.index_overrides.push(IndexPlacementOverride {
+            table: table.to_owned(),
+            index: index.map(str::to_owned),
+            placement,
+        });
+        self
+    }
+
+    /// The placement of index `index` (`None`: the primary key) of a new table `table`.
+    pub fn placement_of(&self, table: &str, index: Option<&str>) -> SofortIndexPlacement {
+        self.index_overrides
+            .iter()
+            .rev()
+            .find(|o| o.table == table && o.index.as_deref() == index)
+            .map_or(self.index_placement, |o| o.placement)
     }
 }
 
@@ -257,7 +348,7 @@ impl Options {
 
     /// The SOFORT engine's settings.
     pub fn sofort_config(&self) -> SofortConfig {
-        self.sofort
+        self.sofort.clone()
     }
 
     /// Sets the persistence layer's options (durability mode, flush instruction, layout name,
@@ -288,6 +379,15 @@ impl Options {
                 let pm = &self.pmem;
                 v.push(("sofort.slots".to_owned(), self.sofort.slots.to_string()));
                 v.push(("sofort.alloc_slots".to_owned(), self.sofort.alloc_slots.to_string()));
+                let placement = self.sofort.index_placement.name().to_owned();
+                v.push(("sofort.index_placement".to_owned(), placement));
+                for o in &self.sofort.index_overrides {
+                    let ix = o.index.as_deref().unwrap_or("primary key");
+                    v.push((
+                        format!("sofort.index_placement[{}.{ix}]", o.table),
+                        o.placement.name().to_owned(),
+                    ));
+                }
                 v.push(("pmem.segment_size".to_owned(), pm.segment_size_bytes().to_string()));
                 let max =
                     pm.max_pool_size_explicit().map_or("default".to_owned(), |b| b.to_string());

@@ -164,8 +164,8 @@ fn corrupt_catalogs_are_typed_errors_and_change_nothing() {
     open_fails(&path, "bad crc", |e| matches!(e, Error::Corrupted { .. }));
     std::fs::write(path.join(&file), &original).expect("restore");
 
-    // Format version 2 (offset 8): a newer format is refused before the checksum is checked.
-    poke(&path, &file, at + 8, &2u32.to_le_bytes());
+    // Format version 3 (offset 8): a newer format is refused before the checksum is checked.
+    poke(&path, &file, at + 8, &3u32.to_le_bytes());
     open_fails(&path, "newer version", |e| matches!(e, Error::Incompatible { .. }));
     std::fs::write(path.join(&file), &original).expect("restore");
 

@@ -76,6 +76,29 @@ pub fn engines() -> Vec<Subject> {
     engines_with(|| Options::new().pmem(ferrite::pmem::Options::new().segment_size(2 << 20)))
 }
 
+/// SOFORT with every index in PM: `sofort-hybrid` (FPTrees with DRAM inner nodes) and
+/// `sofort-persistent` (FPTrees with PM inner nodes), both reopened like `sofort`
+/// (`tests/engines_placement.rs`; `engines()` keeps one subject per engine kind).
+pub fn sofort_placements() -> Vec<Subject> {
+    use ferrite::{SofortConfig, SofortIndexPlacement as P};
+    [("sofort-hybrid", P::Hybrid), ("sofort-persistent", P::Persistent)]
+        .into_iter()
+        .map(|(name, p)| {
+            let options = move || {
+                Options::new()
+                    .engine(EngineKind::Sofort)
+                    .pmem(ferrite::pmem::Options::new().segment_size(2 << 20))
+                    .sofort(SofortConfig::default().default_placement(p))
+            };
+            let (o1, o2) = (options, options);
+            let create: Factory =
+                Arc::new(move |dir: &Path| Database::create(dir.join("db"), o1()));
+            let open: Factory = Arc::new(move |dir: &Path| Database::open(dir.join("db"), o2()));
+            Subject { name, create, open: Some(open) }
+        })
+        .collect()
+}
+
 /// One named case.
 #[derive(Clone, Copy, Debug)]
 pub struct Case {

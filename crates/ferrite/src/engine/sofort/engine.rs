@@ -137,6 +137,8 @@ pub(crate) struct Sofort {
     timeout: Duration,
     /// When `open` started.
     t0: Instant,
+    /// The settings this handle was opened with (index placements of new tables).
+    config: crate::SofortConfig,
 }
 
 impl fmt::Debug for Sofort {
@@ -211,7 +213,9 @@ impl Sofort {
             }
         }
         let timeout = options.unfinished_timeout_value();
-        let mut engine = Sofort { store: RwLock::new(Some(store)), shared, report, timeout, t0 };
+        let config = options.sofort_config();
+        let mut engine =
+            Sofort { store: RwLock::new(Some(store)), shared, report, timeout, t0, config };
         if let Some(r) = engine.report.as_mut() {
             // The first transaction can start now (with synchronous recovery, after the
             // rebuild; with instant recovery, the rebuild runs on).
@@ -222,6 +226,14 @@ impl Sofort {
             }
         }
         Ok(engine)
+    }
+
+    /// Drops the table handles (before the store closes: a table's PM indexes share the
+    /// store's allocator and pool set, which close only when nothing else holds them).
+    fn forget_tables(&self) {
+        if let Ok(mut map) = self.shared.tables.write() {
+            map.clear();
+        }
     }
 
     fn with_store<T>(&self, f: impl FnOnce(&SofortStore) -> Result<T>) -> Result<T> {
@@ -274,6 +286,7 @@ impl Drop for Sofort {
         if let Ok(mut g) = self.store.write()
             && let Some(s) = g.take()
         {
+            self.forget_tables();
             let _ = s.close();
         }
     }
@@ -286,7 +299,12 @@ impl Engine for Sofort {
 
     fn create_table(&self, table: Table) -> Result<()> {
         let name = table.name().to_owned();
-        let p = self.with_store(|s| s.create_table(table.schema).map_err(|e| map_err(e, &name)))?;
+        let c = &self.config;
+        let mut placements = vec![c.placement_of(&name, None)];
+        placements.extend(table.indexes.iter().map(|ix| c.placement_of(&name, Some(&ix.name))));
+        let p = self.with_store(|s| {
+            s.create_table_with(table.schema, &placements).map_err(|e| map_err(e, &name))
+        })?;
         self.shared.tables.write().map_err(|_| Error::Poisoned)?.insert(name, TableEntry::new(p));
         Ok(())
     }
@@ -320,7 +338,10 @@ impl Engine for Sofort {
     fn close(&self) -> Result<()> {
         let store = self.store.write().map_err(|_| Error::Poisoned)?.take();
         match store {
-            Some(s) => s.close().map_err(|e| map_err(e, "")),
+            Some(s) => {
+                self.forget_tables();
+                s.close().map_err(|e| map_err(e, ""))
+            }
             None => Ok(()),
         }
     }

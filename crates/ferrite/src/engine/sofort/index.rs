@@ -348,6 +348,22 @@ impl Index {
     }
 }
 
+/// A random entry bound over `keys` keys and `rows` row ids (for the randomized tests).
+#[cfg(test)]
+pub(super) fn random_bound(
+    rng: &mut ferrite_pmem::SplitMix64,
+    key: impl Fn(u64) -> IxKey,
+    keys: u64,
+    rows: u64,
+) -> EntryBound {
+    let e = (key(rng.next_u64() % keys), rng.next_u64() % rows);
+    match rng.next_u64() % 3 {
+        0 => Bound::Included(e),
+        1 => Bound::Excluded(e),
+        _ => Bound::Unbounded,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -381,14 +397,7 @@ mod tests {
                 0 | 1 => assert_eq!(ix.insert(k.clone(), r), model.insert((k, r)), "{step}"),
                 2 => assert_eq!(ix.remove(&k, r), model.remove(&(k, r)), "{step}"),
                 _ => {
-                    let b = |rng: &mut SplitMix64| {
-                        let e = (key(rng.next_u64() % 40), rng.next_u64() % 7);
-                        match rng.next_u64() % 3 {
-                            0 => Bound::Included(e),
-                            1 => Bound::Excluded(e),
-                            _ => Bound::Unbounded,
-                        }
-                    };
+                    let b = |rng: &mut SplitMix64| random_bound(rng, key, 40, 7);
                     let (lo, hi) = (b(&mut rng), b(&mut rng));
                     let max = (rng.next_u64() % 5) as usize + 1;
                     let valid = match (&lo, &hi) {

@@ -86,12 +86,17 @@ pub const MAX_SLOTS: u32 = FANOUT as u32;
 /// Slots a new store gets by default.
 pub const DEFAULT_SLOTS: u32 = 64;
 
-// ----- catalog (version 1) -----
+// ----- catalog (version 2) -----
 
 /// "FERRSOF1".
 pub const CATALOG_MAGIC: u64 = u64::from_le_bytes(*b"FERRSOF1");
-/// Format version of the catalog and everything below it.
-pub const CATALOG_VERSION: u32 = 1;
+/// Format version of the catalog and everything below it that this build writes. Version 2
+/// adds the index area of table descriptors (placement and tree root per index).
+pub const CATALOG_VERSION: u32 = 2;
+/// The older version this build still opens: its descriptors have no index area (every
+/// index in DRAM), and tables created in such a store get none either, so that a build that
+/// reads only version 1 never meets one.
+pub const CATALOG_VERSION_1: u32 = 1;
 
 /// The catalog block (256 bytes), allocated into the allocator's root.
 #[repr(C)]
@@ -156,7 +161,9 @@ pub fn catalog_crc(bytes: &[u8]) -> u32 {
 /// "FERRSTBL".
 pub const TABLE_MAGIC: u64 = u64::from_le_bytes(*b"FERRSTBL");
 
-/// The head of a table descriptor; column roots follow at 64 + 32·c, then the schema.
+/// The head of a table descriptor; column roots follow at 64 + 32·c, then the schema, then
+/// (catalog version 2, `ix_count > 0`) the index area at `ix_off`: one [`IndexEntry`] per
+/// index, the primary key's first.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct TableHead {
@@ -168,15 +175,48 @@ pub struct TableHead {
     pub chunk_rows: u32,
     pub heap_chunk: u32,
     pub mvcc_root: PPtr,
-    pub _pad: [u64; 2],
+    /// Offset of the index area in the descriptor (16-aligned); 0 with `ix_count == 0`.
+    pub ix_off: u32,
+    /// Entries of the index area (1 + secondary indexes), or 0: no area, every index in DRAM
+    /// (version 1 descriptors wrote 0 here).
+    pub ix_count: u32,
+    pub _pad: u64,
 }
 
 pub const TABLE_HEAD: u64 = size_of::<TableHead>() as u64;
 pub const T_MVCC_ROOT: u64 = offset_of!(TableHead, mvcc_root) as u64;
+pub const T_IX_OFF: u64 = offset_of!(TableHead, ix_off) as u64;
 /// Bytes per column entry of a descriptor (values root, heap root).
 pub const T_COLUMN: u64 = 32;
 
-const _: () = assert!(TABLE_HEAD == 64 && T_MVCC_ROOT == 32);
+const _: () = assert!(TABLE_HEAD == 64 && T_MVCC_ROOT == 32 && T_IX_OFF == 48);
+
+/// One entry of a descriptor's index area: where the index lives and, for a tree, its root
+/// slot (null until the tree's creation, which may finish at the next open).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct IndexEntry {
+    /// The FPTree's root slot (`fptree::Tree::create` allocates the root into it).
+    pub root: PPtr,
+    /// One of `IX_DRAM`, `IX_HYBRID`, `IX_PERSISTENT`; anything else is `Corrupted`.
+    pub placement: u64,
+    pub _pad: u64,
+}
+
+pub const IX_ENTRY: u64 = size_of::<IndexEntry>() as u64;
+pub const IX_PLACEMENT: u64 = offset_of!(IndexEntry, placement) as u64;
+/// Placement codes of [`IndexEntry::placement`].
+pub const IX_DRAM: u64 = 0;
+pub const IX_HYBRID: u64 = 1;
+pub const IX_PERSISTENT: u64 = 2;
+
+const _: () = assert!(IX_ENTRY == 32 && IX_PLACEMENT == 16);
+
+/// Offset of the index area of a descriptor with `ncols` columns and a `schema_len`-byte
+/// schema (16-aligned: tree root slots are 16-byte pointers).
+pub fn t_index_area(ncols: u64, schema_len: u64) -> u64 {
+    (TABLE_HEAD + T_COLUMN * ncols + schema_len).div_ceil(16) * 16
+}
 
 /// Offset of column `c`'s values root in a descriptor.
 pub fn t_values_root(c: u64) -> u64 {
@@ -188,10 +228,17 @@ pub fn t_heap_root(c: u64) -> u64 {
     TABLE_HEAD + T_COLUMN * c + 16
 }
 
-/// The crc32c of a descriptor: head bytes 8..20 and 24..32 (all but the crc) and the schema.
-pub fn table_crc(head: &[u8], schema: &[u8]) -> u32 {
+/// The crc32c of a descriptor: head bytes 8..20 and 24..32 (all but the crc) and the schema;
+/// with an index area also head bytes 48..56 (its offset and count) and `placements` (each
+/// entry's placement word, little-endian; the root slots are written later and not covered).
+pub fn table_crc(head: &[u8], schema: &[u8], placements: &[u8]) -> u32 {
     let a = crc32c::crc32c_append(crc32c::crc32c(&head[8..20]), &head[24..32]);
-    crc32c::crc32c_append(a, schema)
+    let a = crc32c::crc32c_append(a, schema);
+    if head[48..56].iter().all(|&b| b == 0) {
+        a
+    } else {
+        crc32c::crc32c_append(crc32c::crc32c_append(a, &head[48..56]), placements)
+    }
 }
 
 // ----- transaction areas -----

@@ -33,6 +33,7 @@ mod heap;
 mod index;
 mod ixkey;
 mod layout;
+mod placement;
 mod pm;
 mod rebuild;
 mod recovery;
@@ -133,7 +134,7 @@ pub struct SofortStore {
 impl SofortStore {
     /// Formats a new store on the (new, empty) pool set `set`.
     pub fn create(set: ferrite_pmem::PoolSet, opts: SofortOptions) -> SofortResult<SofortStore> {
-        let alloc = PAllocator::create(Arc::new(set), opts.alloc_slots)?;
+        let alloc = Arc::new(PAllocator::create(Arc::new(set), opts.alloc_slots)?);
         let alloc = recovery::format(alloc, opts)?;
         Ok(SofortStore { inner: Arc::new(recovery::open(alloc, None)?.0), rebuild: None })
     }
@@ -158,7 +159,7 @@ impl SofortStore {
         set: Arc<ferrite_pmem::PoolSet>,
         opts: &RecoveryOptions,
     ) -> SofortResult<(SofortStore, RecoveryReport)> {
-        let alloc = PAllocator::open(set)?;
+        let alloc = Arc::new(PAllocator::open(set)?);
         let started = Instant::now();
         let instant = opts.mode == RecoveryMode::Instant;
         let (inner, mut report) = recovery::open(alloc, opts.hold.filter(|_| instant))?;
@@ -241,7 +242,19 @@ impl SofortStore {
     /// Creates a table (durable on return). Errors: `Schema(TableExists)`,
     /// `Schema(InvalidDefinition)`, `PoolFull`.
     pub fn create_table(&self, schema: crate::TableSchema) -> SofortResult<TableRef> {
-        self.inner.create_table(schema)
+        self.inner.create_table(schema, &[])
+    }
+
+    /// [`SofortStore::create_table`] with each index placed as `placements` says: the primary
+    /// key's first, then the secondary indexes in schema order (missing ones: DRAM). Stored in
+    /// the table's descriptor. A store of format version 1 keeps every index in DRAM (its
+    /// descriptors have no room for placements). Errors: as `create_table`.
+    pub fn create_table_with(
+        &self,
+        schema: crate::TableSchema,
+        placements: &[crate::SofortIndexPlacement],
+    ) -> SofortResult<TableRef> {
+        self.inner.create_table(schema, placements)
     }
 
     /// The table `name`.

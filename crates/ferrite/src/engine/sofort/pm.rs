@@ -17,7 +17,7 @@
 //! before the staging mutex); mirror reads are lock-free (`Acquire` on a published offset).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use ferrite_pmem::{PPtr, PoolSet, Space};
 
@@ -36,7 +36,8 @@ pub(super) fn corrupt(what: impl Into<String>, at: impl Into<String>) -> Storage
 /// The pool, the allocator and the catalog.
 #[derive(Debug)]
 pub(super) struct Pm {
-    pub alloc: PAllocator,
+    /// Shared with the store's PM indexes (FPTrees hold the allocator they grow from).
+    pub alloc: Arc<PAllocator>,
     /// The catalog block.
     pub catalog: PPtr,
     /// Its global offset.
@@ -45,7 +46,7 @@ pub(super) struct Pm {
 }
 
 impl Pm {
-    pub fn new(alloc: PAllocator, catalog: PPtr) -> StorageResult<Pm> {
+    pub fn new(alloc: Arc<PAllocator>, catalog: PPtr) -> StorageResult<Pm> {
         let cat = alloc.pool().resolve_range(catalog, CATALOG_BYTES)?;
         Ok(Pm { alloc, catalog, cat, staging: Mutex::new(()) })
     }

@@ -137,7 +137,8 @@ pub(super) fn step(
     index: Option<usize>,
     batch: usize,
 ) -> SofortResult<Step> {
-    let set = t.index(index)?;
+    // A PM index is complete at open: nothing to rebuild.
+    let Some(set) = t.index(index)?.dram_state() else { return Ok(Step::Done) };
     let mut g = set.write().unwrap_or_else(|p| p.into_inner());
     let st = &mut *g;
     let Some(p) = st.pending.as_mut() else { return Ok(Step::Done) };
@@ -232,6 +233,10 @@ impl Rebuild {
         let mut jobs: Vec<(String, TableRef, Option<usize>)> = Vec::new();
         for t in inner.all_tables() {
             for ix in std::iter::once(None).chain((0..t.sec.len()).map(Some)) {
+                // Only DRAM indexes are rebuilt (a PM index is complete at open).
+                if t.index(ix).ok().and_then(|s| s.dram_state()).is_none() {
+                    continue;
+                }
                 let name = match ix {
                     None => format!("{}.primary", t.name()),
                     Some(i) => format!("{}.{}", t.name(), t.table.indexes[i].name),
@@ -539,7 +544,7 @@ fn planner(jobs: &[(String, TableRef, Option<usize>)], strategy: Option<Strategy
 
 /// The rows index `ix` of `t` has left to index at the start (0 if it is complete).
 fn pending_rows(t: &PTable, ix: Option<usize>) -> u64 {
-    t.index(ix).map_or(0, |set| {
+    t.index(ix).ok().and_then(|s| s.dram_state()).map_or(0, |set| {
         let g = set.read().unwrap_or_else(|p| p.into_inner());
         g.pending.as_ref().map_or(0, |p| p.rows.len() as u64)
     })

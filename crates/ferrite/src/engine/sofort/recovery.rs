@@ -29,6 +29,7 @@ use zerocopy::{FromZeros, IntoBytes};
 
 use super::cont::{self, ContShared};
 use super::layout::*;
+use super::placement::{IndexStore, placement_of_code};
 use super::pm::{Pm, corrupt, init_null_ptrs, lock};
 use super::table::{PTable, RowAlloc};
 use super::txn::{Inner, Slot, Status, TxInfo};
@@ -97,7 +98,7 @@ fn bad(what: impl Into<String>) -> StorageError {
 }
 
 /// Formats a store on a fresh allocator (P-SOF-1).
-pub(super) fn format(alloc: PAllocator, opts: SofortOptions) -> SofortResult<PAllocator> {
+pub(super) fn format(alloc: Arc<PAllocator>, opts: SofortOptions) -> SofortResult<Arc<PAllocator>> {
     if opts.slots == 0 || opts.slots > MAX_SLOTS {
         return Err(StorageError::InvalidArgument(format!(
             "{} transaction slots: between 1 and {MAX_SLOTS}",
@@ -158,11 +159,12 @@ fn read_catalog(pm: &Pm) -> StorageResult<CatalogHead> {
             format!("bad magic {:#x}", head.magic)
         }));
     }
-    if head.version != CATALOG_VERSION || head.incompat != 0 {
+    if !(head.version == CATALOG_VERSION || head.version == CATALOG_VERSION_1) || head.incompat != 0
+    {
         return Err(StorageError::Incompatible {
             what: format!(
-                "SOFORT format version {} incompat {:#x} (this build reads version \
-                 {CATALOG_VERSION})",
+                "SOFORT format version {} incompat {:#x} (this build reads versions \
+                 {CATALOG_VERSION_1} and {CATALOG_VERSION})",
                 head.version, head.incompat
             ),
             at: "SOFORT catalog".into(),
@@ -206,18 +208,55 @@ fn load_table(pm: &Pm, id: u16, desc: PPtr) -> StorageResult<PTable> {
     }
     let ncols = u64::from(head.ncols);
     let schema_at = TABLE_HEAD + T_COLUMN * ncols;
-    let size = schema_at + u64::from(head.schema_len);
+    let mut size = schema_at + u64::from(head.schema_len);
+    let nix = u64::from(head.ix_count);
+    if nix > 0 {
+        // The index area right after the schema (16-aligned), as `create_table` places it.
+        if u64::from(head.ix_off) != t_index_area(ncols, u64::from(head.schema_len)) {
+            return Err(corrupt("index area misplaced", at));
+        }
+        size = u64::from(head.ix_off) + IX_ENTRY * nix;
+    } else if head.ix_off != 0 {
+        return Err(corrupt("an index area offset without entries", at));
+    }
     let g = pm.at(desc, size, "table descriptor")?;
     let mut schema = vec![0u8; head.schema_len as usize];
     s.read_into(g + schema_at, &mut schema)?;
-    if head.crc != table_crc(head.as_bytes(), &schema) {
+    let mut codes = Vec::new();
+    let mut placements = Vec::new();
+    for i in 0..nix {
+        let code = s.load_u64(
+            g + u64::from(head.ix_off) + i * IX_ENTRY + IX_PLACEMENT,
+            Ordering::Acquire,
+        )?;
+        codes.push(code);
+        placements.extend_from_slice(&code.to_le_bytes());
+    }
+    if head.crc != table_crc(head.as_bytes(), &schema, &placements) {
         return Err(corrupt("descriptor checksum mismatch", at));
     }
     let table = codec::decode(&schema)?;
     if table.arity() as u64 != ncols {
         return Err(corrupt("column count mismatch", at));
     }
-    PTable::load(pm, id, desc, table)
+    let ix = if nix == 0 {
+        None
+    } else {
+        if nix != 1 + table.indexes.len() as u64 {
+            return Err(corrupt("index area entries differ from the schema's indexes", at));
+        }
+        let mut stores = Vec::new();
+        for (i, &code) in codes.iter().enumerate() {
+            let p = placement_of_code(code).ok_or_else(|| {
+                corrupt(format!("index {i}: unknown placement {code}"), at.clone())
+            })?;
+            let slot =
+                PPtr::new(desc.segment, desc.offset + u64::from(head.ix_off) + i as u64 * IX_ENTRY);
+            stores.push(IndexStore::open(&pm.alloc, slot, p)?);
+        }
+        Some(stores)
+    };
+    PTable::load(pm, id, desc, table, ix)
 }
 
 /// Walks an area's extension chain.
@@ -237,10 +276,25 @@ fn load_ext(pm: &Pm, area: u64) -> StorageResult<Vec<u64>> {
     Ok(out)
 }
 
+/// Deletes a garbage row's entries from the table's PM indexes (P-SOF-20, P-SOF-21; design
+/// §13.3). An entry exists only if the row's values were durable before it was inserted and
+/// stayed so, so the key computed from them finds it; a row whose values cannot be read (a
+/// torn or never-flushed write) has no entry. Deleting `key ‖ r` is safe whatever the key:
+/// only row `r` has entries ending in `r`, and it is garbage.
+fn remove_garbage_entries(t: &PTable, s: &ferrite_pmem::Space, r: u64) -> SofortResult<()> {
+    match t.read_key_columns(s, r) {
+        Ok(row) => t.index_remove_in(r, &row, true),
+        Err(_) => Ok(()),
+    }
+}
+
 /// Opens and recovers a store (see the module docs).
-/// The indexes are left pending over the live rows, held at `hold` (`rebuild.rs`, W4): the
-/// caller starts their rebuild.
-pub(super) fn open(alloc: PAllocator, hold: Option<u64>) -> SofortResult<(Inner, RecoveryReport)> {
+/// The DRAM indexes are left pending over the live rows, held at `hold` (`rebuild.rs`, W4):
+/// the caller starts their rebuild. PM indexes are opened with their tables.
+pub(super) fn open(
+    alloc: Arc<PAllocator>,
+    hold: Option<u64>,
+) -> SofortResult<(Inner, RecoveryReport)> {
     let t0 = Instant::now();
     let root = alloc.pool().resolve_range(alloc.root_location(), 16)?;
     let cat = alloc.pool().load_pptr(root)?;
@@ -438,6 +492,9 @@ pub(super) fn open(alloc: PAllocator, hold: Option<u64>) -> SofortResult<(Inner,
                 }
                 report.live_rows += 1;
             } else {
+                if t.pm_index {
+                    remove_garbage_entries(t, s, r)?;
+                }
                 reusable.push(r);
                 report.garbage_rows += 1;
             }
@@ -492,6 +549,7 @@ pub(super) fn open(alloc: PAllocator, hold: Option<u64>) -> SofortResult<(Inner,
             unfinished: Mutex::new(logs.unfinished),
         },
         restart: Default::default(),
+        version: head.version,
     };
     report.duration = t0.elapsed();
     Ok((inner, report))
@@ -550,24 +608,27 @@ impl Inner {
                     extents.push((c, chunk, o, l));
                 }
             }
-            let pk = t.effective_index(s, None)?;
-            if !pk.is_consistent() {
-                return fail("the primary index's structure is inconsistent".into());
-            }
-            if pk != expect_pk {
-                return fail(format!(
-                    "primary index: {} entries, {} rows in use",
-                    pk.len(),
-                    expect_pk.len()
-                ));
-            }
-            rep.index_entries += pk.len() as u64;
-            for (i, e) in expect_sec.iter().enumerate() {
-                let ix = t.effective_index(s, Some(i))?;
-                if ix != *e || !ix.is_consistent() {
-                    return fail(format!("secondary index {i} disagrees with the rows"));
+            let indexes = std::iter::once(None).chain((0..expect_sec.len()).map(Some));
+            for (ix, expect) in indexes.zip(std::iter::once(&expect_pk).chain(&expect_sec)) {
+                let name = match ix {
+                    None => "primary index".to_owned(),
+                    Some(i) => format!("secondary index {i}"),
+                };
+                let verdict = match t.effective_index(s, ix)? {
+                    // A DRAM index, with the remainder of a pending rebuild (W1).
+                    Some(got) if !got.is_consistent() => {
+                        Err("the index's structure is inconsistent".to_owned())
+                    }
+                    Some(got) if got != *expect => {
+                        Err(format!("{} entries, {} rows in use", got.len(), expect.len()))
+                    }
+                    Some(got) => Ok(got.len() as u64),
+                    None => t.index(ix)?.check_against(expect)?,
+                };
+                match verdict {
+                    Ok(n) => rep.index_entries += n,
+                    Err(what) => return fail(format!("{name}: {what}")),
                 }
-                rep.index_entries += ix.len() as u64;
             }
             extents.sort_unstable();
             for w in extents.windows(2) {

@@ -9,14 +9,19 @@
 //!   reusable queue (once). Ids `>= next` are unused.
 //! - The indexes hold `(key, row)` for every row in use that is not collected (all versions,
 //!   uncommitted ones included), and nothing for rows in the reusable queue.
+//! - A PM index (hybrid or persistent FPTree, `placement.rs`) holds an entry only for a row
+//!   whose values and MVCC entry are durable (P-SOF-20), and loses it before the row's
+//!   extents are freed or its id is reused (P-SOF-21).
 //!
 //! # Ordering
 //! Rows are written with non-temporal stores (values) and `Release` stores (`CTS` then `DTS`);
-//! nothing here flushes: the transaction's commit does (P-SOF-5).
+//! nothing here flushes: the transaction's commit does (P-SOF-5), and the insert into a PM
+//! index (P-SOF-20, in `txn.rs`).
 //!
 //! # Concurrency
 //! Row-id allocation and chunk creation under the table's mutex; each heap under its own; each
-//! index under an `RwLock`. MVCC words and value slots are accessed lock-free.
+//! DRAM index under an `RwLock` (a tree has its own leaf locks). MVCC words and value slots
+//! are accessed lock-free.
 
 use std::collections::VecDeque;
 use std::ops::Bound;
@@ -30,6 +35,7 @@ pub(super) use super::index::EntryBound;
 use super::index::{Index, Rows, entry_in};
 use super::ixkey::IxKey;
 use super::layout::*;
+use super::placement::{IndexStore, check_key_len, key_too_long};
 use super::pm::{BlockArray, Init, Pm, corrupt, lock};
 use super::rebuild::{IxState, Pending, Step};
 use super::{SofortError, SofortResult};
@@ -59,9 +65,6 @@ pub(super) struct Written {
     pub nt: Vec<(u64, u64)>,
 }
 
-/// An index: `(key, row id)` entries, with its rebuild state after an instant open.
-pub(super) type IndexSet = RwLock<IxState>;
-
 /// A primary-key lookup on an index being rebuilt helps the rebuild (inserts batches itself)
 /// while more than this many rows are left; below, it scans them (`docs/design/sofort.md`
 /// §13.3).
@@ -77,13 +80,22 @@ pub struct PTable {
     pub(super) heaps: Vec<Option<Heap>>,
     pub(super) rows: Mutex<RowAlloc>,
     pub(super) chunks: AtomicU64,
-    pub(super) pk: IndexSet,
-    pub(super) sec: Vec<IndexSet>,
+    pub(super) pk: IndexStore,
+    pub(super) sec: Vec<IndexStore>,
+    /// Whether any index is in PM (a tree).
+    pub(super) pm_index: bool,
 }
 
 impl PTable {
-    /// Loads a table from its descriptor at `g` (already validated) with its arrays.
-    pub(super) fn load(pm: &Pm, id: u16, desc: PPtr, table: Table) -> StorageResult<PTable> {
+    /// Loads a table from its descriptor at `g` (already validated) with its arrays and its
+    /// indexes `ix` (the primary key's first; `None`: all in DRAM, empty).
+    pub(super) fn load(
+        pm: &Pm,
+        id: u16,
+        desc: PPtr,
+        table: Table,
+        ix: Option<Vec<IndexStore>>,
+    ) -> StorageResult<PTable> {
         let at = |off: u64| PPtr::new(desc.segment, desc.offset + off);
         let mvcc = BlockArray::load(pm, at(T_MVCC_ROOT), MVCC_BLOCK, Init::Zero)?;
         let mut cols = Vec::new();
@@ -97,7 +109,11 @@ impl PTable {
             });
         }
         let chunks = cols.iter().map(BlockArray::count).fold(mvcc.count(), u64::min);
-        let sec = table.indexes.iter().map(|_| RwLock::new(IxState::default())).collect();
+        let mut ix = ix.unwrap_or_default().into_iter();
+        let pk = ix.next().unwrap_or_else(IndexStore::dram);
+        let sec: Vec<IndexStore> =
+            table.indexes.iter().map(|_| ix.next().unwrap_or_else(IndexStore::dram)).collect();
+        let pm_index = pk.is_pm() || sec.iter().any(IndexStore::is_pm);
         Ok(PTable {
             id,
             table,
@@ -106,8 +122,9 @@ impl PTable {
             heaps,
             rows: Mutex::new(RowAlloc::default()),
             chunks: AtomicU64::new(chunks),
-            pk: RwLock::new(IxState::default()),
+            pk,
             sec,
+            pm_index,
         })
     }
 
@@ -119,6 +136,11 @@ impl PTable {
     /// The table's schema.
     pub fn schema(&self) -> &TableSchema {
         &self.table.schema
+    }
+
+    /// Where index `index` lives (`None`: the primary key; `None` back: no such index).
+    pub fn index_placement(&self, index: Option<usize>) -> Option<crate::SofortIndexPlacement> {
+        self.index(index).ok().map(IndexStore::placement)
     }
 
     /// The table's name.
@@ -442,37 +464,75 @@ impl PTable {
         (IxKey::new(&pk), sec)
     }
 
-    /// Adds row `r`'s entries to every index (straight into a pending one too: W3 of
-    /// `rebuild.rs`).
-    pub(super) fn index_add(&self, r: u64, row: &[Value]) {
-        let (pk, sec) = self.keys(row);
-        for (set, k) in self.index_sets().zip(std::iter::once(pk).chain(sec)) {
-            set.write().unwrap_or_else(|p| p.into_inner()).ix.insert(k, r);
-        }
+    /// The indexes, the primary key's first, with their names (for errors).
+    fn indexes(&self) -> impl Iterator<Item = (&IndexStore, &str)> {
+        std::iter::once((&self.pk, "the primary key"))
+            .chain(self.sec.iter().zip(self.table.indexes.iter().map(|ix| ix.name.as_str())))
     }
 
-    /// Removes row `r`'s entries from every index; on a pending index where `r` is not
-    /// indexed yet, marks it removed so that the rebuild never adds it (W3, FIX-12).
-    pub(super) fn index_remove(&self, r: u64, row: &[Value]) {
-        let (pk, sec) = self.keys(row);
-        for (set, k) in self.index_sets().zip(std::iter::once(pk).chain(sec)) {
-            let mut g = set.write().unwrap_or_else(|p| p.into_inner());
-            let st = &mut *g;
-            st.ix.remove(&k, r);
-            if let Some(p) = st.pending.as_mut()
-                && p.unindexed(r)
+    /// `ValueTooLarge` if a key of `keys` does not fit its PM index (checked before the row is
+    /// written: the insert then has no effect).
+    pub(super) fn check_keys(&self, keys: &(IxKey, Vec<IxKey>)) -> SofortResult<()> {
+        let all = std::iter::once(&keys.0).chain(&keys.1);
+        for ((ix, name), k) in self.indexes().zip(all) {
+            if ix.is_pm()
+                && let Err(len) = check_key_len(k)
             {
-                p.removed.insert(r);
+                return Err(key_too_long(name, len));
             }
         }
+        Ok(())
     }
 
-    /// The primary index, then the secondary ones.
-    pub(super) fn index_sets(&self) -> impl Iterator<Item = &IndexSet> {
-        std::iter::once(&self.pk).chain(&self.sec)
+    /// Adds row `r`'s entries `keys` (from [`PTable::keys`]) to every index. On error the
+    /// entries added are removed again (as far as possible) and the error returned.
+    pub(super) fn index_add_keys(&self, r: u64, keys: (IxKey, Vec<IxKey>)) -> SofortResult<()> {
+        let (pk, sec) = keys;
+        if !self.pm_index {
+            // DRAM only: inserts cannot fail; the keys move in without a copy.
+            self.pk.insert(pk, r)?;
+            for (ix, k) in self.sec.iter().zip(sec) {
+                ix.insert(k, r)?;
+            }
+            return Ok(());
+        }
+        let all: Vec<IxKey> = std::iter::once(pk).chain(sec).collect();
+        for (i, ((ix, _), k)) in self.indexes().zip(&all).enumerate() {
+            if let Err(e) = ix.insert(k.clone(), r) {
+                for ((ix, _), k) in self.indexes().zip(&all).take(i) {
+                    let _ = ix.remove(k, r);
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
-    /// Starts every index's rebuild over `rows` (the live rows, ascending), holding it at
+    /// Removes row `r`'s entries from every index (`pm_only`: from the PM indexes only).
+    /// Idempotent.
+    pub(super) fn index_remove_in(&self, r: u64, row: &[Value], pm_only: bool) -> SofortResult<()> {
+        let (pk, sec) = self.keys(row);
+        for ((ix, _), k) in self.indexes().zip(std::iter::once(pk).chain(sec)) {
+            if !pm_only || ix.is_pm() {
+                ix.remove(&k, r)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes row `r`'s entries from every index (idempotent; durable for PM indexes when it
+    /// returns: P-SOF-21).
+    pub(super) fn index_remove(&self, r: u64, row: &[Value]) -> SofortResult<()> {
+        self.index_remove_in(r, row, false)
+    }
+
+    /// The DRAM indexes with their rebuild states, the primary index's first (PM indexes are
+    /// complete at open and never pending).
+    pub(super) fn index_sets(&self) -> impl Iterator<Item = &RwLock<IxState>> {
+        std::iter::once(&self.pk).chain(&self.sec).filter_map(IndexStore::dram_state)
+    }
+
+    /// Starts every DRAM index's rebuild over `rows` (the live rows, ascending), holding it at
     /// `hold` (W4 of `rebuild.rs`).
     pub(super) fn set_pending(&self, rows: Arc<[u64]>, hold: Option<u64>) {
         for set in self.index_sets() {
@@ -484,7 +544,10 @@ impl PTable {
 
     /// Whether `index` is being rebuilt.
     pub(super) fn is_pending(&self, index: Option<usize>) -> SofortResult<bool> {
-        Ok(self.index(index)?.read().unwrap_or_else(|p| p.into_inner()).pending.is_some())
+        Ok(self
+            .index(index)?
+            .dram_state()
+            .is_some_and(|l| l.read().unwrap_or_else(|p| p.into_inner()).pending.is_some()))
     }
 
     /// The batch size for iterating over `index`: `normal`, or everything at once while the
@@ -512,16 +575,22 @@ impl PTable {
         Ok(out)
     }
 
-    /// The entries index `index` must hold now, with its remainder (W1; for `check`).
-    pub(super) fn effective_index(&self, s: &Space, index: Option<usize>) -> SofortResult<Index> {
-        let g = self.index(index)?.read().unwrap_or_else(|p| p.into_inner());
+    /// The entries DRAM index `index` must hold now, with its remainder (W1; for `check`);
+    /// `None` for a PM index.
+    pub(super) fn effective_index(
+        &self,
+        s: &Space,
+        index: Option<usize>,
+    ) -> SofortResult<Option<Index>> {
+        let Some(lock) = self.index(index)?.dram_state() else { return Ok(None) };
+        let g = lock.read().unwrap_or_else(|p| p.into_inner());
         let mut ix = g.ix.clone();
         if let Some(p) = &g.pending {
             for (k, r) in self.remainder_entries(s, index, p, |_, _| true)? {
                 ix.insert(k, r);
             }
         }
-        Ok(ix)
+        Ok(Some(ix))
     }
 
     /// The key of row `row` in index `index`.
@@ -530,7 +599,7 @@ impl PTable {
     }
 
     /// The index `index` (`None`: primary), for range iteration.
-    pub(super) fn index(&self, index: Option<usize>) -> SofortResult<&IndexSet> {
+    pub(super) fn index(&self, index: Option<usize>) -> SofortResult<&IndexStore> {
         match index {
             None => Ok(&self.pk),
             Some(i) => self.sec.get(i).ok_or_else(|| {
@@ -572,7 +641,11 @@ impl PTable {
             }
             _ => {}
         }
-        let set = self.index(index)?.read().unwrap_or_else(|p| p.into_inner());
+        let store = self.index(index)?;
+        let Some(lock) = store.dram_state() else {
+            return store.candidates(lo, hi, ascending, max);
+        };
+        let set = lock.read().unwrap_or_else(|p| p.into_inner());
         let mut out = set.ix.candidates(lo, hi, ascending, max);
         if let Some(p) = &set.pending {
             // The other access path (W1): the remainder's entries in the bounds, merged.
@@ -591,9 +664,10 @@ impl PTable {
     /// the primary index is rebuilt, helps the rebuild down to [`HELP_ABOVE`] rows left, then
     /// adds the matching rows of the remainder (W1).
     pub(super) fn pk_rows(&self, s: &Space, pk: &IxKey) -> SofortResult<Option<Rows>> {
+        let Some(lock) = self.pk.dram_state() else { return self.pk.rows(pk) };
         loop {
             {
-                let g = self.pk.read().unwrap_or_else(|p| p.into_inner());
+                let g = lock.read().unwrap_or_else(|p| p.into_inner());
                 match &g.pending {
                     None => return Ok(g.ix.rows(pk)),
                     Some(p) if p.left() <= HELP_ABOVE || p.wm >= p.hold => {
@@ -612,7 +686,7 @@ impl PTable {
                 }
             }
             if super::rebuild::step(self, s, None, super::rebuild::BATCH)? == Step::Done {
-                return Ok(self.pk.read().unwrap_or_else(|p| p.into_inner()).ix.rows(pk));
+                return Ok(lock.read().unwrap_or_else(|p| p.into_inner()).ix.rows(pk));
             }
         }
     }

@@ -36,7 +36,11 @@ fn seed() -> u64 {
 }
 
 fn kv_schema() -> TableSchema {
-    TableSchema::new("kv")
+    kv_schema_named("kv")
+}
+
+fn kv_schema_named(name: &str) -> TableSchema {
+    TableSchema::new(name)
         .column("k", Type::I64)
         .column("v", Type::Str)
         .column("n", Type::I64)
@@ -382,12 +386,23 @@ impl Workload {
     }
 }
 
-/// Captures crash images at every fence: durable only, with the fencing thread's pending
-/// lines, with every dirty line evicted, and a random mix.
+/// Captures crash images at every fence (see [`capturing_hook_every`]).
 fn capturing_hook(
     images: Arc<Mutex<Vec<(u64, CrashImage)>>>,
     acked: Arc<AtomicU64>,
     seed: u64,
+) -> ferrite_pmem::sim::Hook {
+    capturing_hook_every(images, acked, seed, 1)
+}
+
+/// Captures crash images at every fence: durable only, with the fencing thread's pending
+/// lines, with every dirty line evicted, and a random mix.
+/// (At every `every`-th fence only, for workloads with many fences.)
+fn capturing_hook_every(
+    images: Arc<Mutex<Vec<(u64, CrashImage)>>>,
+    acked: Arc<AtomicU64>,
+    seed: u64,
+    every: u64,
 ) -> ferrite_pmem::sim::Hook {
     let n = Arc::new(AtomicU64::new(0));
     Arc::new(move |d: &SimDomain, e: &Event| {
@@ -396,6 +411,9 @@ fn capturing_hook(
         }
         let a = acked.load(Ordering::SeqCst);
         let i = n.fetch_add(1, Ordering::Relaxed);
+        if !i.is_multiple_of(every) {
+            return;
+        }
         let specs = [
             ImageSpec::durable(),
             ImageSpec { pending: Pick::All, ..ImageSpec::default() },
@@ -430,10 +448,36 @@ fn crash_images_of_seed_0x18eb018b783001de_recover_to_a_prefix() {
     crash_images_recover_to_a_prefix(0x18eb_018b_7830_01de);
 }
 
+/// As `crash_images_at_every_fence_recover_to_a_prefix`, with both indexes of `kv` in PM:
+/// recovery must delete the entries of rows an uncommitted or aborted transaction inserted
+/// (durable at once) and of deleted rows whose collection a crash interrupted (P-SOF-20/21).
+/// The trees fence several times per insert: a shorter workload, images at every third fence.
+#[test]
+fn crash_images_with_hybrid_indexes_recover_to_a_prefix() {
+    crash_images_placed(seed(), &[crate::SofortIndexPlacement::Hybrid; 2], 10, 3);
+}
+
+/// The same with persistent trees (inner nodes in PM too), and the primary key in DRAM.
+#[test]
+fn crash_images_with_persistent_indexes_recover_to_a_prefix() {
+    use crate::SofortIndexPlacement as P;
+    crash_images_placed(seed(), &[P::Dram, P::Persistent], 10, 3);
+    crash_images_placed(seed() ^ 1, &[P::Persistent, P::Persistent], 10, 3);
+}
+
 fn crash_images_recover_to_a_prefix(seed: u64) {
-    let w = Workload::new(seed, 24);
+    crash_images_placed(seed, &[], 24, 1);
+}
+
+fn crash_images_placed(
+    seed: u64,
+    placements: &[crate::SofortIndexPlacement],
+    txns: usize,
+    every: u64,
+) {
+    let w = Workload::new(seed, txns);
     let st = sim_store(2);
-    st.create_table(kv_schema()).unwrap();
+    st.create_table_with(kv_schema(), placements).unwrap();
     let domain = {
         // The store's pool set is the only holder of the domain; reach it through a table op.
         let t = st.table("kv").unwrap();
@@ -442,7 +486,7 @@ fn crash_images_recover_to_a_prefix(seed: u64) {
     };
     let images = Arc::new(Mutex::new(Vec::new()));
     let acked = Arc::new(AtomicU64::new(0));
-    domain.set_hook(Some(capturing_hook(images.clone(), acked.clone(), seed)));
+    domain.set_hook(Some(capturing_hook_every(images.clone(), acked.clone(), seed, every)));
     for i in 0..w.txns.len() {
         w.run(&st, i);
         acked.store(i as u64 + 1, Ordering::SeqCst);
@@ -458,13 +502,16 @@ fn crash_images_recover_to_a_prefix(seed: u64) {
         let a = *a as usize;
         let set = PoolSet::open_sim(img, &opts()).unwrap();
         let rec_domain = set.sim().unwrap().clone();
-        // Nested crashes: capture at every fence of this recovery (every 16th image).
+        // Nested crashes: capture at every fence of this recovery (every 16th image; with
+        // `every > 1`, every `16 * every`-th image at every `4 * every`-th fence: opening
+        // trees fences often).
         let inner_images = Arc::new(Mutex::new(Vec::new()));
-        if k % 16 == 0 {
-            rec_domain.set_hook(Some(capturing_hook(
+        if (k as u64).is_multiple_of(16 * every) {
+            rec_domain.set_hook(Some(capturing_hook_every(
                 inner_images.clone(),
                 Arc::new(AtomicU64::new(0)),
                 seed,
+                if every == 1 { 1 } else { 4 * every },
             )));
         }
         let (st, _) = SofortStore::open(set).unwrap_or_else(|e| panic!("image {k}: {e}"));
@@ -490,6 +537,10 @@ fn crash_images_recover_to_a_prefix(seed: u64) {
     }
     eprintln!("{} images, {nested} nested", images.len());
     assert!(nested > 10, "{nested} nested images");
+    if !placements.is_empty() {
+        // The workload reached the new rule's fences and left garbage entries behind.
+        assert!(images.len() > 100, "{} images", images.len());
+    }
 }
 
 #[test]
@@ -578,6 +629,178 @@ fn busy_when_every_slot_is_taken_and_value_limits() {
     let got = contents(&st);
     assert_eq!(got[&1].0.len(), HEAP_CHUNK as usize);
     assert_eq!(got[&2].0, "");
+}
+
+/// Every placement: the same contents after a clean close and after a drop without close
+/// with an uncommitted transaction, its placement kept, and `check` passing.
+#[test]
+fn every_placement_reopens_with_its_indexes() {
+    use crate::SofortIndexPlacement as P;
+    let dir = TestDir::new("sofort-placed");
+    for (i, ps) in [[P::Hybrid, P::Hybrid], [P::Persistent, P::Dram], [P::Dram, P::Persistent]]
+        .into_iter()
+        .enumerate()
+    {
+        let path = dir.join(&format!("db{i}"));
+        let st = SofortStore::create(PoolSet::create(&path, &opts()).unwrap(), sopts(4)).unwrap();
+        st.create_table_with(kv_schema(), &ps).unwrap();
+        let mut tx = st.begin(false).unwrap();
+        for k in 0..300 {
+            upsert(&st, &mut tx, k, &format!("v{k}"), k % 7).unwrap();
+        }
+        tx.commit().unwrap();
+        let mut tx = st.begin(false).unwrap();
+        for k in 0..50 {
+            remove(&st, &mut tx, k * 3).unwrap();
+        }
+        tx.commit().unwrap();
+        let mut aborted = st.begin(false).unwrap();
+        upsert(&st, &mut aborted, 1, "aborted", 0).unwrap();
+        aborted.abort();
+        let before = contents(&st);
+        st.check().unwrap();
+        st.close().unwrap();
+        let (st, rep) = SofortStore::open(PoolSet::open(&path, &opts()).unwrap()).unwrap();
+        assert_eq!(rep.live_rows, 250, "{ps:?}");
+        let t = st.table("kv").unwrap();
+        assert_eq!(
+            (t.index_placement(None), t.index_placement(Some(0))),
+            (Some(ps[0]), Some(ps[1]))
+        );
+        assert_eq!(contents(&st), before, "{ps:?}");
+        st.check().unwrap();
+        // A secondary-index lookup through the placed index.
+        let mut ro = st.begin(true).unwrap();
+        // The entries starting with `n = 3` (index column, then primary key), as the engine
+        // asks for a prefix.
+        let n3 = encode_key([&Value::I64(3)]);
+        let end = crate::encoding::prefix_successor(&n3).unwrap();
+        let (lo, hi) = (Bound::Included(&n3[..]), Bound::Excluded(&end[..]));
+        let rows = ro.scan_at(&t, Some(0), lo, hi, true, usize::MAX, ro.sts()).unwrap();
+        let back = ro.scan_at(&t, Some(0), lo, hi, false, 5, ro.sts()).unwrap();
+        let mut rev: Vec<_> = rows.iter().rev().take(5).cloned().collect();
+        rev.truncate(5);
+        assert_eq!(back, rev, "{ps:?}");
+        ro.commit().unwrap();
+        let want = before.values().filter(|v| v.1 == 3).count();
+        assert_eq!(rows.len(), want, "{ps:?}");
+        // An uncommitted insert and delete left in PM by a drop without close.
+        let mut open = st.begin(false).unwrap();
+        upsert(&st, &mut open, 1000, "uncommitted", 3).unwrap();
+        remove(&st, &mut open, 1).unwrap();
+        open.abandon();
+        drop(t);
+        drop(st);
+        let (st, rep) = SofortStore::open(PoolSet::open(&path, &opts()).unwrap()).unwrap();
+        assert!(rep.undone >= 2 && rep.garbage_rows >= 1, "{rep:?}");
+        assert_eq!(contents(&st), before, "{ps:?}");
+        st.check().unwrap();
+        st.close().unwrap();
+    }
+}
+
+/// A key longer than a PM index holds is `ValueTooLarge` before anything is written; the
+/// transaction stays usable, and the same key in a DRAM index is fine.
+#[test]
+fn a_key_too_long_for_a_pm_index_is_a_typed_error() {
+    use crate::SofortIndexPlacement as P;
+    let schema = |name: &str| {
+        TableSchema::new(name).column("k", Type::Str).column("n", Type::I64).primary_key("k")
+    };
+    let st = sim_store(2);
+    let t = st.create_table_with(schema("s"), &[P::Persistent]).unwrap();
+    let dram = st.create_table(schema("d")).unwrap();
+    let long = vec![Value::from("x".repeat(5000).as_str()), Value::I64(1)];
+    let mut tx = st.begin(false).unwrap();
+    let err = tx.insert(&t, &long).unwrap_err();
+    assert!(matches!(err, SofortError::ValueTooLarge { .. }), "{err:?}");
+    tx.insert(&t, &[Value::from("short"), Value::I64(2)]).unwrap();
+    tx.insert(&dram, &long).unwrap();
+    tx.commit().unwrap();
+    st.check().unwrap();
+    assert_eq!(st.check().unwrap().index_entries, 2);
+}
+
+/// The descriptor's offset of `kv`'s index area entry `i` (its placement word).
+fn placement_word(st: &SofortStore, i: u64) -> (u64, u64) {
+    let pm = &st.inner.pm;
+    let d = pm.s().load_pptr(pm.set().resolve(st.inner.table_dir).unwrap()).unwrap();
+    let g = pm.set().resolve(d).unwrap();
+    let head: TableHead = pm.s().read_struct(g).unwrap();
+    (g, u64::from(head.ix_off) + i * IX_ENTRY + IX_PLACEMENT)
+}
+
+/// A placement code no build writes, under a valid checksum, is `Corrupted`; so is a
+/// placement changed without its checksum.
+#[test]
+fn an_unknown_placement_in_a_descriptor_is_corrupted() {
+    use crate::SofortIndexPlacement as P;
+    let dir = TestDir::new("sofort-placement-code");
+    for fix_crc in [true, false] {
+        let path = dir.join(&format!("db{fix_crc}"));
+        let st = SofortStore::create(PoolSet::create(&path, &opts()).unwrap(), sopts(2)).unwrap();
+        st.create_table_with(kv_schema(), &[P::Hybrid, P::Dram]).unwrap();
+        let (g, off) = placement_word(&st, 1);
+        let s = st.inner.pm.s();
+        s.store_u64(g + off, 7, Ordering::Release).unwrap();
+        if fix_crc {
+            let mut head: TableHead = s.read_struct(g).unwrap();
+            let ncols = u64::from(head.ncols);
+            let mut schema = vec![0u8; head.schema_len as usize];
+            s.read_into(g + TABLE_HEAD + T_COLUMN * ncols, &mut schema).unwrap();
+            let codes: Vec<u8> =
+                [IX_HYBRID, 7].iter().flat_map(|c: &u64| c.to_le_bytes()).collect();
+            head.crc = table_crc(zerocopy::IntoBytes::as_bytes(&head), &schema, &codes);
+            s.write_struct(g, &head).unwrap();
+        }
+        // ORDER(P-APP-1): the test's damage is durable before the store is reopened
+        s.persist(g, off + 8).unwrap();
+        st.close().unwrap();
+        let err = SofortStore::open(PoolSet::open(&path, &opts()).unwrap()).unwrap_err();
+        let SofortError::Storage(StorageError::Corrupted { what, .. }) = &err else {
+            panic!("{err:?}")
+        };
+        assert!(what.contains(if fix_crc { "unknown placement" } else { "checksum" }), "{what}");
+    }
+}
+
+/// A store of format version 1 (no index areas) still opens; its new tables keep every
+/// index in DRAM whatever is asked (descriptors as version 1 wrote them: no area, the old
+/// checksum), so that a version-1 build never meets an index area.
+#[test]
+fn a_version_1_store_opens_and_places_new_indexes_in_dram() {
+    use crate::SofortIndexPlacement as P;
+    let dir = TestDir::new("sofort-v1");
+    let path = dir.join("db");
+    let st = SofortStore::create(PoolSet::create(&path, &opts()).unwrap(), sopts(2)).unwrap();
+    // Make it a version-1 catalog (the same bytes but the version) with its checksum.
+    let pm = &st.inner.pm;
+    let w = catalog_word(&st, 8);
+    poke(&st, 8, (w & !0xffff_ffff) | u64::from(CATALOG_VERSION_1));
+    let mut bytes = [0u8; CATALOG_BYTES as usize];
+    pm.s().read_into(pm.cat, &mut bytes).unwrap();
+    let crc = catalog_word(&st, C_CRC);
+    poke(&st, C_CRC, (crc & !0xffff_ffff) | u64::from(catalog_crc(&bytes)));
+    st.close().unwrap();
+    let (st, _) = SofortStore::open(PoolSet::open(&path, &opts()).unwrap()).unwrap();
+    assert_eq!(catalog_word(&st, 8) & 0xffff_ffff, u64::from(CATALOG_VERSION_1));
+    let t = st.create_table_with(kv_schema(), &[P::Hybrid, P::Persistent]).unwrap();
+    assert_eq!(
+        (t.index_placement(None), t.index_placement(Some(0))),
+        (Some(P::Dram), Some(P::Dram))
+    );
+    let (g, _) = placement_word(&st, 0);
+    let head: TableHead = st.inner.pm.s().read_struct(g).unwrap();
+    assert_eq!((head.ix_off, head.ix_count), (0, 0), "a version-1 descriptor");
+    let mut tx = st.begin(false).unwrap();
+    upsert(&st, &mut tx, 1, "one", 1).unwrap();
+    tx.commit().unwrap();
+    drop(t);
+    st.close().unwrap();
+    let (st, rep) = SofortStore::open(PoolSet::open(&path, &opts()).unwrap()).unwrap();
+    assert_eq!(rep.live_rows, 1);
+    assert_eq!(contents(&st).len(), 1);
+    st.check().unwrap();
 }
 
 fn catalog_word(st: &SofortStore, off: u64) -> u64 {

@@ -92,7 +92,7 @@ fn rows_collected_and_reused_before_the_rebuild_reaches_them() {
     // One slot: this begin collects them (index entries out, ids reusable).
     let mut tx = st.begin(false).expect("begin");
     {
-        let g = t.pk.read().expect("lock");
+        let g = t.pk.dram_state().expect("a DRAM index").read().expect("lock");
         let p = g.pending.as_ref().expect("pending");
         assert_eq!(p.wm, 0);
         assert_eq!(p.removed.len(), 10, "collected rows of the remainder are marked removed");
@@ -107,7 +107,7 @@ fn rows_collected_and_reused_before_the_rebuild_reaches_them() {
     freed.sort_unstable();
     assert_eq!(reused, freed, "the new rows reuse the collected ids");
     // Held: the partial index holds only the direct inserts; reads use the remainder.
-    assert_eq!(t.pk.read().expect("lock").ix.len(), 10);
+    assert_eq!(t.pk.dram_state().expect("a DRAM index").read().expect("lock").ix.len(), 10);
     let mut want: Vec<i64> = (0..502).filter(|k| k % 10 == 3).collect();
     want.extend(1000..1010);
     assert_eq!(group(&st, 3), want);
@@ -121,8 +121,8 @@ fn rows_collected_and_reused_before_the_rebuild_reaches_them() {
     st.set_rebuild_hold(None);
     let status = st.wait_rebuilt();
     assert!(status.complete && status.error.is_none(), "{status:?}");
-    assert!(t.pk.read().expect("lock").pending.is_none());
-    assert_eq!(t.pk.read().expect("lock").ix.len(), 512);
+    assert!(t.pk.dram_state().expect("a DRAM index").read().expect("lock").pending.is_none());
+    assert_eq!(t.pk.dram_state().expect("a DRAM index").read().expect("lock").ix.len(), 512);
     assert_eq!(group(&st, 3), want);
     let rep = st.check().expect("check");
     assert_eq!(rep.index_entries, 1024);

@@ -35,9 +35,11 @@ use super::adaptive::Stmt;
 use super::cont::{ContShared, ContState};
 use super::ixkey::IxKey;
 use super::layout::*;
+use super::placement::{IndexStore, placement_code, placement_of_code};
 use super::pm::{Pm, corrupt, init_null_ptrs, lock};
 use super::table::{PTable, TableRef, Written, entry_bounds};
 use super::{SofortError, SofortResult, codec};
+use crate::SofortIndexPlacement;
 use crate::error::SchemaError;
 use crate::schema::{Table, TableSchema};
 use crate::storage::{StorageError, StorageResult};
@@ -126,6 +128,8 @@ pub(super) struct Inner {
     pub cont: ContShared,
     /// The restart workload, fed to adaptive recovery's ranking while a ranked rebuild runs.
     pub restart: super::adaptive::RestartWorkload,
+    /// The catalog's format version (1: descriptors without index area).
+    pub version: u32,
 }
 
 enum LockState {
@@ -207,7 +211,11 @@ impl Inner {
 
     // ----- DDL -----
 
-    pub fn create_table(&self, schema: TableSchema) -> SofortResult<TableRef> {
+    pub fn create_table(
+        &self,
+        schema: TableSchema,
+        placements: &[SofortIndexPlacement],
+    ) -> SofortResult<TableRef> {
         self.check_poison()?;
         let table = Table::new(schema)?;
         let _g = lock(&self.ddl);
@@ -223,7 +231,21 @@ impl Inner {
         }
         let schema_bytes = codec::encode(&table)?;
         let ncols = table.arity() as u64;
-        let size = TABLE_HEAD + T_COLUMN * ncols + schema_bytes.len() as u64;
+        // The index area (format version 2): one entry per index, the primary key's first.
+        let codes: Vec<u64> = if self.version == CATALOG_VERSION_1 {
+            Vec::new()
+        } else {
+            (0..=table.indexes.len())
+                .map(|i| placement_code(placements.get(i).copied().unwrap_or_default()))
+                .collect()
+        };
+        let ix_off =
+            if codes.is_empty() { 0 } else { t_index_area(ncols, schema_bytes.len() as u64) };
+        let size = if codes.is_empty() {
+            TABLE_HEAD + T_COLUMN * ncols + schema_bytes.len() as u64
+        } else {
+            ix_off + IX_ENTRY * codes.len() as u64
+        };
         if size > crate::alloc::MAX_SMALL {
             return Err(StorageError::InvalidArgument(format!(
                 "the table definition needs {size} bytes; at most {} fit",
@@ -240,9 +262,12 @@ impl Inner {
             chunk_rows: CHUNK_ROWS as u32,
             heap_chunk: HEAP_CHUNK as u32,
             mvcc_root: PPtr::NULL,
-            _pad: [0; 2],
+            ix_off: ix_off as u32,
+            ix_count: codes.len() as u32,
+            _pad: 0,
         };
-        head.crc = table_crc(zerocopy::IntoBytes::as_bytes(&head), &schema_bytes);
+        let code_bytes: Vec<u8> = codes.iter().flat_map(|c| c.to_le_bytes()).collect();
+        head.crc = table_crc(zerocopy::IntoBytes::as_bytes(&head), &schema_bytes, &code_bytes);
         let target = PPtr::new(self.table_dir.segment, self.table_dir.offset + id * 16);
         let desc = self.pm.staged_alloc(size, target, |s, g| {
             s.write_struct(g, &head)?;
@@ -253,10 +278,28 @@ impl Inner {
                 }
             }
             s.write_bytes(g + TABLE_HEAD + T_COLUMN * ncols, &schema_bytes)?;
+            for (i, &code) in codes.iter().enumerate() {
+                let e = IndexEntry { root: PPtr::NULL, placement: code, _pad: 0 };
+                s.write_struct(g + ix_off + i as u64 * IX_ENTRY, &e)?;
+            }
             s.persist_rule("P-SOF-2", g, size)?; // ORDER(P-SOF-2): the descriptor before the directory entry
             Ok(())
         })?;
-        let t = Arc::new(PTable::load(&self.pm, id as u16, desc, table)?);
+        // The trees are created after the descriptor is published (durable on return); a
+        // crash in between leaves null or unfinished root slots that the next open finishes
+        // (`IndexStore::open`): the table has no row yet.
+        let ix = if codes.is_empty() {
+            None
+        } else {
+            let mut stores = Vec::new();
+            for (i, &code) in codes.iter().enumerate() {
+                let slot = PPtr::new(desc.segment, desc.offset + ix_off + i as u64 * IX_ENTRY);
+                let p = placement_of_code(code).unwrap_or_default();
+                stores.push(IndexStore::open(&self.pm.alloc, slot, p)?);
+            }
+            Some(stores)
+        };
+        let t = Arc::new(PTable::load(&self.pm, id as u16, desc, table, ix)?);
         self.tables.write().unwrap_or_else(|p| p.into_inner()).push(t.clone());
         Ok(t)
     }
@@ -398,7 +441,22 @@ impl Inner {
     fn collect_row(&self, t: &PTable, r: u64) -> SofortResult<()> {
         let s = self.s();
         let row = t.read_key_columns(s, r)?;
-        t.index_remove(r, &row);
+        t.index_remove(r, &row)?; // P-SOF-21: entries gone before the extents and the row id
+        t.release_extents(s, r)?;
+        t.give_back([r]);
+        Ok(())
+    }
+
+    /// Undoes the creation of row `r` (never committed): tagged dead (`CTS = INF`,
+    /// `DTS = tag`), its index entries removed (P-SOF-21: durably, for PM indexes, before the
+    /// extents and the row id are given back).
+    fn undo_create(&self, t: &PTable, r: u64, tag: u64) -> SofortResult<()> {
+        let s = self.s();
+        let off = t.mvcc_at(r)?;
+        s.store_u64(off, INF, Ordering::Release)?;
+        s.store_u64(off + 8, tag, Ordering::Release)?;
+        let row = t.read_key_columns(s, r)?;
+        t.index_remove(r, &row)?;
         t.release_extents(s, r)?;
         t.give_back([r]);
         Ok(())
@@ -583,7 +641,16 @@ impl Inner {
             }
         }
         s.fence_rule("P-SOF-11"); // ORDER(P-SOF-11): finalizations durable
-        Ok(self.pm.alloc.close()?)
+        // The tables' trees share the allocator: drop them before closing it.
+        let Inner { pm, tables, .. } = self;
+        drop(tables);
+        match Arc::try_unwrap(pm.alloc) {
+            Ok(alloc) => Ok(alloc.close()?),
+            Err(_) => Err(StorageError::InvalidArgument(
+                "the allocator is still shared: a table handle is still held".into(),
+            )
+            .into()),
+        }
     }
 }
 
@@ -898,9 +965,14 @@ impl TxHandle {
         self.writable()?;
         self.inner.restart.note(Stmt::Insert { table: t.id.into() });
         t.table.check_row(row)?;
+        let keys = t.keys(row);
+        if t.pm_index {
+            t.check_keys(&keys)?;
+        }
         let inner = self.inner.clone();
         let s = inner.s();
         let r = t.take_row(&inner.pm)?;
+        let cached = self.written.cached.len();
         if let Err(e) = t.write_values(&inner.pm, r, row, &mut self.written) {
             t.give_back([r]);
             return Err(e);
@@ -908,7 +980,23 @@ impl TxHandle {
         let off = t.mvcc_at(r)?;
         s.store_u64(off, self.txid, Ordering::Release)?;
         s.store_u64(off + 8, INF, Ordering::Release)?;
-        t.index_add(r, row);
+        if t.pm_index {
+            // P-SOF-20: a PM index entry is durable as soon as it is inserted; recovery must
+            // find the row in use and compute its key from durable values to delete it if the
+            // transaction does not commit.
+            for &(g, len) in &self.written.cached[cached..] {
+                s.flush_rule("P-SOF-20", g, len)?; // ORDER(P-SOF-20): the row's values before its PM index entries
+            }
+            s.flush_rule("P-SOF-20", off & !63, 64)?; // ORDER(P-SOF-20): the row's MVCC lock before its PM index entries
+            s.fence_rule("P-SOF-20"); // ORDER(P-SOF-20): values (non-temporal ones drained too) and lock durable
+        }
+        if let Err(e) = t.index_add_keys(r, keys) {
+            // As an abort of this one creation: the row is tagged dead, its entries removed,
+            // its extents and id given back.
+            let tag = inner.cur_min.load(Ordering::Acquire).max(inner.failure_time + 1);
+            inner.undo_create(t, r, tag)?;
+            return Err(e);
+        }
         self.created.push((t.id, r));
         Ok(r)
     }
@@ -1208,14 +1296,7 @@ impl TxHandle {
         // FIX-8: the tag is a timestamp after the failure time.
         let tag = inner.cur_min.load(Ordering::Acquire).max(inner.failure_time + 1);
         for &(t, r) in &self.created {
-            let t = inner.table(t)?;
-            let off = t.mvcc_at(r)?;
-            s.store_u64(off, INF, Ordering::Release)?;
-            s.store_u64(off + 8, tag, Ordering::Release)?;
-            let row = t.read_row(s, r)?;
-            t.index_remove(r, &row);
-            t.release_extents(s, r)?;
-            t.give_back([r]);
+            inner.undo_create(&*inner.table(t)?, r, tag)?;
         }
         Ok(())
     }
