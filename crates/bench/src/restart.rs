@@ -103,6 +103,10 @@ pub const SETTINGS: &[(&str, &str)] = &[
         "SofortConfig::recovery_threads: index rebuild threads (0: one per index)",
     ),
     (
+        "placement",
+        "SofortConfig::index_placement: where every index lives (dram, hybrid, persistent)",
+    ),
+    (
         "strategy",
         "SofortConfig::recovery_strategy: a label of the seed's Table 6.1 (rk.Q1.R1, !rk.Q1.R1, \
          rk.Qad.R2ad, sync.R2); overrides recovery and recovery_threads",
@@ -197,6 +201,11 @@ impl RestartConfig {
                     }
                 }
                 "recovery_threads" => sofort.recovery_threads = num()?,
+                "placement" => {
+                    sofort.index_placement = v.parse().map_err(|e| {
+                        usage(format!("configuration {:?}: {k}={v:?}: {e}", self.name))
+                    })?;
+                }
                 "strategy" => {
                     let s: ferrite::RecoveryStrategy = v.parse().map_err(|e| {
                         usage(format!("configuration {:?}: {k}={v:?}: {e}", self.name))

@@ -96,7 +96,7 @@ fn every_persist_site_of_the_db_targets_is_needed() {
     }
 }
 
-/// The mutation check of `db-sofort-continue` (continuable transactions, SOFORT design §13):
+/// The mutation check of `db-sofort-continue` (continuable transactions, SOFORT design §14):
 /// every persist site it reaches, the statement-end ones (P-SOF-30, P-SOF-31) and the
 /// abort's (P-SOF-32) among them, is detected or benign with its reason. Ignored like the one
 /// above (minutes long): `cargo test --profile ci -p ferrite-crashtest --test db -- --ignored`.

@@ -1,5 +1,5 @@
 //! Open-to-return and open-to-rebuilt times of SOFORT's synchronous and instant recovery
-//! (`docs/design/sofort.md` §13) on a TATP-like database: `subscriber` (primary key `s_id`,
+//! (`docs/design/sofort.md` §15) on a TATP-like database: `subscriber` (primary key `s_id`,
 //! unique index on `sub_nbr`) and `access_info` (primary key, index on `s_id`), `N` rows
 //! each (default 1 000 000), in a fresh directory under `/dev/shm` (removed at the end).
 //!

@@ -210,7 +210,7 @@ impl Database {
     /// the background; at once otherwise) and returns the updated [`RecoveryReport`].
     ///
     /// Errors: `Corrupted` if an index could not be rebuilt (its rows could not be read; the
-    /// index stays usable through the slower path of `docs/design/sofort.md` §13, which meets
+    /// index stays usable through the slower path of `docs/design/sofort.md` §15, which meets
     /// the same error on the same rows).
     pub fn wait_recovered(&self) -> Result<Option<RecoveryReport>> {
         self.engine.wait_recovered()?;

@@ -1,4 +1,4 @@
-//! Continuable transactions through the `Database` API (SOFORT design §13): a crash in the
+//! Continuable transactions through the `Database` API (SOFORT design §14): a crash in the
 //! middle of a statement, reopen, resume or abort, the timeout, and serializability of a
 //! resumed transaction against commits made before and after the crash. Crashes are images
 //! of a simulated pool set (what was durable), reopened with `database_on_pool_set`.

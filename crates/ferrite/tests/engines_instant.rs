@@ -1,4 +1,4 @@
-//! The conformance suite on SOFORT with instant recovery (`docs/design/sofort.md` §13): every
+//! The conformance suite on SOFORT with instant recovery (`docs/design/sofort.md` §15): every
 //! reopen in the suite (the durability group, the serial model test) returns before the
 //! indexes are rebuilt. Two subjects:
 //! - `sofort-instant`: the background rebuild runs freely (it races with the suite's reads);

@@ -1,4 +1,4 @@
-//! SOFORT's instant recovery through the public API (`docs/design/sofort.md` §13): the
+//! SOFORT's instant recovery through the public API (`docs/design/sofort.md` §15): the
 //! database is reopened with `RecoveryMode::Instant` and the background index rebuild held at
 //! a watermark (the `rebuild_hold` test hook, no sleeps), so lookups, index scans, uniqueness
 //! checks, inserts, updates, deletes, garbage collection and row reuse run while every index

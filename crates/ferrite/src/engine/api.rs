@@ -81,7 +81,7 @@ pub(crate) trait Engine: Send + Sync + fmt::Debug {
         None
     }
 
-    /// Starts a continuable read-write transaction (SOFORT design §13): each statement is
+    /// Starts a continuable read-write transaction (SOFORT design §14): each statement is
     /// durable at its end, and after a crash the transaction can be resumed.
     fn begin_continuable(&self) -> Result<Box<dyn EngineTxn>> {
         Err(unsupported(self.kind()))

@@ -1,4 +1,4 @@
-//! Continuable transactions (spec §6, `docs/design/sofort.md` §13): an opt-in transaction
+//! Continuable transactions (spec §6, `docs/design/sofort.md` §14): an opt-in transaction
 //! whose every statement is durable when the statement ends (still invisible until commit),
 //! and which `open` hands back after a crash, to be resumed or aborted.
 //!

@@ -1,4 +1,4 @@
-//! Unit tests of continuable transactions (design §13): crash images at every fence of a
+//! Unit tests of continuable transactions (design §14): crash images at every fence of a
 //! continuable transaction resume to exactly its completed statements, abort and timeout
 //! paths, exact persist counts of one statement.
 //!

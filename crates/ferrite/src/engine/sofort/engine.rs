@@ -261,7 +261,7 @@ impl Sofort {
         }
     }
 
-    /// Decodes a resumed transaction's read records (§13); a record that does not decode or
+    /// Decodes a resumed transaction's read records (§14); a record that does not decode or
     /// names an unknown table or index is `Corrupted`.
     fn decode_reads(&self, raw: Vec<(u16, Vec<u8>)>) -> Result<Vec<ReadRec>> {
         let map = self.shared.tables.read().map_err(|_| Error::Poisoned)?;
@@ -466,7 +466,7 @@ struct SofortTxn {
     /// Tables used so far (looked up by `Arc` identity, then by name).
     cache: Vec<Arc<TableEntry>>,
     reads: Vec<ReadRec>,
-    /// Reads already in the continuation log (continuable transactions, §13).
+    /// Reads already in the continuation log (continuable transactions, §14).
     logged: usize,
     /// Primary keys already recorded, `(table id, key)`.
     keys: HashSet<(u16, Vec<u8>)>,
@@ -496,7 +496,7 @@ impl SofortTxn {
         Ok(e)
     }
 
-    /// Ends a statement of a continuable transaction (§13): its new reads and writes durable.
+    /// Ends a statement of a continuable transaction (§14): its new reads and writes durable.
     /// A failure dooms the transaction. Returns `r`, the statement's own outcome.
     fn end<T>(&mut self, r: Result<T>) -> Result<T> {
         let Some(h) = self.h.as_mut() else { return r };
@@ -807,7 +807,7 @@ impl EngineTxn for SofortTxn {
     }
 }
 
-/// The payload of a read record in a continuation log (§13), version 1: `u8` version, `u16`
+/// The payload of a read record in a continuation log (§14), version 1: `u8` version, `u16`
 /// index (`u16::MAX`: the primary key), the range's two bounds, `u16` filter count, per filter
 /// `u16` column and two value bounds. A bound is `u8` tag (0 unbounded, 1 included, 2
 /// excluded) and, unless unbounded, its bytes (`u32` length) or value (`u8` type: 0 i64, 1

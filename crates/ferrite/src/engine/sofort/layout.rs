@@ -143,7 +143,7 @@ const _: () = {
     assert!(C_STAGING == 192 && C_STAGING_TARGET == 208);
 };
 
-/// The continuation directory of continuable transactions (design §13): a PPtr in the
+/// The continuation directory of continuable transactions (design §14): a PPtr in the
 /// catalog's mutable, unchecksummed part (bytes 144..160, zero in stores made before it
 /// existed). All-zero or null: none yet; made at the first continuable transaction.
 pub const C_CONT_DIR: u64 = 144;
@@ -283,7 +283,7 @@ pub fn unentry(e: u64) -> (u16, u64) {
 /// Most rows a table may have (row ids are 48 bits in area entries).
 pub const MAX_ROWS: u64 = 1 << 48;
 
-// ----- continuation logs (continuable transactions, design §13) -----
+// ----- continuation logs (continuable transactions, design §14) -----
 
 /// "FERRCNT1".
 pub const LOG_MAGIC: u64 = u64::from_le_bytes(*b"FERRCNT1");

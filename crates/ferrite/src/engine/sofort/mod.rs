@@ -153,7 +153,7 @@ impl SofortStore {
     }
 
     /// [`SofortStore::open_shared`] with recovery options: in [`RecoveryMode::Instant`] it
-    /// returns before the DRAM indexes are rebuilt (`docs/design/sofort.md` §13); see
+    /// returns before the DRAM indexes are rebuilt (`docs/design/sofort.md` §15); see
     /// [`SofortStore::wait_rebuilt`].
     pub fn open_with(
         set: Arc<ferrite_pmem::PoolSet>,
@@ -188,7 +188,7 @@ impl SofortStore {
 
     /// Waits until the index rebuild of an instant open ended (at once otherwise) and returns
     /// its outcome (`error`: an index that could not be rebuilt stays readable through its
-    /// remainder, W1 of `docs/design/sofort.md` §13).
+    /// remainder, W1 of `docs/design/sofort.md` §15).
     pub fn wait_rebuilt(&self) -> RebuildStatus {
         match &self.rebuild {
             Some(rb) => rb.0.wait(),
@@ -273,7 +273,7 @@ impl SofortStore {
     }
 
     /// Checks the store's invariants (allocator, rows, heaps, indexes).
-    /// Starts a continuable read-write transaction (design §13).
+    /// Starts a continuable read-write transaction (design §14).
     pub fn begin_continuable(&self) -> SofortResult<TxHandle> {
         txn::Inner::begin_continuable(&self.inner)
     }

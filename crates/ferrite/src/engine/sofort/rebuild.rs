@@ -1,5 +1,5 @@
 //! Instant recovery: the DRAM indexes rebuilt in the background after `open` returned
-//! (`docs/design/sofort.md` §13; spec §7.1, §7.4; FIX-12).
+//! (`docs/design/sofort.md` §15; spec §7.1, §7.4; FIX-12).
 //!
 //! Recovery's classification scan lists each table's live rows in ascending row order
 //! ([`Pending::rows`]); every index of the table starts empty with a **watermark** `wm` at 0.

@@ -336,7 +336,7 @@ pub(super) fn open(
             std::iter::once((*a, AREA_BYTES)).chain(ext.iter().map(|&g| (g, EXT_BYTES)))
         })
         .collect();
-    // Continuation logs (design §13): read-only here; blocks join the overlap check.
+    // Continuation logs (design §14): read-only here; blocks join the overlap check.
     let failure_time = head.ts_ceiling.max(K_MIN_TS + 1);
     let logs = cont::load(&pm, &areas, head.epoch, failure_time)?;
     blocks.extend(logs.extents());

@@ -67,7 +67,7 @@ pub(super) struct Written {
 
 /// A primary-key lookup on an index being rebuilt helps the rebuild (inserts batches itself)
 /// while more than this many rows are left; below, it scans them (`docs/design/sofort.md`
-/// §13.3).
+/// §15.3).
 const HELP_ABOVE: usize = 4096;
 
 /// One table (see the module docs).

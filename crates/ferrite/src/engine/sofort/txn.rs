@@ -124,7 +124,7 @@ pub(super) struct Inner {
     pub epoch: Mutex<u64>,
     pub failure_time: u64,
     pub poisoned: AtomicBool,
-    /// Continuable transactions (design §13).
+    /// Continuable transactions (design §14).
     pub cont: ContShared,
     /// The restart workload, fed to adaptive recovery's ranking while a ranked rebuild runs.
     pub restart: super::adaptive::RestartWorkload,
@@ -674,7 +674,7 @@ pub struct TxHandle {
     pub(super) thread: u32,
     pub(super) moved: bool,
     pub(super) done: bool,
-    /// Continuable transactions: what is durable so far (design §13).
+    /// Continuable transactions: what is durable so far (design §14).
     pub(super) cont: Option<Box<ContState>>,
 }
 
@@ -724,7 +724,7 @@ impl TxHandle {
         &self.deleted
     }
 
-    /// A handle for an unfinished transaction recovery kept (design §13): the same TXID, STS
+    /// A handle for an unfinished transaction recovery kept (design §14): the same TXID, STS
     /// and slot; its locks and values are durable already, so nothing is left to flush but
     /// its MVCC lines (the commit's F1 does).
     pub(super) fn resumed(
@@ -793,7 +793,7 @@ impl TxHandle {
         }
         let inner = &self.inner;
         // An older epoch's TXID is uncommitted unless its slot still holds it: an unfinished
-        // continuable transaction that recovery kept (design §13).
+        // continuable transaction that recovery kept (design §14).
         // A recovered one whose slot moved on has ended: its fields were finalized or undone
         // before the slot was released, so a re-read finds the new value.
         if epoch_of(field) < inner.open_epoch && !inner.cont.is_recovered(field) {
