@@ -543,8 +543,14 @@ pub fn run_child(spec: &ChildSpec) -> Result<(), RestartError> {
 fn warm_child(spec: &ChildSpec) -> Result<(), RestartError> {
     let w = spec.workload.oltp(spec.seed, spec.threads);
     let setup = setup(w.as_ref());
-    let subject =
-        oltp::reopen_ferrite(options(&spec.config, &setup)?, &spec.dir, &setup, w.schema())?;
+    // The warm child's open is not the one measured: it recovers synchronously, so that the
+    // steady state it reports is not taken while indexes are still being rebuilt (instant and
+    // adaptive configurations would otherwise report their own recovery as the steady state).
+    let opts = options(&spec.config, &setup)?;
+    let mut sofort = opts.sofort_config();
+    sofort.recovery = ferrite::RecoveryMode::Synchronous;
+    sofort.recovery_strategy = None;
+    let subject = oltp::reopen_ferrite(opts.sofort(sofort), &spec.dir, &setup, w.schema())?;
     let counters: Vec<Padded> = (0..spec.threads).map(|_| Padded::default()).collect();
     let failed = AtomicBool::new(false);
     let error: std::sync::Mutex<Option<OpError>> = std::sync::Mutex::new(None);
@@ -1098,7 +1104,26 @@ mod tests {
         assert_eq!(o.sofort_config().slots, 8);
         assert!(!o.pmem_options().is_prefault());
         assert_eq!(RestartConfig::parse(&c.encode()).unwrap(), c);
-        for bad in ["", "a b=", "nope", "x=slots", "x=slots=many", "x=color=red", "x=prefault=1"] {
+        let o = RestartConfig::parse("adaptive").unwrap().options(Options::new()).unwrap();
+        let want: ferrite::RecoveryStrategy = "rk.Qad.R2ad".parse().unwrap();
+        assert_eq!(o.sofort_config().recovery_strategy, Some(want));
+        let c = RestartConfig::parse("h=placement=hybrid,recovery=instant,recovery_threads=3");
+        let o = c.unwrap().options(Options::new()).unwrap().sofort_config();
+        assert_eq!(o.index_placement, ferrite::SofortIndexPlacement::Hybrid);
+        assert_eq!((o.recovery, o.recovery_threads), (ferrite::RecoveryMode::Instant, 3));
+        for bad in [
+            "",
+            "a b=",
+            "nope",
+            "x=slots",
+            "x=slots=many",
+            "x=color=red",
+            "x=prefault=1",
+            "x=recovery=lazy",
+            "x=placement=disk",
+            "x=strategy=rk.Q1",
+            "x=strategy=!rk.Qad.R2ad",
+        ] {
             assert!(
                 matches!(RestartConfig::parse(bad), Err(RestartError::Usage(_))),
                 "{bad:?} accepted"

@@ -30,9 +30,11 @@ use crate::restart::{self, ChildSpec, Plan, RestartConfig, RestartWorkload, pars
                   runs the engine's check. Writes restart.csv (seconds since restart, tx/s, \
                   configuration), restart-summary.txt and restart-<size>.svg (one line per \
                   configuration, a marker at each first commit) into --out.\n\n\
-                  Configurations: --config NAME (a preset: sync) or \
+                  Configurations: --config NAME (a preset: sync, instant, adaptive) or \
                   --config NAME=SETTING=VALUE,... (settings: slots, alloc_slots, \
-                  prefault=true|false); repeat the \
+                  prefault=true|false, recovery=sync|instant, recovery_threads=N, \
+                  placement=dram|hybrid|persistent, strategy=LABEL of the seed's Table 6.1 \
+                  such as rk.Q1.R1, !rk.Q1.R1, rk.Qad.R2ad); repeat the \
                   flag to compare several. Durations: 5s, 100ms, 250us or plain seconds."
 )]
 pub struct RestartArgs {
