@@ -51,17 +51,25 @@ pub(super) type EntryBound = Bound<(IxKey, u64)>;
 
 /// Whether entry `(k, r)` lies within the entry bounds `(lo, hi)`.
 pub(super) fn entry_in(lo: &EntryBound, hi: &EntryBound, k: &IxKey, r: u64) -> bool {
-    let after_lo = match lo {
+    above_lo(lo, k, r) && below_hi(hi, k, r)
+}
+
+/// Whether the entry `(k, r)` is not below the lower entry bound `lo`.
+pub(super) fn above_lo(lo: &EntryBound, k: &IxKey, r: u64) -> bool {
+    match lo {
         Bound::Included((lk, lr)) => (k, r) >= (lk, *lr),
         Bound::Excluded((lk, lr)) => (k, r) > (lk, *lr),
         Bound::Unbounded => true,
-    };
-    after_lo
-        && match hi {
-            Bound::Included((hk, hr)) => (k, r) <= (hk, *hr),
-            Bound::Excluded((hk, hr)) => (k, r) < (hk, *hr),
-            Bound::Unbounded => true,
-        }
+    }
+}
+
+/// Whether the entry `(k, r)` is not above the upper entry bound `hi`.
+pub(super) fn below_hi(hi: &EntryBound, k: &IxKey, r: u64) -> bool {
+    match hi {
+        Bound::Included((hk, hr)) => (k, r) <= (hk, *hr),
+        Bound::Excluded((hk, hr)) => (k, r) < (hk, *hr),
+        Bound::Unbounded => true,
+    }
 }
 
 /// The keys sharing one head, with their row ids (24 bytes). Canonical form (so that two

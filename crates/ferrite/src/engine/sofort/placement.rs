@@ -22,7 +22,7 @@
 use std::ops::{Bound, ControlFlow};
 use std::sync::RwLock;
 
-use super::index::{EntryBound, Index, Rows};
+use super::index::{EntryBound, Index, Rows, above_lo, below_hi};
 use super::ixkey::IxKey;
 use super::rebuild::IxState;
 use super::{SofortError, SofortResult};
@@ -277,16 +277,8 @@ impl IndexStore {
         if max == 0 {
             return Ok(out);
         }
-        let after_lo = |e: &(IxKey, u64)| match lo {
-            Bound::Included(b) => e >= b,
-            Bound::Excluded(b) => e > b,
-            Bound::Unbounded => true,
-        };
-        let before_hi = |e: &(IxKey, u64)| match hi {
-            Bound::Included(b) => e <= b,
-            Bound::Excluded(b) => e < b,
-            Bound::Unbounded => true,
-        };
+        let after_lo = |e: &(IxKey, u64)| above_lo(lo, &e.0, e.1);
+        let before_hi = |e: &(IxKey, u64)| below_hi(hi, &e.0, e.1);
         let from = match lo {
             Bound::Included((k, _)) | Bound::Excluded((k, _)) => Some(k.as_slice().to_vec()),
             Bound::Unbounded => None,
