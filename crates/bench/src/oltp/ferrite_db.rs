@@ -31,8 +31,7 @@ pub(super) fn open(
     setup: &SubjectSetup,
     schema: &Arc<Schema>,
 ) -> Result<Box<dyn OltpSubject>, OpError> {
-    let kind = options.engine_kind();
-    let settings = options.engine_settings();
+    let mut info = info(&options, setup);
     let db = Database::create(dir.join("ferrite-db"), options).map_err(engine_err)?;
     for t in &schema.tables {
         let packed = t.key.len() > 1;
@@ -50,7 +49,6 @@ pub(super) fn open(
         }
         db.create_table(ts).map_err(engine_err)?;
     }
-    let mut info = info(kind, setup, settings);
     info.config.insert(
         "oltp.mapping".into(),
         "one table per table; a composite primary key packed into a leading i64 column pk_; \
@@ -68,8 +66,7 @@ pub(super) fn reopen(
     setup: &SubjectSetup,
     schema: &Arc<Schema>,
 ) -> Result<Box<dyn OltpSubject>, OpError> {
-    let kind = options.engine_kind();
-    let settings = options.engine_settings();
+    let info = info(&options, setup);
     let db = Database::open(dir.join("ferrite-db"), options).map_err(engine_err)?;
     for t in &schema.tables {
         let stored = db.table_schema(t.name).map_err(engine_err)?;
@@ -82,7 +79,6 @@ pub(super) fn reopen(
             )));
         }
     }
-    let info = info(kind, setup, settings);
     Ok(Box::new(FerriteOltp { db, schema: Arc::clone(schema), info }))
 }
 

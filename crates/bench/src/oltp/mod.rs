@@ -51,7 +51,6 @@ use std::sync::Arc;
 
 use ferrite::Value;
 
-use crate::subject::ferrite_db::options as ferrite_options;
 use crate::subject::{EngineId, OpError, SubjectInfo, SubjectSetup, TxnKind};
 use crate::workload::{Check, Instance, PointWorkload, Thread, WorkerReport};
 
@@ -493,7 +492,12 @@ pub fn open(
     schema: &Arc<Schema>,
 ) -> Result<Box<dyn OltpSubject>, OpError> {
     match engine {
-        EngineId::Ferrite(kind) => open_ferrite(ferrite_options(kind, setup), dir, setup, schema),
+        EngineId::Ferrite(_) | EngineId::SofortPlaced(_) => {
+            let options = engine
+                .ferrite_options(setup)
+                .ok_or_else(|| OpError::Engine(format!("{engine}: no options")))?;
+            open_ferrite(options, dir, setup, schema)
+        }
         EngineId::SqliteWalFull | EngineId::SqliteWalNormal | EngineId::SqliteJournalFull => {
             make_dir(dir)?;
             sqlite::open(engine, dir, setup, schema)
@@ -516,7 +520,12 @@ pub fn reopen(
     schema: &Arc<Schema>,
 ) -> Result<Box<dyn OltpSubject>, OpError> {
     match engine {
-        EngineId::Ferrite(kind) => reopen_ferrite(ferrite_options(kind, setup), dir, setup, schema),
+        EngineId::Ferrite(_) | EngineId::SofortPlaced(_) => {
+            let options = engine
+                .ferrite_options(setup)
+                .ok_or_else(|| OpError::Engine(format!("{engine}: no options")))?;
+            reopen_ferrite(options, dir, setup, schema)
+        }
         _ => Err(OpError::Engine(format!(
             "{engine}: only a persistent Ferrite engine can be reopened"
         ))),

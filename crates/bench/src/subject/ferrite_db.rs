@@ -7,7 +7,10 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::path::Path;
 
-use ferrite::{Database, EngineKind, Error, Key, Options, Read, Scan, TableSchema, Type, Value};
+use ferrite::{
+    Database, EngineKind, Error, Key, Options, Read, Scan, SofortIndexPlacement, TableSchema, Type,
+    Value,
+};
 
 use super::{
     Body, Family, OpError, Ops, Session, Subject, SubjectInfo, SubjectSetup, TableId, TxnKind,
@@ -15,12 +18,11 @@ use super::{
 use crate::subject::LatencyModel;
 
 pub(super) fn open(
-    kind: EngineKind,
+    options: Options,
     dir: &Path,
     setup: &SubjectSetup,
 ) -> Result<Box<dyn Subject>, OpError> {
-    let options = options(kind, setup);
-    let settings = options.engine_settings();
+    let info = info(&options, setup);
     let db = Database::create(dir.join("ferrite-db"), options).map_err(engine_err)?;
     for t in &setup.tables {
         db.create_table(
@@ -28,11 +30,7 @@ pub(super) fn open(
         )
         .map_err(engine_err)?;
     }
-    Ok(Box::new(FerriteSubject {
-        db,
-        tables: setup.tables.clone(),
-        info: info(kind, setup, settings),
-    }))
+    Ok(Box::new(FerriteSubject { db, tables: setup.tables.clone(), info }))
 }
 
 /// The database options of `kind` for `setup` (flush instruction, injected latency). Pool
@@ -50,12 +48,24 @@ pub(crate) fn options(kind: EngineKind, setup: &SubjectSetup) -> Options {
     Options::new().engine(kind).pmem(pmem)
 }
 
-/// What a Ferrite subject of `kind` opened with `setup` and `settings` is.
-pub(crate) fn info(
-    kind: EngineKind,
-    setup: &SubjectSetup,
-    settings: Vec<(String, String)>,
-) -> SubjectInfo {
+/// The benchmark name of the Ferrite engine `options` open: the engine's name, with the SOFORT
+/// index placement appended when it is not the default (`sofort-hybrid`, as
+/// [`super::EngineId::SofortPlaced`] names it).
+pub(crate) fn engine_name(options: &Options) -> String {
+    let kind = options.engine_kind();
+    let placement = options.sofort_config().index_placement;
+    if kind == EngineKind::Sofort && placement != SofortIndexPlacement::default() {
+        super::EngineId::SofortPlaced(placement).name()
+    } else {
+        kind.name().to_owned()
+    }
+}
+
+/// What a Ferrite subject opened with `options` and `setup` is.
+pub(crate) fn info(options: &Options, setup: &SubjectSetup) -> SubjectInfo {
+    let kind = options.engine_kind();
+    let settings = options.engine_settings();
+    let name = engine_name(options);
     let flush = setup
         .flush
         .or_else(ferrite::pmem::best_flush)
@@ -98,12 +108,12 @@ pub(crate) fn info(
         )
     };
     let label = if kind.is_persistent() {
-        format!("Ferrite {kind}")
+        format!("Ferrite {name}")
     } else {
-        format!("Ferrite {kind} (non-persistent)")
+        format!("Ferrite {name} (non-persistent)")
     };
     SubjectInfo {
-        engine: kind.name().into(),
+        engine: name,
         label,
         family: Family::Ferrite,
         persistent: kind.is_persistent(),
@@ -295,12 +305,19 @@ mod tests {
                 EngineId::all().contains(&EngineId::Ferrite(kind)),
                 "{kind} is not benchmarked"
             );
-            let subject = EngineId::Ferrite(kind)
-                .open(&dir.path().join(kind.name()), &setup)
-                .unwrap_or_else(|e| panic!("{kind}: {e}"));
+        }
+        for id in EngineId::all().into_iter().filter(|e| e.family() == Family::Ferrite) {
+            let subject = id
+                .open(&dir.path().join(id.name()), &setup)
+                .unwrap_or_else(|e| panic!("{id}: {e}"));
+            assert_eq!(subject.info().engine, id.name());
             let config = &subject.info().config;
-            for (k, v) in options(kind, &setup).engine_settings() {
-                assert_eq!(config.get(&k), Some(&v), "{kind}: setting {k}");
+            let options = id.ferrite_options(&setup).expect("a Ferrite engine has options");
+            for (k, v) in options.engine_settings() {
+                assert_eq!(config.get(&k), Some(&v), "{id}: setting {k}");
+            }
+            if let EngineId::SofortPlaced(p) = id {
+                assert_eq!(config.get("sofort.index_placement"), Some(&p.name().to_owned()));
             }
             // One write and one read through the session, so the adapter is exercised.
             let mut session = subject.session().expect("session");

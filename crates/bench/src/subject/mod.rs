@@ -8,15 +8,16 @@
 //! failure ([`OpError::Retryable`]) means the runner may run the whole body again.
 //!
 //! Engines are named by [`EngineId`]: every Ferrite [`EngineKind`] (so a new Ferrite engine
-//! shows up here with no change), and the baselines of `ferrite-baselines`. Adding a baseline
+//! shows up here with no change), the SOFORT engine with its indexes in PM
+//! ([`EngineId::SofortPlaced`], run on request), and the baselines of `ferrite-baselines`. Adding a baseline
 //! is a variant of [`EngineId`] plus one module implementing [`Subject`].
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 
-use ferrite::EngineKind;
 use ferrite::pmem::FlushKind;
+use ferrite::{EngineKind, SofortIndexPlacement};
 
 pub(crate) mod ferrite_db;
 pub(crate) mod lmdb;
@@ -185,6 +186,9 @@ pub struct SubjectSetup {
 pub enum EngineId {
     /// A Ferrite engine.
     Ferrite(EngineKind),
+    /// The SOFORT engine with every index at this placement (`docs/design/sofort.md` §13;
+    /// `hybrid` or `persistent`: the default placement, DRAM, is `Ferrite(Sofort)`).
+    SofortPlaced(SofortIndexPlacement),
     /// SQLite, WAL journal, `synchronous=FULL`.
     SqliteWalFull,
     /// SQLite, WAL journal, `synchronous=NORMAL`.
@@ -202,6 +206,8 @@ impl EngineId {
     pub fn all() -> Vec<EngineId> {
         let mut v: Vec<EngineId> = EngineKind::ALL.iter().map(|&k| EngineId::Ferrite(k)).collect();
         v.extend([
+            EngineId::SofortPlaced(SofortIndexPlacement::Hybrid),
+            EngineId::SofortPlaced(SofortIndexPlacement::Persistent),
             EngineId::SqliteWalFull,
             EngineId::SqliteWalNormal,
             EngineId::SqliteJournalFull,
@@ -218,11 +224,16 @@ impl EngineId {
 
     /// What `ferrite bench` runs by default: every available engine except non-persistent
     /// Ferrite engines (the in-memory reference engine is the test oracle, not a contender; it
-    /// runs on request, `--engines reference`, labelled non-persistent).
+    /// runs on request, `--engines reference`, labelled non-persistent) and the SOFORT engine's
+    /// PM index placements (on request: `--engines sofort-hybrid,sofort-persistent`).
     pub fn defaults() -> Vec<EngineId> {
         EngineId::available()
             .into_iter()
-            .filter(|e| !matches!(e, EngineId::Ferrite(k) if !k.is_persistent()))
+            .filter(|e| match e {
+                EngineId::Ferrite(k) => k.is_persistent(),
+                EngineId::SofortPlaced(_) => false,
+                _ => true,
+            })
             .collect()
     }
 
@@ -243,6 +254,7 @@ impl EngineId {
     pub fn name(self) -> String {
         match self {
             EngineId::Ferrite(k) => k.name().to_owned(),
+            EngineId::SofortPlaced(p) => format!("{}-{}", EngineKind::Sofort.name(), p.name()),
             EngineId::SqliteWalFull => "sqlite-wal-full".into(),
             EngineId::SqliteWalNormal => "sqlite-wal-normal".into(),
             EngineId::SqliteJournalFull => "sqlite-journal-full".into(),
@@ -254,7 +266,7 @@ impl EngineId {
     /// Ferrite or baseline.
     pub fn family(self) -> Family {
         match self {
-            EngineId::Ferrite(_) => Family::Ferrite,
+            EngineId::Ferrite(_) | EngineId::SofortPlaced(_) => Family::Ferrite,
             _ => Family::Baseline,
         }
     }
@@ -264,6 +276,12 @@ impl EngineId {
         match self {
             EngineId::Ferrite(k) if k.is_persistent() => format!("Ferrite {k} engine"),
             EngineId::Ferrite(k) => format!("Ferrite {k} engine: non-persistent (in-memory)"),
+            EngineId::SofortPlaced(SofortIndexPlacement::Hybrid) => {
+                "Ferrite sofort engine, every index a hybrid FPTree (leaves in PM)".into()
+            }
+            EngineId::SofortPlaced(p) => {
+                format!("Ferrite sofort engine, every index at placement {}", p.name())
+            }
             EngineId::SqliteWalFull => "SQLite, WAL, synchronous=FULL (fsync per commit)".into(),
             EngineId::SqliteWalNormal => {
                 "SQLite, WAL, synchronous=NORMAL (fsync at checkpoints)".into()
@@ -336,12 +354,29 @@ impl EngineId {
         Ok(out)
     }
 
+    /// The database options of a Ferrite engine for `setup` (`None` for a baseline).
+    pub fn ferrite_options(self, setup: &SubjectSetup) -> Option<ferrite::Options> {
+        match self {
+            EngineId::Ferrite(kind) => Some(ferrite_db::options(kind, setup)),
+            EngineId::SofortPlaced(p) => Some(
+                ferrite_db::options(EngineKind::Sofort, setup)
+                    .sofort(ferrite::SofortConfig::default().default_placement(p)),
+            ),
+            _ => None,
+        }
+    }
+
     /// Opens a fresh instance in the directory `dir` (created; must be empty or absent).
     pub fn open(self, dir: &Path, setup: &SubjectSetup) -> Result<Box<dyn Subject>, OpError> {
         std::fs::create_dir_all(dir)
             .map_err(|e| OpError::Engine(format!("create {}: {e}", dir.display())))?;
+        if let Some(options) = self.ferrite_options(setup) {
+            return ferrite_db::open(options, dir, setup);
+        }
         match self {
-            EngineId::Ferrite(kind) => ferrite_db::open(kind, dir, setup),
+            EngineId::Ferrite(_) | EngineId::SofortPlaced(_) => {
+                Err(OpError::Engine(format!("{self}: no options")))
+            }
             EngineId::SqliteWalFull | EngineId::SqliteWalNormal | EngineId::SqliteJournalFull => {
                 sqlite::open(self, dir, setup)
             }
