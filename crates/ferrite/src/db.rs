@@ -19,7 +19,7 @@
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::engine::Engine;
@@ -108,6 +108,32 @@ pub struct UnfinishedTransaction {
 pub struct Database {
     engine: Arc<dyn Engine>,
     id: u64,
+    /// The thread that aborts unclaimed unfinished transactions (`start_reaper`); stopped and
+    /// joined by `close` and by drop, so it never holds the engine while `close` runs.
+    reaper: Option<Reaper>,
+}
+
+/// The unfinished-transaction reaper's handle.
+struct Reaper {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Reaper {
+    /// Stops the thread and waits for it (at most one `reap_unfinished` call in progress).
+    fn stop(self) {
+        self.stop.store(true, Ordering::Release);
+        self.thread.thread().unpark();
+        let _ = self.thread.join();
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        if let Some(r) = self.reaper.take() {
+            r.stop();
+        }
+    }
 }
 
 impl fmt::Debug for Database {
@@ -133,23 +159,28 @@ impl Database {
     /// The reference engine keeps nothing on disk, so opening one fails with
     /// [`Error::Unsupported`] (rather than silently returning an empty database).
     pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Database> {
-        let db = Database::from_engine(registry::open(path.as_ref(), &options, false)?);
+        let mut db = Database::from_engine(registry::open(path.as_ref(), &options, false)?);
         db.start_reaper();
         Ok(db)
     }
 
     /// If `open` found unfinished transactions, a thread aborts each one its timeout passes
     /// unclaimed ([`Database::reap_unfinished`] with the current time). It holds the engine
-    /// weakly and ends when none is left or the database is gone.
-    fn start_reaper(&self) {
+    /// weakly and ends when none is left, or when `close` or drop stops it.
+    fn start_reaper(&mut self) {
         let Ok(left) = self.engine.unfinished() else { return };
         if left.is_empty() {
             return;
         }
         let weak = Arc::downgrade(&self.engine);
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
         let spawned = std::thread::Builder::new().name("ferrite-reaper".into()).spawn(move || {
             loop {
                 std::thread::park_timeout(Duration::from_millis(500));
+                if stopped.load(Ordering::Acquire) {
+                    return;
+                }
                 let Some(engine) = weak.upgrade() else { return };
                 let _ = engine.reap_unfinished(std::time::Instant::now());
                 if engine.unfinished().map_or(true, |u| u.is_empty()) {
@@ -158,7 +189,7 @@ impl Database {
             }
         });
         // Without the thread, unclaimed transactions wait for `reap_unfinished` or a reopen.
-        drop(spawned);
+        self.reaper = spawned.ok().map(|thread| Reaper { stop, thread });
     }
 
     /// Starts a **continuable** read-write transaction (SOFORT only; others return
@@ -237,7 +268,7 @@ impl Database {
     }
 
     pub(crate) fn from_engine(engine: Arc<dyn Engine>) -> Database {
-        Database { engine, id: NEXT_ID.fetch_add(1, Ordering::Relaxed) }
+        Database { engine, id: NEXT_ID.fetch_add(1, Ordering::Relaxed), reaper: None }
     }
 
     /// The engine behind this database.
@@ -285,7 +316,10 @@ impl Database {
 
     /// Closes the database, making everything committed durable and reporting any error
     /// (dropping it closes it too, silently).
-    pub fn close(self) -> Result<()> {
+    pub fn close(mut self) -> Result<()> {
+        if let Some(r) = self.reaper.take() {
+            r.stop();
+        }
         self.engine.close()
     }
 }
