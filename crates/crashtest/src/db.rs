@@ -445,42 +445,43 @@ impl DbTarget {
 }
 
 /// SOFORT's persist sites (and those of the layers under it) whose loss this target cannot
-/// detect, with the reason, by `file:line` (a site that moves must be looked at again: the
-/// mutation test then fails on it). Found by `ferrite crashtest db-sofort --mutate` and the
+/// detect, with the reason, each named by its file and the words of its `ORDER(...)` comment
+/// (`FILE@TEXT`, see `Target::benign_sites`): a site that moves keeps its excuse, a site whose
+/// comment changes must be looked at again (the mutation test then fails on it). Found by `ferrite crashtest db-sofort --mutate` and the
 /// ignored mutation test of `tests/db.rs`.
 const SOFORT_BENIGN: &[(&str, &str)] = &[
     crate::alloc::SINGLE_THREAD_SYNC_DISARM,
     crate::alloc::SINGLE_THREAD_COMMITTED,
     (
-        "sofort/pm.rs:90:",
+        "sofort/pm.rs@ORDER(P-SOF-2): the target is known before a block is staged",
         "P-SOF-2 staging target: it shares its line with the staging slot, which the allocator persists right after; with M2 (declared) the target is durable no later than the slot (the persist matters only without M2)",
     ),
     (
-        "sofort/pm.rs:95:",
+        "sofort/pm.rs@ORDER(P-SOF-2): unstage after publication",
         "P-SOF-2 unstage: recovery finds the staged block published in its target and only clears the slot; the next staged allocation overwrites the slot and persists it",
     ),
     (
-        "sofort/pm.rs:272:",
+        "sofort/pm.rs@ORDER(P-SOF-2): an MVCC block is all {0,0} before it is published",
         "P-SOF-2 zeroed MVCC block before its publication: NOT shown harmless, only not reached. Every MVCC block the workload adds comes fresh from the pool, zero on media, so none of the workload's persists here changes the durable image; only inside recoveries (the probe growing a table onto a block that held data before) did one, and the mutated run, with every recovery crashed after the dropped persist, found no failure. A reused block whose stale bytes were read as MVCC entries would be a real loss",
     ),
     (
-        "sofort/recovery.rs:126:",
+        "sofort/recovery.rs@ORDER(P-SOF-1): an empty catalog (no magic) before its parts",
         "P-SOF-1 empty catalog: every line of it is persisted again before creation returns: geometry, checksum and magic (one line) by the checksum and magic persists, the directory and area pointers by their publications (P-SOF-2), the staging line by the first staged allocation, epoch and ceiling by the open that ends creation (P-SOF-3); a crash before that is inside creation, when the store may fail to open (with that line lost, the zero ceiling is reported as a corrupt catalog rather than an unfinished creation)",
     ),
     (
-        "sofort/recovery.rs:143:",
+        "sofort/recovery.rs@ORDER(P-SOF-1): the checksum before the magic",
         "P-SOF-1 checksum: it shares the magic's line and is stored before it; with M2 (declared) it is durable no later than the magic",
     ),
     (
-        "sofort/txn.rs:640:",
+        "sofort/txn.rs@ORDER(P-SOF-11): pending finalizations before a clean close",
         "P-SOF-11 close: recovery rolls every committed area forward at every open, clean close or not, so the finalizations close makes durable are redone from the areas",
     ),
     (
-        "sofort/txn.rs:643:",
+        "sofort/txn.rs@ORDER(P-SOF-11): finalizations durable",
         "P-SOF-11 close fence: as its flushes (recovery redoes the finalizations from the committed areas)",
     ),
     (
-        "alloc/segments.rs:180:",
+        "alloc/segments.rs@ORDER(P-ALLOC-4): header before any link",
         "P-ALLOC-4 segment header before its link: this target links a new segment only inside creation (one 1 MiB segment holds the 30- and the 160-transaction workload), where a failed open is allowed, and inside a recovery that finds an orphan segment (grown, never linked), which it puts on the free list: a loss there shows only if a later operation takes that segment again before a crash, which these runs never do; not detected by the 30-transaction, the 160-transaction and the exhaustive 6-transaction runs (seed 0x5eed); alloc-small, which grows and links segments throughout its workload, detects it",
     ),
     (
@@ -488,15 +489,15 @@ const SOFORT_BENIGN: &[(&str, &str)] = &[
         "P-ALLOC-3 disarm after a replay inside recovery: if lost, the item stays armed and the next recovery replays it again; its words belong to its slot's segments and pages, which only that slot's operations change, and the slot's next operation overwrites the item first, so a second replay rewrites the values the words hold (the probe's operations after recovery and crashes after them do not show it either)",
     ),
     (
-        "sofort/pm.rs:112:",
+        "sofort/pm.rs@ORDER(P-SOF-2): finish an unstage",
         "P-SOF-2 unstage inside recovery: if it is lost, the next recovery finds the same staged, published block and clears the slot again, and the next staged allocation overwrites the slot and persists it",
     ),
     (
-        "sofort/txn.rs:991:",
+        "sofort/txn.rs@ORDER(P-SOF-20): values (non-temporal ones drained too) and lock durable",
         "P-SOF-20 fence (PM index placements only): the row's flushes it orders stay pending on the inserting thread, and the FPTree insert that follows fences (P-FPT-1: the slot persisted before the bitmap commit) on the same thread before its entry becomes durable, so the row is durable before the entry either way; kept so that the rule does not depend on the tree's internals",
     ),
     (
-        "poolset/mod.rs:505:",
+        "poolset/mod.rs@ORDER(P-PM-2): shutdown state of the set",
         "P-PM-2 shutdown state: it only tells open whether the set was closed cleanly, and SOFORT recovers the same way either way",
     ),
 ];
@@ -509,7 +510,7 @@ fn sofort_instant_benign() -> &'static [(&'static str, &'static str)] {
             .iter()
             .copied()
             .chain([(
-                "alloc/redo.rs:323:",
+                "alloc/redo.rs@ORDER(P-ALLOC-3): disarm after the writes are durable",
                 "P-ALLOC-3 disarm after a commit: NOT shown harmless, only not detected here. db-sofort detects it with seed 0x5eed (its probe runs allocator operations after recovery and a nested crash lands after them); this target runs the same workload and probe, but its recoveries differ (instant open, the held rebuild) and its random nested crashes (5 % in the mutation test) did not land where the loss shows. Undetected by db-sofort too with other seeds (2026-11-25, a time-based seed)",
             )])
             .collect()

@@ -211,6 +211,9 @@ pub trait Target: Send + Sync + 'static {
     /// (substring, reason). The substring is matched against the site key (`file:line:col`
     /// then `#rule` if named), followed by ` [recovery only]` when only recoveries reach the
     /// site: `"#P-X-3 [recovery only]"` excuses rule P-X-3's persists inside recovery only.
+    /// A pattern `FILE@TEXT` instead names the sites of a file ending in `FILE` whose source
+    /// line (or the line above) holds `TEXT`, the words of its `ORDER(...)` comment, so that
+    /// edits moving the line do not unmatch it.
     fn benign_sites(&self) -> &'static [(&'static str, &'static str)] {
         &[]
     }

@@ -153,6 +153,42 @@ pub fn mutate<T: Target>(target: Arc<T>, cfg: &Config) -> MutationReport {
     MutationReport { target: target.name().to_owned(), base, sites }
 }
 
+/// Whether the benign pattern `pat` names the site key `matched` (see
+/// [`Target::benign_sites`]). A pattern `FILE@TEXT` names a site in a file whose path ends
+/// with `FILE` and whose source line, or the line above it, holds `TEXT` (words of the site's
+/// `ORDER(...)` comment; the line above counts only if it is a comment line): it survives
+/// edits that move the line. Any other pattern is a
+/// substring of the key. A source file that cannot be read names nothing (the site is then
+/// reported undetected, never excused by mistake).
+pub(crate) fn names_site(pat: &str, matched: &str) -> bool {
+    let Some((file, text)) = pat.split_once('@') else { return matched.contains(pat) };
+    let key = matched.split([' ', '#']).next().unwrap_or(matched);
+    let mut parts = key.rsplitn(3, ':');
+    let (Some(_col), Some(line), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    let Ok(line) = line.parse::<usize>() else { return false };
+    if !path.ends_with(file) || line == 0 {
+        return false;
+    }
+    source_lines(path, line).is_some_and(|(above, at)| {
+        at.contains(text) || (above.trim_start().starts_with("//") && above.contains(text))
+    })
+}
+
+/// Lines `line - 1` and `line` (1-based) of the workspace source file `path` (as
+/// `Location::file` gives it: relative to the workspace root, where this crate was built).
+fn source_lines(path: &str, line: usize) -> Option<(String, String)> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let p = std::path::Path::new(path);
+    let text =
+        std::fs::read_to_string(if p.is_absolute() { p.to_path_buf() } else { root.join(p) })
+            .ok()?;
+    let mut lines = text.lines().skip(line.saturating_sub(2));
+    let above = if line >= 2 { lines.next()?.to_owned() } else { String::new() };
+    Some((above, lines.next()?.to_owned()))
+}
+
 /// The outcome of mutating `site` (the `i`-th of the unmutated run): no run for a site
 /// without effect, else one exploration with the site dropped, in directories of its own.
 fn mutated_run<T: Target>(
@@ -191,12 +227,35 @@ fn mutated_run<T: Target>(
     if r.failed() {
         MutationOutcome::Detected
     } else if let Some((_, why)) =
-        target.benign_sites().iter().find(|(pat, _)| matched.contains(pat))
+        target.benign_sites().iter().find(|(pat, _)| names_site(pat, &matched))
     {
         MutationOutcome::Benign((*why).to_owned())
     } else if let Verdict::Stopped(s) = r.verdict() {
         MutationOutcome::Unchecked(s)
     } else {
         MutationOutcome::Undetected
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_site;
+
+    #[test]
+    fn a_text_pattern_names_the_site_whose_line_holds_it() {
+        let key = format!("{}:{}:9#P-T-1", file!(), line!()); // ORDER(P-T-1): a marker for names_site
+        let file = "explore/mutation.rs";
+        assert!(names_site(&format!("{file}@a marker for names_site"), &key));
+        assert!(names_site(
+            &format!("{file}@a marker for names_site"),
+            &format!("{key} [recovery only]")
+        ));
+        assert!(!names_site(&format!("{file}@words on no line near it"), &key));
+        assert!(!names_site("other.rs@a marker for names_site", &key));
+        // Plain patterns stay substrings of the key.
+        assert!(names_site("#P-T-1", &key));
+        assert!(!names_site("#P-T-2", &key));
+        // A key whose file cannot be read names nothing.
+        assert!(!names_site("nowhere.rs@a marker", "src/nowhere.rs:3:1#P-T-1"));
     }
 }
