@@ -45,7 +45,7 @@ pub mod toys;
 
 pub use explore::{
     Config, DynTarget, Failure, KeyStats, MutationOutcome, MutationReport, Progress, ProgressFn,
-    Report, SiteStats, Stop, Verdict, explore, mutate, replay,
+    Report, SiteStats, Stop, Verdict, explore, mutate, names_site, replay,
 };
 pub use target::{Axioms, Ctx, Expect, Mode, ModelOp, ModelView, OpToken, Target};
 

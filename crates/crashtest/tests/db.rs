@@ -118,9 +118,49 @@ fn every_persist_site_of_the_continuable_target_is_needed() {
     }
 }
 
+/// Sites that the short (6-transaction) runs of SOFORT's PM-placement targets do not show
+/// needed, accepted by name (`FILE@ORDER comment words`, matched by
+/// [`ferrite_crashtest::names_site`]) because the target named in each reason detects their
+/// loss (`docs/design/crash-testing.md` §13.4). A site undetected and not listed fails the check.
+const PLACED_ACCEPTED: &[(&str, &str)] = &[
+    (
+        "alloc/redo.rs@ORDER(P-ALLOC-3): disarm after the writes are durable",
+        "P-ALLOC-3 disarm after a commit: alloc-small detects it (db-sofort too, with some seeds)",
+    ),
+    (
+        "sofort/txn.rs@ORDER(P-SOF-5): the previous finalization durable before its area is rewritten",
+        "P-SOF-5 previous finalization: db-sofort's 30-transaction check detects it; 6 transactions rarely rewrite an area whose finalization is still pending at a crash",
+    ),
+    (
+        "sofort/txn.rs@ORDER(P-SOF-5): locks, values, previous finalization durable",
+        "P-SOF-5 F1's fence: db-sofort detects it (values of a DRAM-indexed row). With PM indexes every new row's values and lock were already fenced by P-SOF-20 before its index insert, and a lost delete lock is rewritten by the roll-forward of its committed area, so only the previous finalization depends on this fence here",
+    ),
+    (
+        "fptree/mod.rs@ORDER(P-FPT-13): magic, head (and index root) nulled before the header",
+        "P-FPT-13 nulling before the header: fptree-fixed and fptree-var detect it (creation over recycled garbage); every index root here is a never-used block, zero on media",
+    ),
+    (
+        "fptree/persistent.rs@ORDER(P-FPT-19): magic and root nulled before the header",
+        "P-FPT-19 index root creation: fptree-persistent detects it (creation over recycled garbage); here the block was never used",
+    ),
+    (
+        "fptree/persistent.rs@ORDER(P-FPT-14): the key before the bitmap",
+        "P-FPT-14 inner-node key: fptree-persistent detects it; 6 transactions split few leaves, and the crash sampling rarely lands right after such an insert",
+    ),
+    (
+        "fptree/var.rs@ORDER(P-FPT-21)",
+        "P-FPT-21 key block and slot before the bitmap: fptree-var detects it; a later persist of the same line (the next key block or slot) often makes the bytes durable before the sampled crash",
+    ),
+    (
+        "fptree/var.rs@ORDER(P-FPT-1): the slot's words before the bitmap",
+        "P-FPT-1 slot written in place: fptree-var detects it",
+    ),
+];
+
 /// The mutation check of SOFORT's PM index placements (`db-sofort-hybrid`,
-/// `db-sofort-persistent`): the new persist sites (P-SOF-20 and the FPTree's under the
-/// indexes) must be detected or explained. Ignored for the same reason as the check above;
+/// `db-sofort-persistent`): every site the run reaches is detected, benign (the target's
+/// reasons), without effect, or accepted by name in [`PLACED_ACCEPTED`]; P-SOF-20's flushes
+/// are detected. Ignored for the same reason as the check above;
 /// `cargo test --profile ci -p ferrite-crashtest --test db placed_ -- --ignored`. A six-transaction
 /// workload without nested crashes: the trees' persists make every run several times longer.
 fn placed_mutation_check(p: ferrite::SofortIndexPlacement) {
@@ -129,9 +169,28 @@ fn placed_mutation_check(p: ferrite::SofortIndexPlacement) {
     let m = ferrite_crashtest::mutate(t.clone(), &Config { nested_rate: 0.0, ..cfg(&dir, 10_000) });
     eprint!("{}{m}", m.base);
     assert!(m.base.smoke_problem(t.min_images()).is_none(), "{}", m.base);
-    assert!(m.passed(), "{m}");
+    let mut failed = Vec::new();
+    for (site, o) in &m.sites {
+        match o {
+            MutationOutcome::Detected | MutationOutcome::Benign(_) | MutationOutcome::NoEffect => {}
+            MutationOutcome::Undetected
+                if PLACED_ACCEPTED
+                    .iter()
+                    .any(|(pat, _)| ferrite_crashtest::names_site(pat, site)) =>
+            {
+                eprintln!("{}: accepted by name: {site}", t.name());
+            }
+            other => failed.push(format!("{site}: {other:?}")),
+        }
+    }
+    assert!(failed.is_empty(), "{}: {failed:#?}", t.name());
     let p20: Vec<_> = m.sites.iter().filter(|(s, _)| s.contains("P-SOF-20")).collect();
     assert!(!p20.is_empty(), "{m}");
+    let flushes = p20.iter().filter(|(s, o)| {
+        *o == MutationOutcome::Detected
+            && ferrite_crashtest::names_site("sofort/txn.rs@ORDER(P-SOF-20): the row's", s)
+    });
+    assert!(flushes.count() >= 1, "{m}");
 }
 
 #[test]

@@ -63,7 +63,7 @@ mod report;
 
 pub use config::{Config, Progress, ProgressFn};
 pub use executor::replay;
-pub use mutation::{MutationOutcome, MutationReport, mutate};
+pub use mutation::{MutationOutcome, MutationReport, mutate, names_site};
 pub use report::{Failure, KeyStats, Report, SiteStats, Stop, Verdict};
 
 use executor::panic_message;

@@ -160,7 +160,7 @@ pub fn mutate<T: Target>(target: Arc<T>, cfg: &Config) -> MutationReport {
 /// edits that move the line. Any other pattern is a
 /// substring of the key. A source file that cannot be read names nothing (the site is then
 /// reported undetected, never excused by mistake).
-pub(crate) fn names_site(pat: &str, matched: &str) -> bool {
+pub fn names_site(pat: &str, matched: &str) -> bool {
     let Some((file, text)) = pat.split_once('@') else { return matched.contains(pat) };
     let key = matched.split([' ', '#']).next().unwrap_or(matched);
     let mut parts = key.rsplitn(3, ':');
