@@ -129,8 +129,8 @@ fn rows_collected_and_reused_before_the_rebuild_reaches_them() {
     st.close().expect("close");
 }
 
-/// Lookups while the rebuild runs unheld (6000 rows: the first ones find more than
-/// `HELP_ABOVE` rows left and help the rebuild, unless the worker got there first; which of
+/// Lookups while the rebuild runs unheld (6000 rows: the first one finds one batch to help
+/// (`table::help_batches`) and helps it, unless the worker got there first; which of
 /// the two inserted a batch does not change any answer, and the test asserts only answers).
 #[test]
 fn lookups_during_an_unheld_rebuild_find_every_row() {
@@ -205,5 +205,45 @@ fn a_ranked_rebuild_without_statements_breaks_ties_by_id() {
         status.indexes.iter().find(|(n, _)| n == name).and_then(|(_, at)| *at).expect(name)
     };
     assert!(at("t.primary") < at("t.by_g"), "primary first: {status:?}");
+    st.close().expect("close");
+}
+
+/// Bounded helping (`docs/design/sofort.md` §15.3): a primary-key lookup on a pending index
+/// inserts at most `help_batches(left)` batches, then answers from the remainder scan. The
+/// worker is parked at watermark 0 and the hold is lifted under the index's lock without waking
+/// it, so only the lookups move the watermark. Before this bound, the first lookup helped until
+/// 4 096 rows were left (a whole large index before the first answer).
+#[test]
+fn a_lookup_helps_a_bounded_share_then_scans() {
+    let dir = TestDir::new("sofort-help-bound");
+    let n = 12_000;
+    let path = populated(&dir, n);
+    let st = open(&path, instant(Some(0)));
+    st.wait_rebuild_held();
+    let t = st.table("t").expect("t");
+    let state = |t: &table::PTable| {
+        let g = t.pk.dram_state().expect("a DRAM index").read().expect("lock");
+        g.pending.as_ref().map(|p| (p.wm, p.left()))
+    };
+    {
+        let mut g = t.pk.dram_state().expect("a DRAM index").write().expect("lock");
+        let p = g.pending.as_mut().expect("pending");
+        p.hold = p.rows.len();
+    }
+    let mut wm = 0;
+    for k in [n - 1, 0, 7_777] {
+        let left = state(&t).expect("pending").1;
+        let mut tx = st.begin(true).expect("begin");
+        let got = tx.get(&t, &pk(k)).expect("get").map(|(_, r)| r[0].as_i64());
+        tx.commit().expect("commit");
+        assert_eq!(got, Some(Some(k)));
+        wm += table::help_batches(left) * rebuild::BATCH;
+        assert_eq!(state(&t), Some((wm, n as usize - wm)), "helped exactly its share");
+    }
+    assert!(wm > 0 && wm < n as usize / 4, "{wm}: some help, far from the whole index");
+    st.check().expect("check");
+    st.set_rebuild_hold(None);
+    assert!(st.wait_rebuilt().complete);
+    st.check().expect("check");
     st.close().expect("close");
 }
