@@ -360,6 +360,37 @@ impl PTable {
         Ok(out)
     }
 
+    /// Defers every heap's free map over the table's live rows of open (`heap.rs`; design
+    /// §15.8).
+    pub(super) fn defer_heaps(&self, live: &Arc<[u64]>) {
+        for h in self.heaps.iter().flatten() {
+            h.defer(Arc::clone(live));
+        }
+    }
+
+    /// Ends the deferral of every heap's free map: reads the extents the live rows of open
+    /// reference now in the chunks older than open (H3 of design §15.8). Stops early (the
+    /// heap stays deferred, which is safe: H1) when `cancel` says so.
+    pub(super) fn finish_heaps(&self, s: &Space, cancel: &dyn Fn() -> bool) -> StorageResult<()> {
+        for (c, h) in self.heaps.iter().enumerate() {
+            let Some(h) = h else { continue };
+            let Some((base, rows)) = h.deferred_rows() else { continue };
+            let mut used = Vec::new();
+            for (i, &r) in rows.iter().enumerate() {
+                if i % 65_536 == 0 && cancel() {
+                    return Ok(());
+                }
+                let (chunk, off, len) =
+                    unpack_ref(s.load_u64(self.slot_at(c, r)?, Ordering::Acquire)?);
+                if len > 0 && chunk < base {
+                    used.push((chunk, off, extent_len(len)));
+                }
+            }
+            h.finish(base, used)?;
+        }
+        Ok(())
+    }
+
     /// Frees row `r`'s extents (its version is collected).
     pub(super) fn release_extents(&self, s: &Space, r: u64) -> StorageResult<()> {
         for (c, chunk, off, len) in self.extents(s, r)? {
