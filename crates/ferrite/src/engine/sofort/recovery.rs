@@ -69,8 +69,9 @@ pub struct RecoveryReport {
     /// Time the allocator's open took (pool set already mapped; not part of the times below).
     pub allocator: Duration,
     /// Time from the start of the store's open until the persistent structures were recovered
-    /// (catalog read, epoch and ceiling persisted, committed areas rolled forward): what a
-    /// store must do before its first transaction whatever the classification does.
+    /// (catalog and tables loaded, PM indexes opened (a hybrid tree rebuilds its inner nodes
+    /// there), epoch and ceiling persisted, committed areas rolled forward): what a store does
+    /// before the classification scan.
     pub rolled_forward_at: Duration,
     /// Time from the start of the store's open until the rows were classified (the full
     /// scan's end; allocator excluded): the persistent structures are recovered, the DRAM
