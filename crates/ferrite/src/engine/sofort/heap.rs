@@ -8,6 +8,11 @@
 //!   that is in use and not yet collected. Free extents never overlap and never touch (they
 //!   are merged with their neighbours).
 //! - The map is DRAM only: at open it is the complement of the extents of live rows.
+//! - Deferred map (instant recovery, `docs/design/sofort.md` §15.8): from open until
+//!   [`Heap::finish`], the map holds only extents of chunks created after open (`>= base`),
+//!   and an extent of an older chunk that is released goes to `released` instead; `finish`
+//!   adds the complement of the older chunks' extents still referenced by the live rows of
+//!   open (H1–H3 there).
 //!
 //! # Ordering
 //! Values are written with non-temporal stores by the inserting transaction; they need no
@@ -19,7 +24,7 @@
 //! lock-free through the array's mirror.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use super::layout::*;
 use super::pm::{BlockArray, Init, Pm, corrupt, lock};
@@ -30,6 +35,20 @@ use crate::storage::StorageResult;
 pub(super) struct FreeMap {
     by_addr: BTreeMap<(u64, u64), u64>,
     by_len: BTreeSet<(u64, u64, u64)>,
+    /// The deferred part of the map (module docs), until [`Heap::finish`].
+    deferred: Option<Deferred>,
+}
+
+/// What a deferred free map waits for (`docs/design/sofort.md` §15.8).
+#[derive(Debug)]
+struct Deferred {
+    /// Chunks below this existed at open; their free extents are not in the map yet.
+    base: u64,
+    /// The table's live rows at open (ascending): the rows whose extents in chunks below
+    /// `base` are in use (H1).
+    rows: Arc<[u64]>,
+    /// Extents of chunks below `base` released since open (H2).
+    released: Vec<(u64, u64, u64)>,
 }
 
 impl FreeMap {
@@ -103,14 +122,35 @@ impl Heap {
         })
     }
 
-    /// Rebuilds the free map from the extents of the live rows (any order).
-    pub fn rebuild(&self, mut used: Vec<(u64, u64, u64)>) -> StorageResult<()> {
+    /// Defers the free map (instant recovery, module docs): until [`Heap::finish`], only
+    /// chunks created from now on hand out extents; `rows` are the table's live rows.
+    pub fn defer(&self, rows: Arc<[u64]>) {
+        *lock(&self.free) = FreeMap {
+            deferred: Some(Deferred { base: self.arr.count(), rows, released: Vec::new() }),
+            ..FreeMap::default()
+        };
+    }
+
+    /// The chunks that existed at open and the live rows of open, while the map is deferred.
+    pub fn deferred_rows(&self) -> Option<(u64, Arc<[u64]>)> {
+        lock(&self.free).deferred.as_ref().map(|d| (d.base, Arc::clone(&d.rows)))
+    }
+
+    /// Extents kept aside while deferred (`None`: not deferred).
+    #[cfg(test)]
+    pub fn released(&self) -> Option<usize> {
+        lock(&self.free).deferred.as_ref().map(|d| d.released.len())
+    }
+
+    /// Ends the deferral: `used` holds the extents in chunks below `base` that the live rows of
+    /// open reference now (any order; read after [`Heap::defer`], H3). The chunks below `base`
+    /// get the complement of `used` plus the extents released since open that `used` holds.
+    pub fn finish(&self, base: u64, mut used: Vec<(u64, u64, u64)>) -> StorageResult<()> {
         used.sort_unstable();
         let mut m = FreeMap::default();
-        let n = self.arr.count();
         let mut at = (0u64, 0u64);
         for &(c, o, l) in &used {
-            if c >= n || o % 8 != 0 || o + l > HEAP_CHUNK || (c, o) < at {
+            if c >= base || o % 8 != 0 || o + l > HEAP_CHUNK || (c, o) < at {
                 return Err(corrupt(
                     format!("value extent {c}:{o}+{l} overlaps another or lies outside the heap"),
                     "SOFORT heap",
@@ -123,11 +163,22 @@ impl Heap {
             m.free(c, at.1, o - at.1);
             at = (c, o + l);
         }
-        while at.0 < n {
+        while at.0 < base {
             m.free(at.0, at.1, HEAP_CHUNK - at.1);
             at = (at.0 + 1, 0);
         }
-        *lock(&self.free) = m;
+        let mut f = lock(&self.free);
+        let Some(d) = f.deferred.take() else { return Ok(()) };
+        // H2: a released extent `used` still holds (read before its row was collected) is
+        // free; one it does not hold is already in the complement (its row was reused first).
+        for (c, o, l) in d.released {
+            if used.binary_search(&(c, o, l)).is_ok() {
+                m.free(c, o, l);
+            }
+        }
+        for ((c, o), l) in m.by_addr {
+            f.free(c, o, l);
+        }
         Ok(())
     }
 
@@ -143,9 +194,16 @@ impl Heap {
         f.take(len).ok_or_else(|| corrupt("a new heap chunk has no room", "SOFORT heap"))
     }
 
-    /// Returns an extent.
+    /// Returns an extent (while deferred, one of a chunk older than open is kept aside, H2).
     pub fn release(&self, chunk: u64, off: u64, len: u64) {
-        lock(&self.free).free(chunk, off, len);
+        let mut f = lock(&self.free);
+        if let Some(d) = f.deferred.as_mut()
+            && chunk < d.base
+        {
+            d.released.push((chunk, off, len));
+            return;
+        }
+        f.free(chunk, off, len);
     }
 }
 

@@ -159,10 +159,18 @@ impl SofortStore {
         set: Arc<ferrite_pmem::PoolSet>,
         opts: &RecoveryOptions,
     ) -> SofortResult<(SofortStore, RecoveryReport)> {
+        let a0 = Instant::now();
         let alloc = Arc::new(PAllocator::open(set)?);
         let started = Instant::now();
         let instant = opts.mode == RecoveryMode::Instant;
         let (inner, mut report) = recovery::open(alloc, opts.hold.filter(|_| instant))?;
+        report.allocator = started - a0;
+        if !instant {
+            // The heaps' free maps before the first transaction (design §15.8).
+            for t in inner.all_tables() {
+                t.finish_heaps(inner.s(), &|| false)?;
+            }
+        }
         let inner = Arc::new(inner);
         let rb = rebuild::Rebuild::start(&inner, opts);
         if !instant {

@@ -196,6 +196,9 @@ pub(super) struct Rebuild {
     cv: Condvar,
     cancel: AtomicBool,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The thread finishing the heaps' deferred free maps (instant open; design §15.8): its
+    /// error, if any.
+    heaps: Mutex<Option<JoinHandle<Option<String>>>>,
     /// With a strategy: whether jobs go in rank order (`rk`) or referenced-first (`¬rk`).
     ranked: Option<bool>,
 }
@@ -213,6 +216,9 @@ struct State {
     generation: u64,
     /// A strategy's planner runs (`adaptive.rs`).
     ranked: bool,
+    /// Test hook: the heaps' deferred free maps are not finished while a hold is set (so a
+    /// held test runs its transactions on deferred heaps; design §15.8).
+    heaps_held: bool,
 }
 
 /// The rebuild's outcome so far.
@@ -259,7 +265,12 @@ impl Rebuild {
         if ranked.is_some() {
             inner.restart.start(planner(&jobs, opts.strategy));
         }
-        let mut state = State { running: jobs.len(), ranked: ranked.is_some(), ..State::default() };
+        let mut state = State {
+            running: jobs.len(),
+            ranked: ranked.is_some(),
+            heaps_held: opts.hold.is_some(),
+            ..State::default()
+        };
         let mut queue = Queue::default();
         for (slot, (name, table, index)) in jobs.into_iter().enumerate() {
             state.done.push((name, None));
@@ -272,8 +283,19 @@ impl Rebuild {
             cv: Condvar::new(),
             cancel: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
+            heaps: Mutex::new(None),
             ranked,
         });
+        if opts.mode == RecoveryMode::Instant {
+            let w = Arc::clone(&rb);
+            let spawned = std::thread::Builder::new()
+                .name("sofort-heaps".into())
+                .spawn(move || w.finish_heaps().err().map(|e| e.to_string()));
+            // No thread: `wait` finishes the heaps.
+            if let Ok(h) = spawned {
+                *lock(&rb.heaps) = Some(h);
+            }
+        }
         let mut handles = lock(&rb.threads);
         for i in 0..threads {
             let w = Arc::clone(&rb);
@@ -436,6 +458,7 @@ impl Rebuild {
     /// synchronous open on one thread, or none could be spawned), runs the jobs on the calling
     /// thread.
     pub fn wait(&self) -> RebuildStatus {
+        let heaps = self.join_heaps();
         if lock(&self.threads).is_empty() {
             self.work(usize::MAX);
         }
@@ -443,8 +466,35 @@ impl Rebuild {
         while st.running > 0 && !self.cancel.load(Ordering::Acquire) {
             st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
         }
+        if let Some(e) = heaps {
+            st.error.get_or_insert(e);
+        }
         drop(st);
         self.status()
+    }
+
+    /// Finishes every table's deferred heap maps (design §15.8), stopping at the next batch
+    /// of rows once the rebuild is stopped.
+    pub(super) fn finish_heaps(&self) -> SofortResult<()> {
+        let cancel = || self.cancel.load(Ordering::Acquire);
+        let mut st = lock(&self.state);
+        while st.heaps_held && !cancel() {
+            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        drop(st);
+        for t in self.inner.all_tables() {
+            t.finish_heaps(self.inner.s(), &cancel)?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the heaps' thread (or, with none, finishes the heaps here); its error.
+    fn join_heaps(&self) -> Option<String> {
+        let h = lock(&self.heaps).take();
+        match h {
+            Some(h) => h.join().unwrap_or_else(|_| Some("the heap thread panicked".into())),
+            None => self.finish_heaps().err().map(|e| e.to_string()),
+        }
     }
 
     /// Test hook: moves every pending index's hold to `hold` (`None`: released) and wakes the
@@ -458,7 +508,11 @@ impl Rebuild {
                 }
             }
         }
-        lock(&self.state).generation += 1;
+        {
+            let mut st = lock(&self.state);
+            st.generation += 1;
+            st.heaps_held = hold.is_some();
+        }
         self.cv.notify_all();
     }
 
@@ -491,6 +545,9 @@ impl Rebuild {
         }
         let handles = std::mem::take(&mut *lock(&self.threads));
         for h in handles {
+            let _ = h.join();
+        }
+        if let Some(h) = lock(&self.heaps).take() {
             let _ = h.join();
         }
     }

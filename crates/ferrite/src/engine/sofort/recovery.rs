@@ -9,7 +9,9 @@
 //! - After open: no MVCC field holds a TXID of a committed transaction; every TXID left is of
 //!   an older epoch and uncommitted; every timestamp stored is `≤ failureTime < CurrentTime`;
 //!   the indexes hold exactly the live rows (or, pending, will hold them once rebuilt:
-//!   `rebuild.rs`); the reusable queues hold every other row of the complete chunks, once.
+//!   `rebuild.rs`); the reusable queues hold every other row of the complete chunks, once;
+//!   the heaps' free maps are deferred over the live rows (`heap.rs`, design §15.8) and
+//!   finished by the caller (before a synchronous open returns, in the background otherwise).
 //!
 //! # Ordering
 //! P-SOF-1 (creation: magic last), P-SOF-2 (staging cleanup), P-SOF-3/P-SOF-4 (epoch and
@@ -64,6 +66,13 @@ pub struct RecoveryReport {
     /// Versions deleted after the oldest unfinished transaction's snapshot, kept (not
     /// collected) until it ends.
     pub retained_rows: u64,
+    /// Time the allocator's open took (pool set already mapped; not part of the times below).
+    pub allocator: Duration,
+    /// Time from the start of the store's open until the persistent structures were recovered
+    /// (catalog and tables loaded, PM indexes opened (a hybrid tree rebuilds its inner nodes
+    /// there), epoch and ceiling persisted, committed areas rolled forward): what a store does
+    /// before the classification scan.
+    pub rolled_forward_at: Duration,
     /// Time from the start of the store's open until the rows were classified (the full
     /// scan's end; allocator excluded): the persistent structures are recovered, the DRAM
     /// indexes not yet built.
@@ -436,13 +445,13 @@ pub(super) fn open(
         s.flush_rule("P-SOF-10", l, 64)?; // ORDER(P-SOF-10): roll-forward durable before any area is rewritten
     }
     s.fence_rule("P-SOF-10"); // ORDER(P-SOF-10): roll-forward durable
+    report.rolled_forward_at = t0.elapsed();
 
     // Full scan: resolve, classify, rebuild.
     for t in &tables {
         let rows = t.chunk_count() * CHUNK_ROWS;
         let mut reusable = Vec::new();
         let mut live = Vec::new();
-        let mut used: Vec<Vec<(u64, u64, u64)>> = t.heaps.iter().map(|_| Vec::new()).collect();
         for r in 0..rows {
             let off = t.mvcc_at(r)?;
             let mut cts = s.load_u64(off, Ordering::Acquire)?;
@@ -487,9 +496,6 @@ pub(super) fn open(
             if (is_ts(cts) && cts != INF && dts == INF) || kept || retain {
                 // Indexed by the rebuild (`rebuild.rs`; before `open` returns or after).
                 live.push(r);
-                for (c, chunk, o, l) in t.extents(s, r)? {
-                    used[c].push((chunk, o, l));
-                }
                 report.live_rows += 1;
             } else {
                 if t.pm_index {
@@ -499,13 +505,12 @@ pub(super) fn open(
                 report.garbage_rows += 1;
             }
         }
-        for (h, u) in t.heaps.iter().zip(used) {
-            if let Some(h) = h {
-                h.rebuild(u)?;
-            }
-        }
         *lock(&t.rows) = RowAlloc { next: rows, reusable: reusable.into() };
-        t.set_pending(live.into(), hold);
+        // The heaps' free maps: deferred over the live rows, finished by the caller (before
+        // `open` returns, or in the background; design §15.8).
+        let live: Arc<[u64]> = live.into();
+        t.defer_heaps(&live);
+        t.set_pending(live, hold);
     }
     report.classified = t0.elapsed();
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use ferrite_pmem::internals::testing::TestDir;
 use ferrite_pmem::{Options, PoolSet};
 
+use super::pm::lock;
 use super::*;
 use crate::TableSchema;
 use crate::encoding::{ByteRange, encode_key};
@@ -27,16 +28,26 @@ fn schema() -> TableSchema {
 /// A store of one slot (each `begin` collects what the previous commit deleted) with `n`
 /// rows `(k, k % 10)`, closed.
 fn populated(dir: &TestDir, n: i64) -> std::path::PathBuf {
+    populated_with(dir, schema(), n, |k| vec![Value::I64(k), Value::I64(k % 10)])
+}
+
+/// A store of one slot with table `schema` holding `row(k)` for `k` in `0..n`, closed.
+fn populated_with(
+    dir: &TestDir,
+    schema: TableSchema,
+    n: i64,
+    row: impl Fn(i64) -> Vec<Value>,
+) -> std::path::PathBuf {
     let path = dir.join("db");
     let st = SofortStore::create(
         PoolSet::create(&path, &pool_opts()).expect("pool"),
         SofortOptions { slots: 1, alloc_slots: 1 },
     )
     .expect("create");
-    let t = st.create_table(schema()).expect("table");
+    let t = st.create_table(schema).expect("table");
     let mut tx = st.begin(false).expect("begin");
     for k in 0..n {
-        tx.insert(&t, &[Value::I64(k), Value::I64(k % 10)]).expect("insert");
+        tx.insert(&t, &row(k)).expect("insert");
     }
     tx.commit().expect("commit");
     st.close().expect("close");
@@ -129,8 +140,8 @@ fn rows_collected_and_reused_before_the_rebuild_reaches_them() {
     st.close().expect("close");
 }
 
-/// Lookups while the rebuild runs unheld (6000 rows: the first ones find more than
-/// `HELP_ABOVE` rows left and help the rebuild, unless the worker got there first; which of
+/// Lookups while the rebuild runs unheld (6000 rows: the first one finds one batch to help
+/// (`table::help_batches`) and helps it, unless the worker got there first; which of
 /// the two inserted a batch does not change any answer, and the test asserts only answers).
 #[test]
 fn lookups_during_an_unheld_rebuild_find_every_row() {
@@ -144,7 +155,13 @@ fn lookups_during_an_unheld_rebuild_find_every_row() {
         assert_eq!(got.map(|(_, r)| r[0].as_i64()), (k < 6000).then_some(Some(k)));
     }
     tx.commit().expect("commit");
-    assert!(st.wait_rebuilt().complete);
+    rebuilt_and_closed(st);
+}
+
+/// Waits for the rebuild, checks the store, closes it.
+fn rebuilt_and_closed(st: SofortStore) {
+    let status = st.wait_rebuilt();
+    assert!(status.complete && status.error.is_none(), "{status:?}");
     st.check().expect("check");
     st.close().expect("close");
 }
@@ -205,5 +222,112 @@ fn a_ranked_rebuild_without_statements_breaks_ties_by_id() {
         status.indexes.iter().find(|(n, _)| n == name).and_then(|(_, at)| *at).expect(name)
     };
     assert!(at("t.primary") < at("t.by_g"), "primary first: {status:?}");
+    st.close().expect("close");
+}
+
+/// Bounded helping (`docs/design/sofort.md` §15.3): a primary-key lookup on a pending index
+/// inserts at most `help_batches(left)` batches, then answers from the remainder scan. The
+/// workers are stopped while held at watermark 0 (the pending state stays) and the hold is
+/// then lifted under the index's lock, so only the lookups move the watermark. Before this bound, the first lookup helped until
+/// 4 096 rows were left (a whole large index before the first answer).
+#[test]
+fn a_lookup_helps_a_bounded_share_then_scans() {
+    let dir = TestDir::new("sofort-help-bound");
+    let n = 12_000;
+    let path = populated(&dir, n);
+    let st = open(&path, instant(Some(0)));
+    st.rebuild.as_ref().expect("a rebuild").0.stop();
+    let t = st.table("t").expect("t");
+    let state = |t: &table::PTable| {
+        let g = t.pk.dram_state().expect("a DRAM index").read().expect("lock");
+        g.pending.as_ref().map(|p| (p.wm, p.left()))
+    };
+    {
+        let mut g = t.pk.dram_state().expect("a DRAM index").write().expect("lock");
+        let p = g.pending.as_mut().expect("pending");
+        p.hold = p.rows.len();
+    }
+    let mut wm = 0;
+    for k in [n - 1, 0, 7_777] {
+        let left = state(&t).expect("pending").1;
+        let mut tx = st.begin(true).expect("begin");
+        let got = tx.get(&t, &pk(k)).expect("get").map(|(_, r)| r[0].as_i64());
+        tx.commit().expect("commit");
+        assert_eq!(got, Some(Some(k)));
+        wm += table::help_batches(left) * rebuild::BATCH;
+        assert_eq!(state(&t), Some((wm, n as usize - wm)), "helped exactly its share");
+    }
+    assert!(wm > 0 && wm < n as usize / 4, "{wm}: some help, far from the whole index");
+    st.check().expect("check");
+    // The rest by lookups alone (the workers are stopped): each helps its share or scans.
+    let mut tx = st.begin(true).expect("begin");
+    for k in (0..n).step_by(97) {
+        assert!(tx.get(&t, &pk(k)).expect("get").is_some());
+    }
+    tx.commit().expect("commit");
+    st.check().expect("check");
+    st.close().expect("close");
+}
+
+/// The heaps' deferred free maps (design §15.8). Held: every heap starts with an empty map
+/// over the chunks of open. Rows of open are updated (their old versions collected: extents
+/// of old chunks go to `released`, H2) and new rows inserted (their values in chunks created
+/// after open, H1); no value of open is overwritten. After the release, the finished map must
+/// equal what a synchronous reopen computes from the rows (same free bytes, `check` clean).
+#[test]
+fn deferred_heaps_hand_out_only_new_chunks_until_finished() {
+    let dir = TestDir::new("sofort-heaps");
+    let schema =
+        TableSchema::new("s").column("k", Type::I64).column("v", Type::Str).primary_key("k");
+    let val = |k: i64, g: i64| {
+        Value::Str(format!("value {k} of generation {g} {}", "x".repeat((k % 7) as usize * 5)))
+    };
+    let path = populated_with(&dir, schema, 600, |k| vec![Value::I64(k), val(k, 0)]);
+    let st = open(&path, instant(Some(0)));
+    st.wait_rebuild_held();
+    let t = st.table("s").expect("s");
+    let h = t.heaps[1].as_ref().expect("a heap");
+    let (base, rows) = h.deferred_rows().expect("deferred while held");
+    assert_eq!(rows.len(), 600);
+    assert_eq!(lock(&h.free).free_bytes(), 0, "no extent of an old chunk is free yet");
+    // Updates of rows of open, then a begin that collects the old versions (one slot).
+    let mut tx = st.begin(false).expect("begin");
+    for k in (0..600).step_by(3) {
+        let (r, _) = tx.get(&t, &pk(k)).expect("get").expect("present");
+        tx.update(&t, r, &[Value::I64(k), val(k, 1)]).expect("update");
+    }
+    tx.commit().expect("commit");
+    let mut tx = st.begin(false).expect("begin");
+    for k in 600..700 {
+        tx.insert(&t, &[Value::I64(k), val(k, 1)]).expect("insert");
+    }
+    tx.commit().expect("commit");
+    drop(st.begin(true).expect("begin")); // collects what is left
+    assert_eq!(h.released(), Some(200), "the collected versions' old extents are kept aside");
+    // Every value of an inserted or updated row lies in a chunk created after open (H1).
+    let s = st.inner.s();
+    for r in 0..lock(&t.rows).next {
+        if rows.binary_search(&r).is_ok() {
+            continue;
+        }
+        for (_, chunk, _, _) in t.extents(s, r).expect("extents") {
+            assert!(chunk >= base, "row {r} took an extent of an old chunk");
+        }
+    }
+    st.check().expect("check while deferred");
+    let mut tx = st.begin(true).expect("begin");
+    for k in [0, 1, 3, 599, 650] {
+        let (_, row) = tx.get(&t, &pk(k)).expect("get").expect("present");
+        let g = i64::from(k % 3 == 0 || k >= 600);
+        assert_eq!(row[1], val(k, g));
+    }
+    tx.commit().expect("commit");
+    st.set_rebuild_hold(None);
+    assert!(st.wait_rebuilt().complete);
+    assert!(h.deferred_rows().is_none(), "finished");
+    let finished = st.check().expect("check").heap_free;
+    st.close().expect("close");
+    let st = open(&path, RecoveryOptions::default());
+    assert_eq!(st.check().expect("check").heap_free, finished, "as a synchronous open computes");
     st.close().expect("close");
 }
