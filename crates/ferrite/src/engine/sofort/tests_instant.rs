@@ -33,6 +33,7 @@ fn populated(dir: &TestDir, n: i64) -> std::path::PathBuf {
         SofortOptions { slots: 1, alloc_slots: 1 },
     )
     .expect("create");
+    st.set_past_sampling(0, 0); // no past workload: the ranking tests below expect none
     let t = st.create_table(schema()).expect("table");
     let mut tx = st.begin(false).expect("begin");
     for k in 0..n {
