@@ -163,12 +163,88 @@ fn small_workloads_with_pm_indexes_pass() {
     }
 }
 
+/// `db-sofort-past` (the past workload's PM block, SOFORT design §16.1) on 30 transactions with
+/// nested crashes (the probe's block write after recovery is crashed too): recovery finds the
+/// block valid and one whole snapshot every time.
+#[test]
+fn the_past_workload_target_passes() {
+    let dir = TestDir::new("crashtest-db-past");
+    let t = Arc::new(DbTarget::past(30));
+    let r = ferrite_crashtest::explore(t.clone(), &cfg(&dir, 10_000));
+    eprint!("{r}");
+    assert!(r.passed(), "{r}");
+    assert!(r.images >= t.min_images(), "{r}");
+}
+
+/// The mutation check of `db-sofort-past`: the block's persists (P-SOF-50, P-SOF-51 and its
+/// creation's P-SOF-2) must each be detected. Ignored (minutes long):
+/// `cargo test --profile ci -p ferrite-crashtest --test db past -- --ignored`.
+#[test]
+#[ignore = "minutes long: run with --ignored (see the doc comment)"]
+fn every_persist_site_of_the_past_target_is_needed() {
+    let dir = TestDir::new("crashtest-db-past-mutate");
+    let t = Arc::new(DbTarget::past(30));
+    let m =
+        ferrite_crashtest::mutate(t.clone(), &Config { nested_rate: 0.05, ..cfg(&dir, 10_000) });
+    eprint!("{}{m}", m.base);
+    assert!(m.base.smoke_problem(t.min_images()).is_none(), "{}", m.base);
+    assert!(m.passed(), "{m}");
+    for rule in ["#P-SOF-50", "#P-SOF-51"] {
+        let sites: Vec<_> = m.sites.iter().filter(|(s, _)| s.ends_with(rule)).collect();
+        assert!(!sites.is_empty(), "{rule}: {m}");
+        assert!(sites.iter().all(|(_, o)| *o == MutationOutcome::Detected), "{rule}: {m}");
+    }
+}
+
+/// The continuable targets with a PM placement or instant recovery: (placement, instant).
+const CONTINUE_VARIANTS: [(ferrite::SofortIndexPlacement, bool); 3] = [
+    (ferrite::SofortIndexPlacement::Hybrid, false),
+    (ferrite::SofortIndexPlacement::Persistent, false),
+    (ferrite::SofortIndexPlacement::Dram, true),
+];
+
+/// Continuable transactions with every index in a hybrid or persistent FPTree, and with
+/// instant recovery held at 4 rows per table (the resumed transactions commit against partial
+/// indexes): small workloads, bounded runs without nested crashes (the trees multiply the
+/// crash points); the registered 160-transaction targets run in `tester.rs`'s smoke run.
+#[test]
+fn continuable_targets_with_pm_indexes_and_instant_recovery_pass() {
+    let dir = TestDir::new("crashtest-db-continue-variants");
+    for (p, instant) in CONTINUE_VARIANTS {
+        let t = Arc::new(DbTarget::continuable_with(12, p, instant));
+        let r = ferrite_crashtest::explore(
+            t.clone(),
+            &Config { nested_rate: 0.0, ..cfg(&dir, 10_000) },
+        );
+        eprint!("{r}");
+        assert!(r.passed(), "{}: {r}", t.name());
+        assert!(r.images >= t.min_images(), "{r}");
+    }
+}
+
+/// The mutation check of those targets (12 transactions, no nested crashes for the trees,
+/// 5 % for the instant one). Ignored (many minutes):
+/// `cargo test --profile ci -p ferrite-crashtest --test db continue_variants -- --ignored`.
+#[test]
+#[ignore = "many minutes long: run with --ignored (see the doc comment)"]
+fn continue_variants_persist_sites_are_needed() {
+    let dir = TestDir::new("crashtest-db-continue-variants-mutate");
+    for (p, instant) in CONTINUE_VARIANTS {
+        let t = Arc::new(DbTarget::continuable_with(12, p, instant));
+        let nested_rate = if instant { 0.05 } else { 0.0 };
+        let m = ferrite_crashtest::mutate(t.clone(), &Config { nested_rate, ..cfg(&dir, 10_000) });
+        eprint!("{}{m}", m.base);
+        assert!(m.base.smoke_problem(t.min_images()).is_none(), "{}", m.base);
+        assert!(m.passed(), "{}: {m}", t.name());
+    }
+}
+
 #[test]
 fn model_operations_round_trip_through_text() {
     let text = "tx 17 I account i3,s616e6e,i-40|U item 2 i2,s6332,i1,b00ff|D item 5";
     let op = DbOp::decode(text).expect("decodes");
     assert_eq!(op.encode(), text);
-    for s in ["create", "table account", "table item"] {
+    for s in ["create", "table account", "table item", "past scan t0 i0:5|get t1:2", "past "] {
         assert_eq!(DbOp::decode(s).expect(s).encode(), s);
     }
     for bad in ["tx 1 I nosuch i1", "tx x D item 1", "table", "tx 1 U item 1 q1", "tx 1 I item b0"]

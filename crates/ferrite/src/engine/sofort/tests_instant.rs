@@ -12,7 +12,7 @@ use crate::TableSchema;
 use crate::encoding::{ByteRange, encode_key};
 use crate::value::{Type, Value};
 
-fn pool_opts() -> Options {
+pub(super) fn pool_opts() -> Options {
     Options::default().layout("sofort-instant").segment_size(1 << 21)
 }
 
@@ -26,7 +26,7 @@ fn schema() -> TableSchema {
 
 /// A store of one slot (each `begin` collects what the previous commit deleted) with `n`
 /// rows `(k, k % 10)`, closed.
-fn populated(dir: &TestDir, n: i64) -> std::path::PathBuf {
+pub(super) fn populated(dir: &TestDir, n: i64) -> std::path::PathBuf {
     let path = dir.join("db");
     let st = SofortStore::create(
         PoolSet::create(&path, &pool_opts()).expect("pool"),
@@ -59,7 +59,7 @@ fn pk(k: i64) -> Vec<u8> {
 }
 
 /// The keys of the rows visible now with `g` in index `by_g`.
-fn group(st: &SofortStore, g: i64) -> Vec<i64> {
+pub(super) fn group(st: &SofortStore, g: i64) -> Vec<i64> {
     let t = st.table("t").expect("t");
     let range = ByteRange::prefix(encode_key([&Value::I64(g)]));
     let (lo, hi) = range.as_slices();

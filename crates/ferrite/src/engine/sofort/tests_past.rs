@@ -4,42 +4,11 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use ferrite_pmem::PoolSet;
 use ferrite_pmem::internals::testing::TestDir;
-use ferrite_pmem::{Options, PoolSet};
 
+use super::tests_instant::{group, pool_opts, populated};
 use super::*;
-use crate::TableSchema;
-use crate::encoding::{ByteRange, encode_key};
-use crate::value::{Type, Value};
-
-fn pool_opts() -> Options {
-    Options::default().layout("sofort-past").segment_size(1 << 21)
-}
-
-/// A store of one slot with `n` rows `(k, k % 10)` in table `t` (index `by_g` on the second
-/// column), closed, with nothing sampled (sampling off while it is filled).
-fn populated(dir: &TestDir, n: i64) -> std::path::PathBuf {
-    let path = dir.join("db");
-    let st = SofortStore::create(
-        PoolSet::create(&path, &pool_opts()).expect("pool"),
-        SofortOptions { slots: 1, alloc_slots: 1 },
-    )
-    .expect("create");
-    st.set_past_sampling(0, 0);
-    let schema = TableSchema::new("t")
-        .column("k", Type::I64)
-        .column("g", Type::I64)
-        .primary_key("k")
-        .index("by_g", ["g"]);
-    let t = st.create_table(schema).expect("table");
-    let mut tx = st.begin(false).expect("begin");
-    for k in 0..n {
-        tx.insert(&t, &[Value::I64(k), Value::I64(k % 10)]).expect("insert");
-    }
-    tx.commit().expect("commit");
-    st.close().expect("close");
-    path
-}
 
 fn open(path: &std::path::Path, opts: RecoveryOptions) -> (SofortStore, RecoveryReport) {
     SofortStore::open_with(Arc::new(PoolSet::open(path, &pool_opts()).expect("pool")), &opts)
@@ -55,17 +24,6 @@ fn ranked_held() -> RecoveryOptions {
         strategy: Some("rk.Q1.R1".parse().expect("label")),
         ..Default::default()
     }
-}
-
-/// Scans group `g` of `by_g` (one `Scan` statement on the secondary index).
-fn scan_group(st: &SofortStore, g: i64) -> usize {
-    let t = st.table("t").expect("t");
-    let range = ByteRange::prefix(encode_key([&Value::I64(g)]));
-    let (lo, hi) = range.as_slices();
-    let mut tx = st.begin(true).expect("begin");
-    let n = tx.scan_at(&t, Some(0), lo, hi, true, usize::MAX, tx.sts()).expect("scan").len();
-    tx.commit().expect("commit");
-    n
 }
 
 /// The order in which the released rebuild completed the two indexes.
@@ -95,7 +53,7 @@ fn the_ranking_after_reopen_follows_the_persisted_past() {
     // A steady state of scans on by_g, every statement sampled.
     st.set_past_sampling(1, 0);
     for i in 0..50 {
-        assert_eq!(scan_group(&st, i % 10), 60);
+        assert_eq!(group(&st, i % 10).len(), 60);
     }
     assert_eq!(st.past_workload(), [("scan t0 i0".to_owned(), 50)]);
     st.close().expect("close"); // writes the block
@@ -116,7 +74,7 @@ fn the_block_is_written_every_n_sampled_statements() {
     let (st, _) = open(&path, RecoveryOptions::default());
     st.set_past_sampling(1, 4);
     for i in 0..10 {
-        scan_group(&st, i % 10);
+        group(&st, i % 10);
     }
     assert_eq!(st.inner.past.writes(), 2, "after the 4th and the 8th sample");
     let block = past::block_at(&st.inner.pm);
@@ -138,7 +96,7 @@ fn a_damaged_past_block_is_ignored_and_reported() {
     let (st, _) = open(&path, RecoveryOptions::default());
     st.set_past_sampling(1, 0);
     for i in 0..5 {
-        scan_group(&st, i);
+        group(&st, i);
     }
     st.persist_past().expect("write");
     let block = past::block_at(&st.inner.pm);
@@ -155,7 +113,7 @@ fn a_damaged_past_block_is_ignored_and_reported() {
     assert!(st.past_workload().is_empty(), "nothing of the bad copy is used");
     st.check().expect("the store itself is intact");
     st.set_past_sampling(1, 0);
-    scan_group(&st, 1);
+    group(&st, 1);
     st.close().expect("close writes the other copy");
     let (st, rep) = open(&path, RecoveryOptions::default());
     assert_eq!((rep.past_statements, rep.past_ignored), (1, 0), "{rep:?}");
@@ -168,7 +126,7 @@ fn a_damaged_past_block_is_ignored_and_reported() {
     let (st, rep) = open(&path, RecoveryOptions::default());
     assert_eq!((rep.past_statements, rep.past_ignored), (0, 1), "{rep:?}");
     st.set_past_sampling(1, 0);
-    scan_group(&st, 2);
+    group(&st, 2);
     st.close().expect("close");
     let (st, rep) = open(&path, RecoveryOptions::default());
     assert_eq!(rep.past_ignored, 1, "still the unknown version: {rep:?}");
