@@ -222,7 +222,7 @@ fn continuable_targets_with_pm_indexes_and_instant_recovery_pass() {
     }
 }
 
-/// The mutation check of those targets (12 transactions, no nested crashes for the trees,
+/// The mutation check of those targets (6 transactions, no nested crashes for the trees,
 /// 5 % for the instant one). Ignored (many minutes):
 /// `cargo test --profile ci -p ferrite-crashtest --test db continue_variants -- --ignored`.
 #[test]
@@ -230,7 +230,7 @@ fn continuable_targets_with_pm_indexes_and_instant_recovery_pass() {
 fn continue_variants_persist_sites_are_needed() {
     let dir = TestDir::new("crashtest-db-continue-variants-mutate");
     for (p, instant) in CONTINUE_VARIANTS {
-        let t = Arc::new(DbTarget::continuable_with(12, p, instant));
+        let t = Arc::new(DbTarget::continuable_with(6, p, instant));
         let nested_rate = if instant { 0.05 } else { 0.0 };
         let m = ferrite_crashtest::mutate(t.clone(), &Config { nested_rate, ..cfg(&dir, 10_000) });
         eprint!("{}{m}", m.base);
