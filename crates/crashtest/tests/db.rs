@@ -222,6 +222,27 @@ fn continuable_targets_with_pm_indexes_and_instant_recovery_pass() {
     }
 }
 
+/// The same targets on 4 transactions, exhaustively (every visit of every crash point crashed:
+/// the durable image and the pending lines' subsets), without nested crashes (their smoke and
+/// registered runs nest). Ignored (minutes for the trees):
+/// `cargo test --profile ci -p ferrite-crashtest --test db continue_variants -- --ignored`.
+#[test]
+#[ignore = "minutes long: run with --ignored (see the doc comment)"]
+fn continue_variants_pass_exhaustively() {
+    let dir = TestDir::new("crashtest-db-continue-variants-exhaustive");
+    for (p, instant) in CONTINUE_VARIANTS {
+        let t = Arc::new(DbTarget::continuable_with(4, p, instant));
+        let r = ferrite_crashtest::explore(
+            t.clone(),
+            &Config { exhaustive: true, nested_rate: 0.0, ..cfg(&dir, 40_000) },
+        );
+        eprint!("{r}");
+        assert!(r.passed(), "{}: {r}", t.name());
+        assert!(!r.stopped_early, "{}: budget too small for an exhaustive run:\n{r}", t.name());
+        assert_eq!(r.crashed, r.visited, "exhaustive mode crashes at every visit");
+    }
+}
+
 /// The mutation check of those targets (6 transactions, no nested crashes for the trees,
 /// 5 % for the instant one). Ignored (many minutes):
 /// `cargo test --profile ci -p ferrite-crashtest --test db continue_variants -- --ignored`.
