@@ -243,21 +243,57 @@ fn continue_variants_pass_exhaustively() {
     }
 }
 
+/// Sites the 6-transaction continue variants do not show needed, accepted by name because
+/// another target or test detects their loss (`docs/design/crash-testing.md` §13.6); a site
+/// undetected and not listed fails the check.
+const CONTINUE_VARIANTS_ACCEPTED: &[(&str, &str)] = &[
+    (
+        "alloc/redo.rs:323:",
+        "P-ALLOC-3 disarm after a commit: db-sofort (30 transactions, seed 0x5eed) and alloc-small detect it",
+    ),
+    (
+        "sofort/txn.rs:565:",
+        "P-SOF-5 F1's fence before F2: db-sofort's 30-transaction check detects it; 6 transactions are too few",
+    ),
+    (
+        "sofort/txn.rs:1293:",
+        "P-SOF-32 the abort's log clear: the workload aborts no continuable transaction that wrote, and with 6 transactions rarely runs the read-only one; db-sofort-continue's 30-transaction check and the unit test an_aborted_unfinished_transaction_is_gone_after_the_next_crash detect it",
+    ),
+    ("fptree/mod.rs:618:", "P-FPT-13 tree creation: fptree-fixed and fptree-var detect it"),
+    ("fptree/var.rs:223:", "P-FPT-21 key block before its slot: fptree-var detects it"),
+    ("fptree/var.rs:224:", "P-FPT-21 key block before its slot: fptree-var detects it"),
+    ("fptree/var.rs:264:", "P-FPT-1 leaf slot before the bitmap commit: fptree-var detects it"),
+];
+
 /// The mutation check of those targets (6 transactions, no nested crashes for the trees,
-/// 5 % for the instant one). Ignored (many minutes):
-/// `cargo test --profile ci -p ferrite-crashtest --test db continue_variants -- --ignored`.
+/// 5 % for the instant one): every site detected, benign, without effect, or accepted by name
+/// in [`CONTINUE_VARIANTS_ACCEPTED`]. Ignored (many minutes):
+/// `cargo test --profile ci -p ferrite-crashtest --test db continue_variants_persist -- --ignored`.
 #[test]
 #[ignore = "many minutes long: run with --ignored (see the doc comment)"]
 fn continue_variants_persist_sites_are_needed() {
     let dir = TestDir::new("crashtest-db-continue-variants-mutate");
+    let mut failed = Vec::new();
     for (p, instant) in CONTINUE_VARIANTS {
         let t = Arc::new(DbTarget::continuable_with(6, p, instant));
         let nested_rate = if instant { 0.05 } else { 0.0 };
         let m = ferrite_crashtest::mutate(t.clone(), &Config { nested_rate, ..cfg(&dir, 10_000) });
         eprint!("{}{m}", m.base);
         assert!(m.base.smoke_problem(t.min_images()).is_none(), "{}", m.base);
-        assert!(m.passed(), "{}: {m}", t.name());
+        for (site, o) in &m.sites {
+            let accepted = CONTINUE_VARIANTS_ACCEPTED.iter().any(|(at, _)| site.contains(at));
+            match o {
+                MutationOutcome::Detected
+                | MutationOutcome::Benign(_)
+                | MutationOutcome::NoEffect => {}
+                MutationOutcome::Undetected if accepted => {
+                    eprintln!("{}: accepted by name: {site}", t.name());
+                }
+                other => failed.push(format!("{}: {site}: {other:?}", t.name())),
+            }
+        }
     }
+    assert!(failed.is_empty(), "{failed:#?}");
 }
 
 #[test]
