@@ -36,6 +36,14 @@ fn every_persistent_engine_has_a_db_target() {
     }
     assert!(find("db-sofort-continue").is_some(), "db-sofort-continue is not registered");
     assert!(find("db-sofort-instant").is_some(), "the instant-recovery target is registered");
+    for name in [
+        "db-sofort-past",
+        "db-sofort-continue-hybrid",
+        "db-sofort-continue-persistent",
+        "db-sofort-continue-instant",
+    ] {
+        assert!(find(name).is_some(), "{name} is not registered");
+    }
 }
 
 #[test]
