@@ -396,6 +396,9 @@ impl Options {
                         o.placement.name().to_owned(),
                     ));
                 }
+                let past = (self.sofort.past_sample_every, self.sofort.past_persist_every);
+                v.push(("sofort.past_sample_every".to_owned(), past.0.to_string()));
+                v.push(("sofort.past_persist_every".to_owned(), past.1.to_string()));
                 v.push(("pmem.segment_size".to_owned(), pm.segment_size_bytes().to_string()));
                 let max =
                     pm.max_pool_size_explicit().map_or("default".to_owned(), |b| b.to_string());
