@@ -271,6 +271,18 @@ const CONTINUE_VARIANTS_ACCEPTED: &[(&str, &str)] = &[
     ("fptree/var.rs:223:", "P-FPT-21 key block before its slot: fptree-var detects it"),
     ("fptree/var.rs:224:", "P-FPT-21 key block before its slot: fptree-var detects it"),
     ("fptree/var.rs:264:", "P-FPT-1 leaf slot before the bitmap commit: fptree-var detects it"),
+    (
+        "sofort/cont.rs:334:",
+        "P-SOF-30 the statement's lock lines: db-sofort-continue detects it (every P-SOF-30 site, 30 transactions); with PM indexes an inserted row's lock line is already persisted by P-SOF-20, and an update's delete lock often shares its MVCC line with the new version's: NOT shown harmless",
+    ),
+    (
+        "fptree/persistent.rs:1487:",
+        "P-FPT-14 persistent inner node key and child before the bitmap: fptree-pindex detects it",
+    ),
+    (
+        "fptree/persistent.rs:662:",
+        "P-FPT-19 persistent index creation: fptree-pindex detects it (fptree-persistent accepts it by name too)",
+    ),
 ];
 
 /// The mutation check of those targets (6 transactions, no nested crashes for the trees,
