@@ -112,6 +112,11 @@ pub const SETTINGS: &[(&str, &str)] = &[
          rk.Qad.R2ad, sync.R2); overrides recovery and recovery_threads",
     ),
     (
+        "past_sample",
+        "SofortConfig::past_sample_every: one statement in N per thread counted into the past \
+         workload kept in PM for adaptive recovery's ranking (0: off; default 64)",
+    ),
+    (
         "prefault",
         "pmem prefault (true/false): populate every segment's pages when mapped (the \
          benchmark's default: true), inside open's time",
@@ -201,6 +206,7 @@ impl RestartConfig {
                     }
                 }
                 "recovery_threads" => sofort.recovery_threads = num()?,
+                "past_sample" => sofort.past_sample_every = num()?,
                 "placement" => {
                     sofort.index_placement = v.parse().map_err(|e| {
                         usage(format!("configuration {:?}: {k}={v:?}: {e}", self.name))

@@ -33,7 +33,7 @@ use crate::restart::{self, ChildSpec, Plan, RestartConfig, RestartWorkload, pars
                   Configurations: --config NAME (a preset: sync, instant, adaptive) or \
                   --config NAME=SETTING=VALUE,... (settings: slots, alloc_slots, \
                   prefault=true|false, recovery=sync|instant, recovery_threads=N, \
-                  placement=dram|hybrid|persistent, strategy=LABEL of the seed's Table 6.1 \
+                  placement=dram|hybrid|persistent, past_sample=N, strategy=LABEL of the seed's Table 6.1 \
                   such as rk.Q1.R1, !rk.Q1.R1, rk.Qad.R2ad); repeat the \
                   flag to compare several. Durations: 5s, 100ms, 250us or plain seconds."
 )]

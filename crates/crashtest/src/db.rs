@@ -163,6 +163,8 @@ pub enum DbOp {
     Table(Tab),
     /// A read-write transaction: its number in the workload and its writes.
     Txn(u64, Vec<Write>),
+    /// A write of the past workload's block (`db-sofort-past`) with the counts it writes.
+    Past(Vec<(String, u64)>),
 }
 
 fn hex(b: &[u8]) -> String {
@@ -224,6 +226,10 @@ impl ModelOp for DbOp {
                     .collect();
                 format!("tx {id} {}", w.join("|"))
             }
+            DbOp::Past(counts) => {
+                let c: Vec<String> = counts.iter().map(|(q, n)| format!("{q}:{n}")).collect();
+                format!("past {}", c.join("|"))
+            }
         }
     }
 
@@ -233,6 +239,17 @@ impl ModelOp for DbOp {
         }
         if let Some(t) = s.strip_prefix("table ") {
             return Tab::parse(t).map(DbOp::Table);
+        }
+        if let Some(c) = s.strip_prefix("past ") {
+            return c
+                .split('|')
+                .filter(|e| !e.is_empty())
+                .map(|e| {
+                    let (q, n) = e.rsplit_once(':')?;
+                    Some((q.to_owned(), n.parse().ok()?))
+                })
+                .collect::<Option<Vec<_>>>()
+                .map(DbOp::Past);
         }
         let rest = s.strip_prefix("tx ")?;
         let (id, writes) = rest.split_once(' ')?;
@@ -272,6 +289,8 @@ pub enum Recovered {
         tables: BTreeMap<String, Vec<Row>>,
         /// Broken invariants (empty when everything agrees).
         problems: Vec<String>,
+        /// `db-sofort-past`: the past workload's counts found at open.
+        past: Vec<(String, u64)>,
     },
 }
 
@@ -288,6 +307,9 @@ pub struct DbTarget {
     instant: bool,
     /// Where SOFORT's indexes live (`db-sofort-hybrid`, `db-sofort-persistent`).
     placement: SofortIndexPlacement,
+    /// `db-sofort-past`: every statement sampled into the past workload, its PM block
+    /// written by the workload and the probe, and checked at recovery ([`DbTarget::past`]).
+    past: bool,
 }
 
 /// Model ids of the continuable target: transaction `id` is `id * STMT_IDS`, statement `k`
@@ -319,13 +341,19 @@ pub fn targets() -> Vec<Box<dyn DynTarget>> {
     v.push(Box::new(Arc::new(DbTarget::instant(TXNS))));
     for p in PM_PLACEMENTS {
         v.push(Box::new(Arc::new(DbTarget::placed(TXNS, p))));
+        v.push(Box::new(Arc::new(DbTarget::continuable_with(TXNS, p, false))));
     }
+    v.push(Box::new(Arc::new(DbTarget::continuable_with(TXNS, SofortIndexPlacement::Dram, true))));
+    v.push(Box::new(Arc::new(DbTarget::past(TXNS))));
     v
 }
 
 /// The SOFORT index placements in PM that get their own target.
 pub const PM_PLACEMENTS: [SofortIndexPlacement; 2] =
     [SofortIndexPlacement::Hybrid, SofortIndexPlacement::Persistent];
+
+/// `db-sofort-past`: the past workload's block is written every this many sampled statements.
+const PAST_EVERY: u64 = 16;
 
 /// Rows of each table that the instant target's recovery lets the background index rebuild
 /// insert before it holds it (the rest of the live rows stay unindexed while the target reads,
@@ -347,6 +375,7 @@ impl DbTarget {
             continuable: false,
             instant: false,
             placement: SofortIndexPlacement::Dram,
+            past: false,
         }
     }
 
@@ -364,6 +393,7 @@ impl DbTarget {
             continuable: true,
             instant: false,
             placement: SofortIndexPlacement::Dram,
+            past: false,
         }
     }
 
@@ -380,6 +410,7 @@ impl DbTarget {
             continuable: false,
             instant: true,
             placement: SofortIndexPlacement::Dram,
+            past: false,
         }
     }
 
@@ -398,6 +429,51 @@ impl DbTarget {
             continuable: false,
             instant: false,
             placement,
+            past: false,
+        }
+    }
+
+    /// Continuable transactions (as [`DbTarget::continuable`]) with every index placed as
+    /// `placement` and, with `instant`, instant recovery held at [`INSTANT_HOLD`] rows, so
+    /// that recovery resumes and commits the unfinished transactions against partial indexes
+    /// (`db-sofort-continue-hybrid`, `db-sofort-continue-persistent`,
+    /// `db-sofort-continue-instant`).
+    pub fn continuable_with(txns: u64, placement: SofortIndexPlacement, instant: bool) -> DbTarget {
+        let name = match (placement, instant) {
+            (SofortIndexPlacement::Dram, false) => "db-sofort-continue",
+            (SofortIndexPlacement::Dram, true) => "db-sofort-continue-instant",
+            (SofortIndexPlacement::Hybrid, false) => "db-sofort-continue-hybrid",
+            (SofortIndexPlacement::Persistent, false) => "db-sofort-continue-persistent",
+            (SofortIndexPlacement::Hybrid, true) => "db-sofort-continue-hybrid-instant",
+            (SofortIndexPlacement::Persistent, true) => "db-sofort-continue-persistent-instant",
+        };
+        DbTarget {
+            kind: EngineKind::Sofort,
+            txns,
+            name,
+            continuable: true,
+            instant,
+            placement,
+            past: false,
+        }
+    }
+
+    /// `db-sofort-past` (SOFORT design §16.1): the `db-sofort` workload with every statement
+    /// sampled into the past workload, whose PM block is written by the thread crossing every
+    /// [`PAST_EVERY`]th sample, after every fifth transaction on request (a model operation
+    /// carrying the counts it writes) and after recovery's probe (nested crashes land in
+    /// those writes). Recovery must find the block valid (never ignored) and its counts one
+    /// complete snapshot: those of the last completed write or of an in-flight or later one,
+    /// never less than the completed write's for any shape.
+    pub fn past(txns: u64) -> DbTarget {
+        DbTarget {
+            kind: EngineKind::Sofort,
+            txns,
+            name: "db-sofort-past",
+            continuable: false,
+            instant: false,
+            placement: SofortIndexPlacement::Dram,
+            past: true,
         }
     }
 
@@ -416,6 +492,8 @@ impl DbTarget {
             recovery_threads: 1,
             rebuild_hold,
             index_placement: self.placement,
+            past_sample_every: u32::from(self.past),
+            past_persist_every: if self.past { PAST_EVERY } else { 0 },
             ..Default::default()
         })
     }
@@ -936,8 +1014,12 @@ impl Target for DbTarget {
         self.name
     }
     fn summary(&self) -> &'static str {
-        if self.continuable {
+        if self.continuable && (self.instant || self.placement != SofortIndexPlacement::Dram) {
+            "db-sofort-continue with PM index placements or instant recovery (held): resume and commit at recovery against PM or partial indexes, checked against the reference engine"
+        } else if self.continuable {
             "db-sofort with continuable transactions: a crash inside a statement, then resume and commit at recovery, checked against the reference engine"
+        } else if self.past {
+            "db-sofort with the past workload's PM block written by the workload and the probe: recovery finds one whole snapshot, never an older or torn copy"
         } else if self.instant {
             "db-sofort recovered with instant recovery: reads, checks and probe commits while the index rebuild is held, then again after it"
         } else {
@@ -951,9 +1033,17 @@ impl Target for DbTarget {
         match self.kind.name() {
             // P-SOF-33 (the continuation log's clear at commit) persists nothing: it is
             // flushed with the finalization's lines.
+            "sofort" if self.continuable && self.placement != SofortIndexPlacement::Dram => &[
+                "P-SOF-1", "P-SOF-2", "P-SOF-3", "P-SOF-5", "P-SOF-6", "P-SOF-7", "P-SOF-10",
+                "P-SOF-11", "P-SOF-20", "P-SOF-30", "P-SOF-31", "P-SOF-32",
+            ],
             "sofort" if self.continuable => &[
                 "P-SOF-1", "P-SOF-2", "P-SOF-3", "P-SOF-5", "P-SOF-6", "P-SOF-7", "P-SOF-10",
                 "P-SOF-11", "P-SOF-30", "P-SOF-31", "P-SOF-32",
+            ],
+            "sofort" if self.past => &[
+                "P-SOF-1", "P-SOF-2", "P-SOF-3", "P-SOF-5", "P-SOF-6", "P-SOF-7", "P-SOF-10",
+                "P-SOF-11", "P-SOF-50", "P-SOF-51",
             ],
             // P-SOF-8 (the finalization) persists nothing: its lines are flushed at the next
             // F1, under P-SOF-5.
@@ -997,6 +1087,12 @@ impl Target for DbTarget {
         let mut deferred = Vec::new();
         let mut rng = ctx.fork_rng();
         for id in 1..=self.txns {
+            if self.past && id % 5 == 0 {
+                // Nothing runs beside it: the counts now are what the write persists.
+                let t = ctx.begin(DbOp::Past(db.past_workload()));
+                db.persist_past_workload().map_err(|x| e("persist_past_workload", x))?;
+                ctx.done(t);
+            }
             let mut w = mirror.clone();
             let writes = gen_writes(&mut rng, &mut w);
             let mid = if self.continuable { id * STMT_IDS } else { id };
@@ -1102,6 +1198,9 @@ impl Target for DbTarget {
             Ok(db) => db,
             Err(x) => return Ok(Recovered::NotCreated(format!("the database does not open: {x}"))),
         };
+        // Before any statement: the counts are those the block held.
+        let past = db.past_workload();
+        let past_ignored = db.recovery_report().map_or(0, |r| r.past_ignored);
         // Continuable transactions a crash interrupted: resumed and committed (every statement
         // they completed; the interrupted one was rolled back by recovery).
         let mut resumed = Vec::new();
@@ -1114,6 +1213,11 @@ impl Target for DbTarget {
         let mut r = db.begin_read().map_err(|x| format!("begin_read: {x}"))?;
         let tables = contents(&mut r, &names).map_err(|x| format!("scan: {x}"))?;
         let mut problems = resumed;
+        if self.past && past_ignored != 0 {
+            problems.push(format!(
+                "the past workload's block was ignored at open ({past_ignored}): a crash left its selected copy incomplete"
+            ));
+        }
         problems.extend(engine_check(&db));
         for (n, rows) in &tables {
             problems.extend(index_problems(&db, &mut r, n, rows));
@@ -1128,8 +1232,14 @@ impl Target for DbTarget {
         if self.instant && problems.is_empty() {
             problems.extend(self.finish_rebuild(&db, &names, &tables));
         }
+        if self.past && problems.is_empty() {
+            // The probe's statements were sampled: one more write (nested crashes inside).
+            if let Err(x) = db.persist_past_workload() {
+                problems.push(format!("writing the past workload after recovery: {x}"));
+            }
+        }
         drop(db);
-        Ok(Recovered::Db { tables, problems })
+        Ok(Recovered::Db { tables, problems, past })
     }
 
     fn check(&self, rec: &Recovered, m: &ModelView<DbOp>) -> Result<(), String> {
@@ -1141,7 +1251,12 @@ impl Target for DbTarget {
                 ));
             }
             Recovered::NotCreated(_) => return Ok(()),
-            Recovered::Db { tables, problems } => (tables, problems),
+            Recovered::Db { tables, problems, past } => {
+                if self.past {
+                    past_problem(past, m)?;
+                }
+                (tables, problems)
+            }
         };
         if !problems.is_empty() {
             return Err(problems.join("; "));
@@ -1165,6 +1280,39 @@ impl Target for DbTarget {
             diff(base, tables)
         ))
     }
+}
+
+/// `db-sofort-past`'s check of the counts `found` at open against the writes of the model:
+/// with `C` the last completed write's counts, `found` must hold at least `C`'s count for every
+/// shape (the block holds `C` or a later snapshot: an in-flight write, an automatic one, or the
+/// probe's after an earlier recovery, all cumulative), and if it holds exactly as many
+/// statements as `C` or as an in-flight write, it must be that snapshot. A mix of two copies
+/// would fail the checksum (and be reported ignored); this checks the selector never names an
+/// older or torn copy.
+fn past_problem(found: &[(String, u64)], m: &ModelView<DbOp>) -> Result<(), String> {
+    let snapshot = |op: &DbOp| match op {
+        DbOp::Past(c) => Some(c.iter().cloned().collect::<BTreeMap<String, u64>>()),
+        _ => None,
+    };
+    let found: BTreeMap<String, u64> = found.iter().cloned().collect();
+    let total = |c: &BTreeMap<String, u64>| c.values().sum::<u64>();
+    let Some(last) = m.committed.iter().rev().find_map(snapshot) else { return Ok(()) };
+    if let Some((q, n)) = last.iter().find(|(q, n)| found.get(*q).copied().unwrap_or(0) < **n) {
+        return Err(format!(
+            "the past workload holds {} of {q}, the last completed write wrote {n}: an older copy was selected (found {found:?})",
+            found.get(q).copied().unwrap_or(0)
+        ));
+    }
+    let same_total: Vec<BTreeMap<String, u64>> = std::iter::once(last)
+        .chain(m.in_flight.iter().filter_map(snapshot))
+        .filter(|c| total(c) == total(&found))
+        .collect();
+    if !same_total.is_empty() && !same_total.contains(&found) {
+        return Err(format!(
+            "the past workload's counts {found:?} are not the snapshot of a write with as many statements ({same_total:?})"
+        ));
+    }
+    Ok(())
 }
 
 /// The states a correct recovery may produce, computed with the reference engine: every
@@ -1192,6 +1340,7 @@ fn expected_states(m: &ModelView<DbOp>) -> Result<Vec<(Vec<u64>, Contents)>, Str
                 }
                 DbOp::Table(t) => ddl_in_flight.push(*t),
                 DbOp::Txn(id, writes) => txns.push((*id, committed, writes)),
+                DbOp::Past(_) => {}
             }
         }
     }

@@ -10,9 +10,13 @@
 //! Every transaction moves an amount between two accounts, appends a `log` row with the next
 //! sequence number (what it moved, and what it did to the `churn` table) and inserts, updates
 //! or deletes one row of the small `churn` table (payloads of varying length, so row slots and
-//! heap space are reused and garbage is collected). Some transactions abort. The verification
-//! after every kill:
+//! heap space are reused and garbage is collected). Some transactions abort. A quarter of them
+//! are continuable (`begin_continuable`: every statement durable at its end); a kill inside one
+//! leaves it unfinished. The verification after every kill:
 //! - the database opens (recovery);
+//! - an unfinished continuable transaction (at most one) is invisible; it is then resumed and
+//!   finished from its completed statements (its parameters are a function of the child's seed
+//!   and its sequence number) and committed, or aborted (seeded), before the checks below;
 //! - every acknowledged sequence number is present, the log is `1..=max` without a gap, and at
 //!   most one unacknowledged transaction (the one in flight) is there;
 //! - replaying the log from the initial state gives exactly the account balances and the churn
@@ -137,49 +141,27 @@ fn child(path: &Path, seed: u64, round: i64) -> ferrite::Result<()> {
     let mut out = std::io::stdout().lock();
     for _ in 0..CHILD_MAX_COMMITS {
         let next = seq + 1;
-        let from = (rng.next_u64() % ACCOUNTS as u64) as i64;
-        let to = (from + 1 + (rng.next_u64() % (ACCOUNTS as u64 - 1)) as i64) % ACCOUNTS;
-        let amount = (rng.next_u64() % 100) as i64;
-        let ck = (rng.next_u64() % CHURN_KEYS as u64) as i64;
-        let mut tx = db.begin()?;
-        let bal = |tx: &mut ferrite::Transaction, id: i64| -> ferrite::Result<i64> {
-            Ok(tx.get("account", id)?.and_then(|r| r[1].as_i64()).unwrap_or(0))
-        };
-        let (bf, bt) = (bal(&mut tx, from)?, bal(&mut tx, to)?);
-        tx.update("account", from, [("balance", bf - amount)])?;
-        tx.update("account", to, [("balance", bt + amount)])?;
-        let exists = tx.get("churn", ck)?.is_some();
-        let action = i64::from(!exists || !rng.next_u64().is_multiple_of(3));
-        match (exists, action) {
-            (true, 0) => tx.delete("churn", ck)?,
-            (true, _) => {
-                let row = churn_row(next, ck);
-                tx.update(
-                    "churn",
-                    ck,
-                    [
-                        ("seq", row[1].clone()),
-                        ("code", row[2].clone()),
-                        ("payload", row[3].clone()),
-                    ],
-                )?
+        let p = Params::of(seed, next);
+        if rng.next_u64().is_multiple_of(4) {
+            // Continuable: every statement durable at its end; a kill inside leaves it
+            // unfinished, and the parent resumes (and finishes) or aborts it.
+            let mut tx = db.begin_continuable()?;
+            transfer(&mut tx, &p, next, round, 0)?;
+            tx.commit()?;
+        } else {
+            let mut tx = db.begin()?;
+            transfer(&mut tx, &p, next, round, 0)?;
+            match rng.next_u64() % 8 {
+                0 => {
+                    tx.abort();
+                    continue;
+                }
+                1 => {
+                    let ticket = tx.commit_deferred()?;
+                    db.wait_durable(&ticket)?;
+                }
+                _ => tx.commit()?,
             }
-            (false, _) => tx.insert("churn", churn_row(next, ck))?,
-        }
-        tx.insert(
-            "log",
-            [next, round, from, to, amount, ck, action].into_iter().map(Value::I64).collect(),
-        )?;
-        match rng.next_u64() % 8 {
-            0 => {
-                tx.abort();
-                continue;
-            }
-            1 => {
-                let ticket = tx.commit_deferred()?;
-                db.wait_durable(&ticket)?;
-            }
-            _ => tx.commit()?,
         }
         seq = next;
         // A closed pipe (the parent is gone) ends the child.
@@ -188,6 +170,94 @@ fn child(path: &Path, seed: u64, round: i64) -> ferrite::Result<()> {
         }
     }
     db.close()
+}
+
+/// The parameters of the transaction with sequence number `seq` of a child with seed `seed`:
+/// a function of both, so the parent can finish a resumed one.
+struct Params {
+    from: i64,
+    to: i64,
+    amount: i64,
+    ck: i64,
+    /// Whether an existing churn row is deleted (else rewritten).
+    delete: bool,
+}
+
+impl Params {
+    fn of(seed: u64, seq: i64) -> Params {
+        let mut rng = SplitMix64::new(seed ^ (seq as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let from = (rng.next_u64() % ACCOUNTS as u64) as i64;
+        let to = (from + 1 + (rng.next_u64() % (ACCOUNTS as u64 - 1)) as i64) % ACCOUNTS;
+        let amount = (rng.next_u64() % 100) as i64;
+        let ck = (rng.next_u64() % CHURN_KEYS as u64) as i64;
+        Params { from, to, amount, ck, delete: rng.next_u64().is_multiple_of(3) }
+    }
+}
+
+/// Statements of [`transfer`] (each API call on the transaction is one).
+const TRANSFER_STATEMENTS: u32 = 7;
+
+/// Transaction `seq`'s work in `tx`: read and update the `from` balance (statements 1, 2),
+/// read and update the `to` balance (3, 4), read the churn row (5), delete, rewrite or insert it (6), append the log row (7).
+/// Statements up to `done` already ran (a resumed continuable transaction): their writes are
+/// skipped, and the values they read are read again (the transaction's snapshot is its old
+/// one, and a value is read again only while the transaction has not written it yet, so it
+/// is the value read then); after the churn write (6) its action is what the row shows now.
+fn transfer(
+    tx: &mut ferrite::Transaction,
+    p: &Params,
+    seq: i64,
+    round: i64,
+    done: u32,
+) -> ferrite::Result<()> {
+    let bal = |tx: &mut ferrite::Transaction, id: i64| -> ferrite::Result<i64> {
+        Ok(tx.get("account", id)?.and_then(|r| r[1].as_i64()).unwrap_or(0))
+    };
+    if done < 2 {
+        let bf = bal(tx, p.from)?;
+        tx.update("account", p.from, [("balance", bf - p.amount)])?;
+    }
+    if done < 4 {
+        let bt = bal(tx, p.to)?;
+        tx.update("account", p.to, [("balance", bt + p.amount)])?;
+    }
+    let exists = tx.get("churn", p.ck)?.is_some();
+    let action = if done >= 6 { i64::from(exists) } else { i64::from(!exists || !p.delete) };
+    if done < 6 {
+        match (exists, action) {
+            (true, 0) => tx.delete("churn", p.ck)?,
+            (true, _) => {
+                let row = churn_row(seq, p.ck);
+                tx.update(
+                    "churn",
+                    p.ck,
+                    [
+                        ("seq", row[1].clone()),
+                        ("code", row[2].clone()),
+                        ("payload", row[3].clone()),
+                    ],
+                )?
+            }
+            (false, _) => tx.insert("churn", churn_row(seq, p.ck))?,
+        }
+    }
+    if done < TRANSFER_STATEMENTS {
+        tx.insert(
+            "log",
+            [seq, round, p.from, p.to, p.amount, p.ck, action]
+                .into_iter()
+                .map(Value::I64)
+                .collect(),
+        )?;
+    }
+    Ok(())
+}
+
+/// What the parent did with unfinished continuable transactions.
+#[derive(Default)]
+struct Unfinished {
+    resumed: u64,
+    aborted: u64,
 }
 
 // ----- the parent -----
@@ -231,9 +301,45 @@ fn rows(r: &mut ferrite::ReadTransaction, table: &str) -> Vec<Row> {
 
 /// Reopens the database and checks it against the acknowledgements (see the module docs).
 /// Returns the largest sequence number present.
-fn verify(path: &Path, acked: i64, round: i64) -> i64 {
+///
+/// First, an unfinished continuable transaction (the one a kill interrupted; at most one) must
+/// be invisible (the log ends at the last acknowledged commit); it is then resumed and
+/// finished from its completed statements (`resume`: the parameters are the child's, from
+/// `child_seed`) and committed, or aborted, as `rng` says.
+fn verify(
+    path: &Path,
+    acked: i64,
+    round: i64,
+    child_seed: u64,
+    rng: &mut SplitMix64,
+    un: &mut Unfinished,
+) -> i64 {
     let db = Database::open(path, options())
         .unwrap_or_else(|e| panic!("round {round}: the database does not reopen: {e}"));
+    let unfinished = db.unfinished_transactions().expect("unfinished_transactions");
+    assert!(unfinished.len() <= 1, "round {round}: one transaction runs at a time: {unfinished:?}");
+    if let Some(u) = unfinished.first() {
+        let mut r = db.begin_read().expect("begin_read");
+        let last = r.scan("log", &Scan::primary().descending().limit(1)).expect("scan log");
+        let visible = last.first().and_then(|row| row[0].as_i64()).unwrap_or(0);
+        assert_eq!(
+            visible, acked,
+            "round {round}: an unfinished transaction's effects are visible"
+        );
+        drop(r);
+        assert!(u.statements <= TRANSFER_STATEMENTS, "round {round}: {u:?}");
+        if rng.next_u64().is_multiple_of(2) {
+            let mut tx = db.resume(u.id).unwrap_or_else(|e| panic!("round {round}: resume: {e}"));
+            transfer(&mut tx, &Params::of(child_seed, acked + 1), acked + 1, round, u.statements)
+                .unwrap_or_else(|e| panic!("round {round}: finishing the resumed {u:?}: {e}"));
+            tx.commit()
+                .unwrap_or_else(|e| panic!("round {round}: commit of the resumed {u:?}: {e}"));
+            un.resumed += 1;
+        } else {
+            db.abort_unfinished(u.id).unwrap_or_else(|e| panic!("round {round}: abort: {e}"));
+            un.aborted += 1;
+        }
+    }
     // The engine's own invariants first (no transaction is open yet), then the replay and
     // index checks against the acknowledgements.
     if let Err(e) = db.check() {
@@ -316,12 +422,14 @@ fn sigkill_at_random_moments_loses_no_acknowledged_commit() {
     let exe = std::env::current_exe().expect("current_exe");
     let mut acked = 0i64;
     let mut committed_total = 0u64;
+    let mut un = Unfinished::default();
     for round in 0..rounds as i64 {
         let n = 1 + rng.next_u64() % 80;
+        let child_seed = rng.next_u64();
         let child = Command::new(&exe)
             .args(["--exact", "kill_child", "--nocapture", "--quiet", "--test-threads=1"])
             .env(CHILD_PATH, &path)
-            .env(CHILD_SEED, rng.next_u64().to_string())
+            .env(CHILD_SEED, child_seed.to_string())
             .env(CHILD_ROUND, round.to_string())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -340,9 +448,13 @@ fn sigkill_at_random_moments_loses_no_acknowledged_commit() {
         // Acks written before the kill are acknowledged commits too.
         read_acks(&mut out, None, &mut acked);
         drop(guard);
-        let max = verify(&path, acked, round);
+        let max = verify(&path, acked, round, child_seed, &mut rng, &mut un);
         committed_total = max as u64;
         acked = max; // the in-flight transaction, if it survived, is now acknowledged state
     }
-    eprintln!("{rounds} kills, {committed_total} commits survived, all verified (seed {seed:#x})");
+    eprintln!(
+        "{rounds} kills, {committed_total} commits survived, all verified; unfinished continuable \
+         transactions: {} resumed and committed, {} aborted (seed {seed:#x})",
+        un.resumed, un.aborted
+    );
 }

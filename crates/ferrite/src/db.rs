@@ -68,6 +68,12 @@ pub struct RecoveryReport {
     pub garbage_rows: u64,
     /// Tables.
     pub tables: u64,
+    /// Sampled statements of the past workload found at open (SOFORT: the PM block that
+    /// seeds adaptive recovery's ranking, `docs/design/sofort.md` §16.1; 0 if none).
+    pub past_statements: u64,
+    /// Past-workload blocks ignored at open (a bad checksum, an unknown version or a bad
+    /// pointer: advisory data, logged and skipped, never an error of `open`).
+    pub past_ignored: u64,
 }
 
 /// An unfinished continuable transaction that [`Database::open`] found
@@ -254,6 +260,21 @@ impl Database {
     #[doc(hidden)]
     pub fn hold_rebuild(&self, hold: Option<u64>) {
         self.engine.hold_rebuild(hold);
+    }
+
+    /// Test hook (SOFORT): the past workload's sampled statement counts now (loaded at open,
+    /// plus those sampled since), most frequent first, by statement shape (`get t0`,
+    /// `scan t1 i0`, ...). Empty for other engines.
+    #[doc(hidden)]
+    pub fn past_workload(&self) -> Vec<(String, u64)> {
+        self.engine.past_workload()
+    }
+
+    /// Test hook (SOFORT): writes the past workload's PM block now (it is also written every
+    /// `SofortConfig::past_persist_every` sampled statements and at close).
+    #[doc(hidden)]
+    pub fn persist_past_workload(&self) -> Result<()> {
+        self.engine.persist_past_workload()
     }
 
     /// Checks the engine's stored invariants and returns a one-line summary of what it

@@ -238,6 +238,12 @@ pub struct SofortConfig {
     pub index_placement: SofortIndexPlacement,
     /// Per-index placements (the last one naming an index wins).
     pub index_overrides: Vec<IndexPlacementOverride>,
+    /// The past workload (adaptive recovery's `WoPast`, `docs/design/sofort.md` §16.1): one
+    /// statement in this many per thread is counted (0: none). Default 64.
+    pub past_sample_every: u32,
+    /// The past workload's PM block is written every this many sampled statements (0: only at
+    /// close), by the thread whose sample reaches the count. Default 4096.
+    pub past_persist_every: u64,
 }
 
 impl Default for SofortConfig {
@@ -252,6 +258,8 @@ impl Default for SofortConfig {
             rebuild_hold: None,
             index_placement: SofortIndexPlacement::Dram,
             index_overrides: Vec::new(),
+            past_sample_every: crate::engine::sofort::DEFAULT_PAST_SAMPLE_EVERY,
+            past_persist_every: crate::engine::sofort::DEFAULT_PAST_PERSIST_EVERY,
         }
     }
 }
@@ -388,6 +396,9 @@ impl Options {
                         o.placement.name().to_owned(),
                     ));
                 }
+                let past = (self.sofort.past_sample_every, self.sofort.past_persist_every);
+                v.push(("sofort.past_sample_every".to_owned(), past.0.to_string()));
+                v.push(("sofort.past_persist_every".to_owned(), past.1.to_string()));
                 v.push(("pmem.segment_size".to_owned(), pm.segment_size_bytes().to_string()));
                 let max =
                     pm.max_pool_size_explicit().map_or("default".to_owned(), |b| b.to_string());

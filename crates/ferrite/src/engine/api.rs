@@ -114,6 +114,17 @@ pub(crate) trait Engine: Send + Sync + fmt::Debug {
     /// Test hook: holds background index rebuilds at `hold` rows (see
     /// `Database::hold_rebuild`).
     fn hold_rebuild(&self, _hold: Option<u64>) {}
+
+    /// Test hook: the past workload's sampled counts now (see `Database::past_workload`).
+    fn past_workload(&self) -> Vec<(String, u64)> {
+        Vec::new()
+    }
+
+    /// Test hook: writes the past workload's block now (see
+    /// `Database::persist_past_workload`).
+    fn persist_past_workload(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 fn unsupported(kind: EngineKind) -> crate::Error {

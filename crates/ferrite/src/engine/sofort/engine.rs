@@ -202,9 +202,15 @@ impl Sofort {
                 live_rows: core.live_rows,
                 garbage_rows: core.garbage_rows,
                 tables: core.tables,
+                past_statements: core.past_statements,
+                past_ignored: core.past_ignored,
             };
             (store, Some(report))
         };
+        {
+            let c = options.sofort_config();
+            store.set_past_sampling(c.past_sample_every, c.past_persist_every);
+        }
         let shared = Arc::new(Shared::default());
         {
             let mut map = shared.tables.write().map_err(|_| Error::Poisoned)?;
@@ -382,6 +388,14 @@ impl Engine for Sofort {
             }
             None => Ok(()),
         }
+    }
+
+    fn past_workload(&self) -> Vec<(String, u64)> {
+        self.with_store(|s| Ok(s.past_workload())).unwrap_or_default()
+    }
+
+    fn persist_past_workload(&self) -> Result<()> {
+        self.with_store(|s| s.persist_past().map_err(|e| map_err(e, "")))
     }
 
     fn hold_rebuild(&self, hold: Option<u64>) {

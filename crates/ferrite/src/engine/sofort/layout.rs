@@ -150,6 +150,13 @@ pub const C_CONT_DIR: u64 = 144;
 
 const _: () = assert!(C_CONT_DIR >= C_CEILING + 8 && C_CONT_DIR + 16 <= C_STAGING);
 
+/// The past workload's block (design §16.1, `past.rs`): a PPtr in the catalog's mutable,
+/// unchecksummed part (bytes 160..176, zero in stores made before it existed, ignored by
+/// builds that do not know it). All-zero or null: none yet; made at the first write.
+pub const C_PAST: u64 = 160;
+
+const _: () = assert!(C_PAST >= C_CONT_DIR + 16 && C_PAST + 16 <= C_STAGING);
+
 /// The crc32c of a catalog: bytes 8..48 and 64..128 (the immutable part).
 pub fn catalog_crc(bytes: &[u8]) -> u32 {
     let a = crc32c::crc32c(&bytes[8..48]);

@@ -33,6 +33,7 @@ mod heap;
 mod index;
 mod ixkey;
 mod layout;
+mod past;
 mod placement;
 mod pm;
 mod rebuild;
@@ -42,6 +43,8 @@ mod table;
 mod tests;
 #[cfg(test)]
 mod tests_instant;
+#[cfg(test)]
+mod tests_past;
 mod txn;
 
 use std::sync::Arc;
@@ -49,6 +52,10 @@ use std::time::Instant;
 
 pub use cont::{ReadRecords, UnfinishedTxn};
 pub use layout::{DEFAULT_SLOTS, HEAP_CHUNK, INF, K_MIN_TS, MAX_SLOTS};
+pub use past::{
+    DEFAULT_PERSIST_EVERY as DEFAULT_PAST_PERSIST_EVERY,
+    DEFAULT_SAMPLE_EVERY as DEFAULT_PAST_SAMPLE_EVERY,
+};
 pub use rebuild::{RebuildStatus, RecoveryMode, RecoveryOptions};
 pub use recovery::{CheckReport, RecoveryReport};
 pub use table::{PTable, TableRef};
@@ -172,6 +179,10 @@ impl SofortStore {
             }
         }
         let inner = Arc::new(inner);
+        // The past workload seeds the ranking (design §16.1); advisory, never an error.
+        let past = inner.past.load(&inner.pm);
+        report.past_statements = past.statements;
+        report.past_ignored = u64::from(past.ignored.is_some());
         let rb = rebuild::Rebuild::start(&inner, opts);
         if !instant {
             let status = rb.wait();
@@ -238,6 +249,8 @@ impl SofortStore {
             .into());
         }
         drop(rebuild); // stops and joins the workers, releasing their reference
+        // The past workload is advisory: a failed write does not keep the store open.
+        let _ = inner.past.persist(&inner.pm);
         match Arc::try_unwrap(inner) {
             Ok(inner) => inner.close(),
             Err(_) => Err(StorageError::InvalidArgument(
@@ -263,6 +276,24 @@ impl SofortStore {
         placements: &[crate::SofortIndexPlacement],
     ) -> SofortResult<TableRef> {
         self.inner.create_table(schema, placements)
+    }
+
+    /// Sets the past workload's sampling: one statement in `every` per thread (0: off), the
+    /// block written every `persist_every` sampled statements (0: only at close and by
+    /// [`SofortStore::persist_past`]). Runtime only.
+    pub fn set_past_sampling(&self, every: u32, persist_every: u64) {
+        self.inner.past.configure(every, persist_every);
+    }
+
+    /// Writes the past workload's block now (design §16.1).
+    pub fn persist_past(&self) -> SofortResult<()> {
+        self.inner.past.persist(&self.inner.pm)
+    }
+
+    /// The past workload's counts now (loaded at open plus sampled since), most frequent
+    /// first, each shape named as `past::shape_name` does.
+    pub fn past_workload(&self) -> Vec<(String, u64)> {
+        self.inner.past.snapshot().iter().map(|(q, n)| (past::shape_name(q), *n)).collect()
     }
 
     /// The table `name`.

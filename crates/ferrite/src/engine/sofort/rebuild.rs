@@ -38,7 +38,7 @@ use std::time::Instant;
 
 use super::SofortResult;
 use super::adaptive::{
-    Allocator, Planner, RankSettings, Ranker, ReleasePolicy, ShapeCosts, Strategy, StructSet,
+    Allocator, Planner, RankSettings, Ranker, ReleasePolicy, ShapeCosts, Stmt, Strategy, StructSet,
     TableShape, UnitCosts,
 };
 use super::index::Index;
@@ -263,7 +263,7 @@ impl Rebuild {
         };
         let ranked = opts.strategy.map(Strategy::ranked);
         if ranked.is_some() {
-            inner.restart.start(planner(&jobs, opts.strategy));
+            inner.restart.start(planner(&jobs, opts.strategy, &inner.past.snapshot()));
         }
         let mut state = State {
             running: jobs.len(),
@@ -565,9 +565,13 @@ enum Budget {
 }
 
 /// The ranking of `jobs` (structure id = job slot) for `strategy`: costs from each table's live
-/// rows, no past workload (`WoPast` is not persisted yet, so the first order is by rebuild cost
-/// and the restart workload takes over as statements arrive).
-fn planner(jobs: &[(String, TableRef, Option<usize>)], strategy: Option<Strategy>) -> Planner {
+/// rows, `past` the past workload loaded at open (`past.rs`; empty: the first order is by
+/// rebuild cost and the restart workload takes over as statements arrive).
+fn planner(
+    jobs: &[(String, TableRef, Option<usize>)],
+    strategy: Option<Strategy>,
+    past: &[(Stmt, u64)],
+) -> Planner {
     let mut tables: Vec<TableShape> = Vec::new();
     for (slot, (_, t, ix)) in jobs.iter().enumerate() {
         let at = usize::from(t.id);
@@ -589,7 +593,7 @@ fn planner(jobs: &[(String, TableRef, Option<usize>)], strategy: Option<Strategy
         }
     }
     let model = ShapeCosts { tables, units: UnitCosts::default() };
-    let ranker = Ranker::new(model, jobs.len(), StructSet::new(), &[], RankSettings::default());
+    let ranker = Ranker::new(model, jobs.len(), StructSet::new(), past, RankSettings::default());
     let alloc = match strategy {
         Some(Strategy::Adaptive { recovery_threads }) => {
             Some(Allocator::new(recovery_threads, ReleasePolicy::default()))

@@ -83,6 +83,10 @@ pub struct RecoveryReport {
     pub index_rebuild: Option<Duration>,
     /// Time of the whole open (allocator excluded).
     pub duration: Duration,
+    /// Sampled statements of the past workload loaded from its PM block (`past.rs`).
+    pub past_statements: u64,
+    /// Past-workload blocks ignored (bad checksum, version or pointer; advisory data).
+    pub past_ignored: u64,
 }
 
 /// What [`super::SofortStore::check`] found.
@@ -554,6 +558,7 @@ pub(super) fn open(
             unfinished: Mutex::new(logs.unfinished),
         },
         restart: Default::default(),
+        past: Default::default(),
         version: head.version,
     };
     report.duration = t0.elapsed();

@@ -13,7 +13,7 @@ use crate::TableSchema;
 use crate::encoding::{ByteRange, encode_key};
 use crate::value::{Type, Value};
 
-fn pool_opts() -> Options {
+pub(super) fn pool_opts() -> Options {
     Options::default().layout("sofort-instant").segment_size(1 << 21)
 }
 
@@ -27,7 +27,7 @@ fn schema() -> TableSchema {
 
 /// A store of one slot (each `begin` collects what the previous commit deleted) with `n`
 /// rows `(k, k % 10)`, closed.
-fn populated(dir: &TestDir, n: i64) -> std::path::PathBuf {
+pub(super) fn populated(dir: &TestDir, n: i64) -> std::path::PathBuf {
     populated_with(dir, schema(), n, |k| vec![Value::I64(k), Value::I64(k % 10)])
 }
 
@@ -44,6 +44,7 @@ fn populated_with(
         SofortOptions { slots: 1, alloc_slots: 1 },
     )
     .expect("create");
+    st.set_past_sampling(0, 0); // no past workload: the ranking tests below expect none
     let t = st.create_table(schema).expect("table");
     let mut tx = st.begin(false).expect("begin");
     for k in 0..n {
@@ -69,7 +70,7 @@ fn pk(k: i64) -> Vec<u8> {
 }
 
 /// The keys of the rows visible now with `g` in index `by_g`.
-fn group(st: &SofortStore, g: i64) -> Vec<i64> {
+pub(super) fn group(st: &SofortStore, g: i64) -> Vec<i64> {
     let t = st.table("t").expect("t");
     let range = ByteRange::prefix(encode_key([&Value::I64(g)]));
     let (lo, hi) = range.as_slices();

@@ -128,6 +128,8 @@ pub(super) struct Inner {
     pub cont: ContShared,
     /// The restart workload, fed to adaptive recovery's ranking while a ranked rebuild runs.
     pub restart: super::adaptive::RestartWorkload,
+    /// The past workload, sampled at steady state and kept in PM (`past.rs`).
+    pub past: super::past::PastWorkload,
     /// The catalog's format version (1: descriptors without index area).
     pub version: u32,
 }
@@ -177,6 +179,14 @@ impl Inner {
 
     pub fn now(&self) -> u64 {
         self.clock.load(Ordering::SeqCst)
+    }
+
+    /// A statement of the core: counted by the restart workload (while a ranked rebuild runs)
+    /// and sampled into the past workload.
+    #[inline]
+    pub fn note(&self, q: super::adaptive::Stmt) {
+        self.restart.note(q);
+        self.past.note(&self.pm, q);
     }
 
     pub fn check_poison(&self) -> SofortResult<()> {
@@ -894,7 +904,7 @@ impl TxHandle {
 
     /// The row with encoded primary key `pk` visible at `at`, with its row id.
     pub fn get_at(&mut self, t: &PTable, pk: &[u8], at: u64) -> SofortResult<Option<(u64, Row)>> {
-        self.inner.restart.note(Stmt::Get { table: t.id.into() });
+        self.inner.note(Stmt::Get { table: t.id.into() });
         let Some(rows) = t.pk_rows(self.inner.s(), &IxKey::new(pk))? else { return Ok(None) };
         for &r in rows.as_slice() {
             if self.visible_at(t, r, at)? {
@@ -928,7 +938,7 @@ impl TxHandle {
         at: u64,
     ) -> SofortResult<Vec<(u64, Row)>> {
         let ix = index.map(|i| u32::try_from(i).unwrap_or(u32::MAX));
-        self.inner.restart.note(Stmt::Scan { table: t.id.into(), index: ix });
+        self.inner.note(Stmt::Scan { table: t.id.into(), index: ix });
         let batch_len = t.scan_batch(index, 64)?;
         let (mut lo, mut hi) = entry_bounds(lower, upper);
         let mut out = Vec::new();
@@ -963,7 +973,7 @@ impl TxHandle {
     /// `CTS = txid`, `DTS = INF`, then index entries. Returns its row id.
     pub fn insert(&mut self, t: &PTable, row: &[Value]) -> SofortResult<u64> {
         self.writable()?;
-        self.inner.restart.note(Stmt::Insert { table: t.id.into() });
+        self.inner.note(Stmt::Insert { table: t.id.into() });
         t.table.check_row(row)?;
         let keys = t.keys(row);
         if t.pm_index {
@@ -1005,7 +1015,7 @@ impl TxHandle {
     /// else in `DTS` is a write-write conflict.
     pub fn delete(&mut self, t: &PTable, r: u64) -> SofortResult<()> {
         self.writable()?;
-        self.inner.restart.note(Stmt::Write { table: t.id.into() });
+        self.inner.note(Stmt::Write { table: t.id.into() });
         let s = self.inner.s();
         let off = t.mvcc_at(r)? + 8;
         let mut cur = INF;
@@ -1042,7 +1052,7 @@ impl TxHandle {
     /// If the insert fails (a value too large, a full pool), the delete is undone: a failed
     /// update has no effect.
     pub fn update(&mut self, t: &PTable, r: u64, row: &[Value]) -> SofortResult<u64> {
-        self.inner.restart.note(Stmt::Write { table: t.id.into() });
+        self.inner.note(Stmt::Write { table: t.id.into() });
         t.table.check_row(row)?;
         self.delete(t, r)?;
         match self.insert(t, row) {
