@@ -103,6 +103,12 @@ pub const SETTINGS: &[(&str, &str)] = &[
         "SofortConfig::recovery_threads: index rebuild threads (0: one per index)",
     ),
     (
+        "help",
+        "SofortConfig::lookup_help: how a primary-key lookup on an index still being rebuilt \
+         helps it (bounded: at most left/21 rows, then a scan of the rest, the default; full: \
+         until 4096 rows are left)",
+    ),
+    (
         "placement",
         "SofortConfig::index_placement: where every index lives (dram, hybrid, persistent)",
     ),
@@ -206,6 +212,18 @@ impl RestartConfig {
                     }
                 }
                 "recovery_threads" => sofort.recovery_threads = num()?,
+                "help" => {
+                    sofort.lookup_help = match v.as_str() {
+                        "full" => ferrite::LookupHelp::Full,
+                        "bounded" => ferrite::LookupHelp::Bounded,
+                        _ => {
+                            return Err(usage(format!(
+                                "configuration {:?}: {k}={v:?}: full or bounded",
+                                self.name
+                            )));
+                        }
+                    }
+                }
                 "past_sample" => sofort.past_sample_every = num()?,
                 "placement" => {
                     sofort.index_placement = v.parse().map_err(|e| {

@@ -86,9 +86,9 @@ mod txn;
 mod value;
 
 pub use db::{Database, RecoveryReport, UnfinishedTransaction};
-pub use engine::sofort::RecoveryMode;
 pub use engine::sofort::adaptive as adaptive_recovery;
 pub use engine::sofort::adaptive::Strategy as RecoveryStrategy;
+pub use engine::sofort::{LookupHelp, RecoveryMode};
 pub use error::{Error, Result, SchemaError};
 pub use options::{
     Concurrency, DEFAULT_UNFINISHED_TIMEOUT, EngineKind, IndexPlacementOverride, Options,

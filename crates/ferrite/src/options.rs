@@ -151,7 +151,7 @@ impl Default for ReferenceConfig {
     }
 }
 
-use crate::engine::sofort::RecoveryMode;
+use crate::engine::sofort::{LookupHelp, RecoveryMode};
 
 /// Where a SOFORT index lives (`docs/design/sofort.md` §13). Chosen per index when its table
 /// is created and stored in the table's descriptor: `open` uses the stored placement.
@@ -222,6 +222,10 @@ pub struct SofortConfig {
     /// Index rebuild threads (one index per thread at a time; 0: one per index, at most the
     /// machine's parallelism). Default 0.
     pub recovery_threads: u32,
+    /// How a primary-key lookup on an index still being rebuilt (instant or adaptive recovery)
+    /// helps the rebuild: [`LookupHelp::Bounded`] (the default: a share, then a scan of the
+    /// rest) or [`LookupHelp::Full`] (until at most 4 096 rows are left).
+    pub lookup_help: LookupHelp,
     /// Adaptive recovery (seed 001 ch. 6): a configuration of its Table 6.1, parsed from
     /// the seed's labels (`"rk.Q^ad.R2^ad".parse()`, `rk.Q1.R1`, `¬rk.Q1.R1`, `sync.R2`; see
     /// [`crate::RecoveryStrategy`]). When set it overrides `recovery` and `recovery_threads`:
@@ -254,6 +258,7 @@ impl Default for SofortConfig {
             alloc_slots: d.alloc_slots,
             recovery: RecoveryMode::Synchronous,
             recovery_threads: 0,
+            lookup_help: LookupHelp::Bounded,
             recovery_strategy: None,
             rebuild_hold: None,
             index_placement: SofortIndexPlacement::Dram,

@@ -173,6 +173,7 @@ impl Sofort {
                 strategy: c.recovery_strategy,
                 order: Vec::new(),
                 hold: c.rebuild_hold,
+                help: c.lookup_help,
             };
             let opened = SofortStore::open_with(Arc::clone(&set), &ropts);
             let (store, core) = match opened {

@@ -56,7 +56,7 @@ pub use past::{
     DEFAULT_PERSIST_EVERY as DEFAULT_PAST_PERSIST_EVERY,
     DEFAULT_SAMPLE_EVERY as DEFAULT_PAST_SAMPLE_EVERY,
 };
-pub use rebuild::{RebuildStatus, RecoveryMode, RecoveryOptions};
+pub use rebuild::{LookupHelp, RebuildStatus, RecoveryMode, RecoveryOptions};
 pub use recovery::{CheckReport, RecoveryReport};
 pub use table::{PTable, TableRef};
 pub use txn::{KeyState, TxHandle};
@@ -143,7 +143,10 @@ impl SofortStore {
     pub fn create(set: ferrite_pmem::PoolSet, opts: SofortOptions) -> SofortResult<SofortStore> {
         let alloc = Arc::new(PAllocator::create(Arc::new(set), opts.alloc_slots)?);
         let alloc = recovery::format(alloc, opts)?;
-        Ok(SofortStore { inner: Arc::new(recovery::open(alloc, None)?.0), rebuild: None })
+        Ok(SofortStore {
+            inner: Arc::new(recovery::open(alloc, None, Default::default())?.0),
+            rebuild: None,
+        })
     }
 
     /// Opens (and recovers) the store on `set`. Returns what recovery did.
@@ -170,7 +173,7 @@ impl SofortStore {
         let alloc = Arc::new(PAllocator::open(set)?);
         let started = Instant::now();
         let instant = opts.mode == RecoveryMode::Instant;
-        let (inner, mut report) = recovery::open(alloc, opts.hold.filter(|_| instant))?;
+        let (inner, mut report) = recovery::open(alloc, opts.hold.filter(|_| instant), opts.help)?;
         report.allocator = started - a0;
         if !instant {
             // The heaps' free maps before the first transaction (design §15.8).

@@ -60,6 +60,22 @@ pub enum RecoveryMode {
     Instant,
 }
 
+/// How a primary-key lookup on an index being rebuilt helps the rebuild (runtime only;
+/// `docs/design/sofort.md` §15.3, where the measurements behind the default are).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum LookupHelp {
+    /// The lookup inserts at most `left / 21` rows (whole batches), then scans the remainder:
+    /// each lookup costs at most about 1.25 remainder scans. The default: on TATP 1 M it
+    /// answered the first transaction sooner than `Full` and, with adaptive recovery (whose
+    /// released workers run at idle priority), kept throughput up where `Full` collapsed
+    /// (`docs/benchmarks.md`, "SOFORT II (E2): lookup help").
+    #[default]
+    Bounded,
+    /// The lookup inserts batches itself until at most 4 096 rows are left, then scans them:
+    /// the first lookup waits for most of its index, later ones find it built.
+    Full,
+}
+
 /// Options of an open (runtime only).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecoveryOptions {
@@ -79,6 +95,8 @@ pub struct RecoveryOptions {
     /// Test hook: no index's rebuild passes this watermark until
     /// [`super::SofortStore::set_rebuild_hold`] moves it (W4).
     pub hold: Option<u64>,
+    /// How primary-key lookups help a pending primary index.
+    pub help: LookupHelp,
 }
 
 /// The rebuild state of a pending index (see the module docs).
@@ -92,6 +110,8 @@ pub(super) struct Pending {
     pub removed: HashSet<u64>,
     /// W4.
     pub hold: usize,
+    /// How lookups help (primary index only).
+    pub help: LookupHelp,
 }
 
 impl Pending {
@@ -159,7 +179,7 @@ pub(super) fn step(
         }
         // W2: the values are those of the classification; a failed read leaves `wm` (the
         // batch's inserts so far are repeated by a retry, as no-ops).
-        let row = t.read_key_columns(s, r)?;
+        let row = t.read_index_columns(s, r, index)?;
         st.ix.insert(t.index_key(index, &row), r);
     }
     p.wm = end;

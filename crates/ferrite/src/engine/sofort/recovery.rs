@@ -307,6 +307,7 @@ fn remove_garbage_entries(t: &PTable, s: &ferrite_pmem::Space, r: u64) -> Sofort
 pub(super) fn open(
     alloc: Arc<PAllocator>,
     hold: Option<u64>,
+    help: super::rebuild::LookupHelp,
 ) -> SofortResult<(Inner, RecoveryReport)> {
     let t0 = Instant::now();
     let root = alloc.pool().resolve_range(alloc.root_location(), 16)?;
@@ -514,7 +515,7 @@ pub(super) fn open(
         // `open` returns, or in the background; design §15.8).
         let live: Arc<[u64]> = live.into();
         t.defer_heaps(&live);
-        t.set_pending(live, hold);
+        t.set_pending(live, hold, help);
     }
     report.classified = t0.elapsed();
 

@@ -37,7 +37,7 @@ use super::ixkey::IxKey;
 use super::layout::*;
 use super::placement::{IndexStore, check_key_len, key_too_long};
 use super::pm::{BlockArray, Init, Pm, corrupt, lock};
-use super::rebuild::{IxState, Pending, Step};
+use super::rebuild::{IxState, LookupHelp, Pending, Step};
 use super::{SofortError, SofortResult};
 use crate::schema::{Table, TableSchema};
 use crate::storage::StorageResult;
@@ -65,8 +65,13 @@ pub(super) struct Written {
     pub nt: Vec<(u64, u64)>,
 }
 
-/// A primary-key lookup on an index being rebuilt helps the rebuild (inserts batches itself)
-/// by at most `left / HELP_SHARE` rows, in whole batches, then scans the remainder
+/// With [`LookupHelp::Full`] a primary-key lookup on an index being rebuilt helps the rebuild
+/// (inserts batches itself) until at most `HELP_FLOOR` rows are left, then scans them: below
+/// that a scan costs less than waiting for the worker's last batches.
+const HELP_FLOOR: usize = 4096;
+
+/// With [`LookupHelp::Bounded`] a primary-key lookup on an index being rebuilt helps the
+/// rebuild by at most `left / HELP_SHARE` rows, in whole batches, then scans the remainder
 /// (`docs/design/sofort.md` §15.3): a remainder scan costs about 0.19 of a rebuild insert per
 /// row (`ρ`, measured), and a lookup may spend a quarter of its scan's cost on helping (`f`),
 /// so `f·ρ ≈ 1/21`: a lookup costs at most about 1.25 scans of the remainder it found, and
@@ -74,9 +79,12 @@ pub(super) struct Written {
 const HELP_SHARE: usize = 21;
 
 /// The batches a primary-key lookup helps when `left` rows of its index are unindexed
-/// ([`HELP_SHARE`]).
-pub(super) fn help_batches(left: usize) -> usize {
-    left / HELP_SHARE / super::rebuild::BATCH
+/// ([`HELP_FLOOR`], [`HELP_SHARE`]).
+pub(super) fn help_batches(left: usize, help: LookupHelp) -> usize {
+    match help {
+        LookupHelp::Full => left.saturating_sub(HELP_FLOOR).div_ceil(super::rebuild::BATCH),
+        LookupHelp::Bounded => left / HELP_SHARE / super::rebuild::BATCH,
+    }
 }
 
 /// One table (see the module docs).
@@ -414,6 +422,21 @@ impl PTable {
         self.read_columns(s, r, |c| c == t.pk || t.indexes.iter().any(|ix| ix.columns.contains(&c)))
     }
 
+    /// Reads the columns of index `index`'s entries (`None`: the primary key's; a secondary
+    /// index's entry holds its columns and the primary key): what [`PTable::key_of`] reads.
+    /// The others are `I64(0)`. The rebuild and the remainder scan read a row per entry, so
+    /// they skip the other indexes' columns (a string column costs a heap read).
+    pub(super) fn read_index_columns(
+        &self,
+        s: &Space,
+        r: u64,
+        index: Option<usize>,
+    ) -> StorageResult<Row> {
+        let t = &self.table;
+        let ix = index.and_then(|i| t.indexes.get(i));
+        self.read_columns(s, r, |c| c == t.pk || ix.is_some_and(|ix| ix.columns.contains(&c)))
+    }
+
     /// Reads the columns `want` selects; the others are `I64(0)`.
     fn read_columns(&self, s: &Space, r: u64, want: impl Fn(usize) -> bool) -> StorageResult<Row> {
         let cols = self.table.schema.columns();
@@ -573,12 +596,17 @@ impl PTable {
     }
 
     /// Starts every DRAM index's rebuild over `rows` (the live rows, ascending), holding it at
-    /// `hold` (W4 of `rebuild.rs`).
-    pub(super) fn set_pending(&self, rows: Arc<[u64]>, hold: Option<u64>) {
+    /// `hold` (W4 of `rebuild.rs`), primary-key lookups helping it as `help` says.
+    pub(super) fn set_pending(&self, rows: Arc<[u64]>, hold: Option<u64>, help: LookupHelp) {
         for set in self.index_sets() {
             let hold = super::rebuild::hold_at(hold, rows.len());
-            set.write().unwrap_or_else(|p| p.into_inner()).pending =
-                Some(Pending { rows: Arc::clone(&rows), wm: 0, removed: Default::default(), hold });
+            set.write().unwrap_or_else(|p| p.into_inner()).pending = Some(Pending {
+                rows: Arc::clone(&rows),
+                wm: 0,
+                removed: Default::default(),
+                hold,
+                help,
+            });
         }
     }
 
@@ -607,7 +635,7 @@ impl PTable {
     ) -> StorageResult<Vec<(IxKey, u64)>> {
         let mut out = Vec::new();
         for r in p.remainder() {
-            let k = self.index_key(index, &self.read_key_columns(s, r)?);
+            let k = self.index_key(index, &self.read_index_columns(s, r, index)?);
             if keep(&k, r) {
                 out.push((k, r));
             }
@@ -701,8 +729,8 @@ impl PTable {
     }
 
     /// The row ids of the versions holding primary key `pk` (one descent of the index). While
-    /// the primary index is rebuilt, helps the rebuild by at most [`help_batches`] of the rows
-    /// left at its start, then adds the matching rows of the remainder (W1).
+    /// the primary index is rebuilt, helps the rebuild by [`help_batches`] of the rows left at
+    /// its start (as its [`LookupHelp`] says), then adds the matching rows of the remainder (W1).
     pub(super) fn pk_rows(&self, s: &Space, pk: &IxKey) -> SofortResult<Option<Rows>> {
         let Some(lock) = self.pk.dram_state() else { return self.pk.rows(pk) };
         let mut budget: Option<usize> = None;
@@ -712,7 +740,7 @@ impl PTable {
                 match &g.pending {
                     None => return Ok(g.ix.rows(pk)),
                     Some(p) => {
-                        let left = budget.get_or_insert_with(|| help_batches(p.left()));
+                        let left = budget.get_or_insert_with(|| help_batches(p.left(), p.help));
                         if *left == 0 || p.wm >= p.hold {
                             let mut rows: Vec<u64> =
                                 g.ix.rows(pk).map(|r| r.as_slice().to_vec()).unwrap_or_default();

@@ -226,48 +226,59 @@ fn a_ranked_rebuild_without_statements_breaks_ties_by_id() {
     st.close().expect("close");
 }
 
-/// Bounded helping (`docs/design/sofort.md` §15.3): a primary-key lookup on a pending index
-/// inserts at most `help_batches(left)` batches, then answers from the remainder scan. The
+/// Helping (`docs/design/sofort.md` §15.3): a primary-key lookup on a pending index inserts
+/// exactly `help_batches(left, help)` batches, then answers from the remainder scan. The
 /// workers are stopped while held at watermark 0 (the pending state stays) and the hold is
-/// then lifted under the index's lock, so only the lookups move the watermark. Before this bound, the first lookup helped until
-/// 4 096 rows were left (a whole large index before the first answer).
+/// then lifted under the index's lock, so only the lookups move the watermark. `Bounded`: some
+/// help, far from the whole index; `Full`: the first lookup leaves at most 4 096 rows.
 #[test]
-fn a_lookup_helps_a_bounded_share_then_scans() {
-    let dir = TestDir::new("sofort-help-bound");
-    let n = 12_000;
-    let path = populated(&dir, n);
-    let st = open(&path, instant(Some(0)));
-    st.rebuild.as_ref().expect("a rebuild").0.stop();
-    let t = st.table("t").expect("t");
-    let state = |t: &table::PTable| {
-        let g = t.pk.dram_state().expect("a DRAM index").read().expect("lock");
-        g.pending.as_ref().map(|p| (p.wm, p.left()))
-    };
-    {
-        let mut g = t.pk.dram_state().expect("a DRAM index").write().expect("lock");
-        let p = g.pending.as_mut().expect("pending");
-        p.hold = p.rows.len();
-    }
-    let mut wm = 0;
-    for k in [n - 1, 0, 7_777] {
-        let left = state(&t).expect("pending").1;
+fn a_lookup_helps_as_its_policy_says_then_scans() {
+    for help in [LookupHelp::Bounded, LookupHelp::Full] {
+        let dir = TestDir::new("sofort-help-bound");
+        let n = 12_000;
+        let path = populated(&dir, n);
+        let st = open(&path, RecoveryOptions { help, ..instant(Some(0)) });
+        st.rebuild.as_ref().expect("a rebuild").0.stop();
+        let t = st.table("t").expect("t");
+        let state = |t: &table::PTable| {
+            let g = t.pk.dram_state().expect("a DRAM index").read().expect("lock");
+            g.pending.as_ref().map(|p| (p.wm, p.left()))
+        };
+        {
+            let mut g = t.pk.dram_state().expect("a DRAM index").write().expect("lock");
+            let p = g.pending.as_mut().expect("pending");
+            p.hold = p.rows.len();
+        }
+        let mut wm = 0;
+        for k in [n - 1, 0, 7_777] {
+            let left = state(&t).expect("pending").1;
+            let mut tx = st.begin(true).expect("begin");
+            let got = tx.get(&t, &pk(k)).expect("get").map(|(_, r)| r[0].as_i64());
+            tx.commit().expect("commit");
+            assert_eq!(got, Some(Some(k)), "{help:?}");
+            wm += table::help_batches(left, help) * rebuild::BATCH;
+            assert_eq!(
+                state(&t),
+                Some((wm, n as usize - wm)),
+                "{help:?}: helped exactly its share"
+            );
+        }
+        match help {
+            LookupHelp::Bounded => {
+                assert!(wm > 0 && wm < n as usize / 4, "{wm}: some help, far from the whole index")
+            }
+            LookupHelp::Full => assert!(n as usize - wm <= 4096, "{wm}: at most 4 096 rows left"),
+        }
+        st.check().expect("check");
+        // The rest by lookups alone (the workers are stopped): each helps its share or scans.
         let mut tx = st.begin(true).expect("begin");
-        let got = tx.get(&t, &pk(k)).expect("get").map(|(_, r)| r[0].as_i64());
+        for k in (0..n).step_by(97) {
+            assert!(tx.get(&t, &pk(k)).expect("get").is_some());
+        }
         tx.commit().expect("commit");
-        assert_eq!(got, Some(Some(k)));
-        wm += table::help_batches(left) * rebuild::BATCH;
-        assert_eq!(state(&t), Some((wm, n as usize - wm)), "helped exactly its share");
+        st.check().expect("check");
+        st.close().expect("close");
     }
-    assert!(wm > 0 && wm < n as usize / 4, "{wm}: some help, far from the whole index");
-    st.check().expect("check");
-    // The rest by lookups alone (the workers are stopped): each helps its share or scans.
-    let mut tx = st.begin(true).expect("begin");
-    for k in (0..n).step_by(97) {
-        assert!(tx.get(&t, &pk(k)).expect("get").is_some());
-    }
-    tx.commit().expect("commit");
-    st.check().expect("check");
-    st.close().expect("close");
 }
 
 /// The heaps' deferred free maps (design §15.8). Held: every heap starts with an empty map
