@@ -186,6 +186,14 @@ impl RestartConfig {
         Ok(c)
     }
 
+    /// The value named `v` among `choices`, for setting `k`.
+    fn pick<T: Copy>(&self, k: &str, v: &str, choices: &[(&str, T)]) -> Result<T, RestartError> {
+        choices.iter().find(|(n, _)| *n == v).map(|&(_, x)| x).ok_or_else(|| {
+            let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
+            usage(format!("configuration {:?}: {k}={v:?}: one of {}", self.name, names.join(", ")))
+        })
+    }
+
     /// `base` with this configuration's settings applied.
     pub fn options(&self, base: Options) -> Result<Options, RestartError> {
         let mut sofort = base.sofort_config();
@@ -200,29 +208,15 @@ impl RestartConfig {
                 "slots" => sofort.slots = num()?,
                 "alloc_slots" => sofort.alloc_slots = num()?,
                 "recovery" => {
-                    sofort.recovery = match v.as_str() {
-                        "sync" => ferrite::RecoveryMode::Synchronous,
-                        "instant" => ferrite::RecoveryMode::Instant,
-                        _ => {
-                            return Err(usage(format!(
-                                "configuration {:?}: {k}={v:?}: sync or instant",
-                                self.name
-                            )));
-                        }
-                    }
+                    use ferrite::RecoveryMode::{Instant, Synchronous};
+                    sofort.recovery =
+                        self.pick(k, v, &[("sync", Synchronous), ("instant", Instant)])?;
                 }
                 "recovery_threads" => sofort.recovery_threads = num()?,
                 "help" => {
-                    sofort.lookup_help = match v.as_str() {
-                        "full" => ferrite::LookupHelp::Full,
-                        "bounded" => ferrite::LookupHelp::Bounded,
-                        _ => {
-                            return Err(usage(format!(
-                                "configuration {:?}: {k}={v:?}: full or bounded",
-                                self.name
-                            )));
-                        }
-                    }
+                    use ferrite::LookupHelp::{Bounded, Full};
+                    sofort.lookup_help =
+                        self.pick(k, v, &[("full", Full), ("bounded", Bounded)])?;
                 }
                 "past_sample" => sofort.past_sample_every = num()?,
                 "placement" => {
