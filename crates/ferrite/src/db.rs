@@ -74,6 +74,10 @@ pub struct RecoveryReport {
     /// Past-workload blocks ignored at open (a bad checksum, an unknown version or a bad
     /// pointer: advisory data, logged and skipped, never an error of `open`).
     pub past_ignored: u64,
+    /// How the indexes were recovered: `"synchronous"`, `"instant"`, or the adaptive-recovery
+    /// configuration used, in the ASCII form of the seed's Table 6.1 labels (`"rk.Qad.R2ad"`; see
+    /// [`crate::RecoveryStrategy`]). Empty for engines without an index rebuild.
+    pub recovery: String,
 }
 
 /// An unfinished continuable transaction that [`Database::open`] found

@@ -9,7 +9,9 @@ use std::path::Path;
 
 use ferrite::pmem::internals::testing::TestDir;
 use ferrite::pmem::{Counters, DurabilityMode};
-use ferrite::{Database, EngineKind, Error, Options, Scan, TableSchema, Type, row};
+use ferrite::{
+    Database, EngineKind, Error, Options, RecoveryMode, Scan, SofortConfig, TableSchema, Type, row,
+};
 
 fn options(segment: u64) -> Options {
     let pm =
@@ -317,7 +319,25 @@ fn open_reports_recovery_times() {
     insert(&db, 1000).expect("insert");
     drop(db);
     let db = Database::open(&path, options(1 << 20)).expect("reopen");
-    assert_eq!(db.recovery_report().expect("a report").live_rows, 41);
+    let r = db.recovery_report().expect("a report");
+    assert_eq!((r.live_rows, r.recovery.as_str()), (41, "synchronous"), "{r:?}");
+    drop(db);
+    // The report names how the indexes were recovered: instant, or the Table 6.1 label.
+    for (config, want) in [
+        (SofortConfig { recovery: RecoveryMode::Instant, ..Default::default() }, "instant"),
+        (
+            SofortConfig {
+                recovery_strategy: Some("rk.Qad.R2ad".parse().expect("a label")),
+                ..Default::default()
+            },
+            "rk.Qad.R2ad",
+        ),
+    ] {
+        let db = Database::open(&path, options(1 << 20).sofort(config)).expect("reopen");
+        db.wait_recovered().expect("rebuilt");
+        assert_eq!(db.recovery_report().expect("a report").recovery, want);
+        db.close().expect("close");
+    }
 }
 
 #[test]

@@ -205,6 +205,11 @@ impl Sofort {
                 tables: core.tables,
                 past_statements: core.past_statements,
                 past_ignored: core.past_ignored,
+                recovery: match c.recovery_strategy {
+                    Some(s) => s.to_string(),
+                    None if mode == super::RecoveryMode::Instant => "instant".into(),
+                    None => "synchronous".into(),
+                },
             };
             (store, Some(report))
         };
