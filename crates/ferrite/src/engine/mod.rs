@@ -28,6 +28,7 @@
 
 pub(crate) mod api;
 pub(crate) mod common;
+pub(crate) mod paged;
 pub(crate) mod reference;
 pub(crate) mod registry;
 pub(crate) mod sofort;
