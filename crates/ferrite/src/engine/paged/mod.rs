@@ -4,4 +4,5 @@
 // Nothing outside the module uses the stores yet (the engine lands in a later change).
 #![allow(dead_code)]
 
+pub(crate) mod protocol;
 pub(crate) mod store;

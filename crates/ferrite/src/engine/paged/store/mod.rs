@@ -23,6 +23,7 @@
 //! `Send + Sync`; reads of different pages and of committed pages proceed concurrently with
 //! the one writer's writes to other pages. Callers never read a page while it is written.
 
+pub(crate) mod log;
 pub(crate) mod pmfile;
 
 use std::sync::Arc;

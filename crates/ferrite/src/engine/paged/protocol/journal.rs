@@ -1,0 +1,355 @@
+//! The rollback journal (SQLite's rollback mode, spec `fast-fash-nvwal.md` §0.1; the
+//! baseline both seeds compare against): before a page is overwritten in place, its original
+//! image goes to the journal; a crash in the middle of a commit is undone at the next open by
+//! writing the originals back ("hot journal").
+//!
+//! ```text
+//!  log file:  0: header (one 512-byte sector, 48 bytes used)       512: records
+//!   header: magic u64 "FERRJNL1" | version u32 | page size u32 | pages_before u64 | nrec u64 |
+//!           nonce u32 | crc32c u32 (over bytes 8..40 and the nonce)
+//!   record i at 512 + i * (64 + page size):
+//!           page number u32 | 0 u32 | nonce u32 | crc32c u32 (over page number, nonce, image)
+//!           | 48 zero bytes | the page's original image
+//! ```
+//!
+//! # Invariants
+//! - J1: the journal is *hot* iff its header has the magic and a matching checksum. It is hot
+//!   from the first sync of a commit (P-PG-10) until its invalidation is durable (P-PG-12), and
+//!   at no other time.
+//! - J2: while the journal is hot, every page of the store that the interrupted commit may
+//!   have overwritten has a record with the header's nonce and a matching checksum, holding
+//!   its image before that commit; pages at or past `pages_before` were new and need nothing.
+//! - J3: a record whose checksum or nonce does not match belongs to no hot journal: either an
+//!   older commit's leftover, or this commit's record before its sync, when no store page had
+//!   been overwritten yet (store writes begin after P-PG-10). Recovery skips it.
+//! - J4: the header's nonce changes with every commit, so a stale record never passes as the
+//!   current commit's.
+//!
+//! # Ordering (rules in `docs/design/persistence.md`)
+//! - P-PG-10: the records and the header are durable before any page of the store is
+//!   overwritten (one journal sync).
+//! - P-PG-11: the new pages are durable before the journal is invalidated (one store sync).
+//! - P-PG-12: the invalidation (magic and checksum word zeroed) is durable before `commit`
+//!   returns: that is the commit point.
+//! - P-PG-13 (recovery): the originals written back are durable before the journal is
+//!   invalidated (then P-PG-12 again).
+//!
+//! # Concurrency
+//! The one writer commits and recovers; readers read the store, never the journal.
+//!
+//! The checksum over the header is what tells a complete header from a torn one (a mix of
+//! this commit's words and the previous, invalidated header's): a torn header passes only on
+//! a CRC32C collision (2^-32), as in SQLite's own journal.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::Batch;
+use crate::engine::paged::store::PageStore;
+use crate::engine::paged::store::log::LogFile;
+use crate::error::{Error, Result};
+
+/// "FERRJNL1".
+const MAGIC: u64 = u64::from_le_bytes(*b"FERRJNL1");
+/// Format version of the journal.
+const VERSION: u32 = 1;
+/// Where the records begin (the header has a sector to itself).
+const RECORDS: u64 = 512;
+/// Bytes before a record's image.
+const REC_HEAD: usize = 64;
+/// Bytes of the header that carry fields.
+const HEAD: usize = 48;
+
+/// Where a commit stops, to model a crash in unit tests (the crash tester models real ones).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// After the journal is written and synced, before the store is touched.
+    JournalSynced,
+    /// After half of the batch's pages are written to the store.
+    HalfWritten,
+    /// After the store is synced, before the journal is invalidated.
+    StoreSynced,
+}
+
+/// The rollback journal over a page store and a log file.
+#[derive(Debug)]
+pub(crate) struct Journal {
+    store: PageStore,
+    log: LogFile,
+    nonce: u32,
+    /// Test hook: stop a commit at this step, as a crash would (`None` in every real use).
+    pub(crate) stop: Option<Stop>,
+}
+
+struct Header {
+    page_size: u32,
+    pages_before: u64,
+    nrec: u64,
+    nonce: u32,
+}
+
+impl Header {
+    fn encode(&self) -> [u8; HEAD] {
+        let mut b = [0u8; HEAD];
+        b[0..8].copy_from_slice(&MAGIC.to_le_bytes());
+        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        b[12..16].copy_from_slice(&self.page_size.to_le_bytes());
+        b[16..24].copy_from_slice(&self.pages_before.to_le_bytes());
+        b[24..32].copy_from_slice(&self.nrec.to_le_bytes());
+        b[32..36].copy_from_slice(&self.nonce.to_le_bytes());
+        let crc = crc32c::crc32c(&b[8..36]);
+        b[36..40].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// The header in `b`, if it is hot (J1): magic and checksum match.
+    fn decode(b: &[u8; HEAD]) -> Option<(Header, u32)> {
+        let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let u64_at = |o: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[o..o + 8]);
+            u64::from_le_bytes(w)
+        };
+        if u64_at(0) != MAGIC || crc32c::crc32c(&b[8..36]) != u32_at(36) {
+            return None;
+        }
+        let h = Header {
+            page_size: u32_at(12),
+            pages_before: u64_at(16),
+            nrec: u64_at(24),
+            nonce: u32_at(32),
+        };
+        Some((h, u32_at(8)))
+    }
+}
+
+fn record_crc(pgno: u32, nonce: u32, image: &[u8]) -> u32 {
+    let mut head = [0u8; 8];
+    head[..4].copy_from_slice(&pgno.to_le_bytes());
+    head[4..].copy_from_slice(&nonce.to_le_bytes());
+    crc32c::crc32c_append(crc32c::crc32c(&head), image)
+}
+
+impl Journal {
+    /// A journal for `store` kept in `log`. Call [`Journal::recover`] before any read.
+    pub(crate) fn new(store: PageStore, log: LogFile) -> Journal {
+        // J4: a fresh nonce per open (time and process id), then one more per commit.
+        let t = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let nonce = (t as u32) ^ std::process::id().rotate_left(16);
+        Journal { store, log, nonce, stop: None }
+    }
+
+    /// The page store.
+    pub(crate) fn store(&self) -> &PageStore {
+        &self.store
+    }
+
+    fn stride(&self) -> u64 {
+        (REC_HEAD + self.store.page_size()) as u64
+    }
+
+    fn stopped(&self, at: Stop) -> Result<()> {
+        if self.stop == Some(at) { Err(Error::Poisoned) } else { Ok(()) }
+    }
+
+    /// Commits `batch` (module docs: P-PG-10, 11, 12). On an error the handle must be
+    /// poisoned by the caller: the store may hold part of the batch until the next open
+    /// recovers.
+    pub(crate) fn commit(&mut self, batch: &Batch<'_>) -> Result<()> {
+        let ps = self.store.page_size();
+        self.nonce = self.nonce.wrapping_add(1);
+        let nonce = self.nonce;
+        let old: Vec<_> =
+            batch.pages.iter().filter(|(p, _)| u64::from(*p) < batch.pages_before).collect();
+        let nrec = old.len() as u64;
+        self.log.ensure(RECORDS + nrec * self.stride())?;
+        let mut rec = vec![0u8; REC_HEAD + ps];
+        for (i, (pgno, _)) in old.iter().enumerate() {
+            self.store.read_page(*pgno, &mut rec[REC_HEAD..])?;
+            let crc = record_crc(*pgno, nonce, &rec[REC_HEAD..]);
+            rec[..REC_HEAD].fill(0);
+            rec[0..4].copy_from_slice(&pgno.to_le_bytes());
+            rec[8..12].copy_from_slice(&nonce.to_le_bytes());
+            rec[12..16].copy_from_slice(&crc.to_le_bytes());
+            let at = RECORDS + i as u64 * self.stride();
+            self.log.write_at(at, &rec, "P-PG-10")?; // ORDER(P-PG-10): an original, durable at the journal sync below
+        }
+        let header = Header { page_size: ps as u32, pages_before: batch.pages_before, nrec, nonce };
+        self.log.write_at(0, &header.encode(), "P-PG-10")?; // ORDER(P-PG-10): the header makes the journal hot at the sync below
+        self.log.sync("P-PG-10")?; // ORDER(P-PG-10): originals and header durable before any page is overwritten
+        self.stopped(Stop::JournalSynced)?;
+
+        let end = batch.pages.iter().map(|(p, _)| u64::from(*p) + 1).max().unwrap_or(0);
+        self.store.ensure(end)?;
+        for (i, (pgno, image)) in batch.pages.iter().enumerate() {
+            if i == batch.pages.len() / 2 {
+                self.stopped(Stop::HalfWritten)?;
+            }
+            self.store.write_page(*pgno, image, "P-PG-11")?; // ORDER(P-PG-11): a new page in place, durable at the store sync below
+        }
+        self.store.sync("P-PG-11")?; // ORDER(P-PG-11): the new pages durable before the journal is invalidated
+        self.stopped(Stop::StoreSynced)?;
+        self.invalidate()
+    }
+
+    /// Zeroes the header's magic and checksum words and syncs (P-PG-12).
+    fn invalidate(&self) -> Result<()> {
+        let zero = [0u8; HEAD];
+        self.log.write_at(0, &zero, "P-PG-12")?; // ORDER(P-PG-12): the journal stops being hot
+        self.log.sync("P-PG-12") // ORDER(P-PG-12): the commit point: the invalidation is durable before commit returns
+    }
+
+    /// At open: rolls back a hot journal's commit (J1-J3, P-PG-13, P-PG-12). Returns whether
+    /// the journal was hot. Errors: `Corrupted` for a hot journal of another page size;
+    /// `Incompatible` for a newer journal version.
+    pub(crate) fn recover(&mut self) -> Result<bool> {
+        if self.log.capacity()? < RECORDS {
+            return Ok(false);
+        }
+        let mut hb = [0u8; HEAD];
+        self.log.read_at(0, &mut hb)?;
+        let Some((h, version)) = Header::decode(&hb) else { return Ok(false) };
+        self.nonce = self.nonce.wrapping_add(h.nonce).wrapping_add(1);
+        if version > VERSION {
+            return Err(Error::Incompatible {
+                what: format!("rollback journal version {version} (this build reads {VERSION})"),
+                at: "journal header".into(),
+            });
+        }
+        let ps = self.store.page_size();
+        if h.page_size as usize != ps {
+            return Err(Error::Corrupted {
+                what: format!(
+                    "hot journal of {}-byte pages in a store of {ps}-byte pages",
+                    h.page_size
+                ),
+                at: "journal header".into(),
+            });
+        }
+        let room = self.log.capacity()?.saturating_sub(RECORDS) / self.stride();
+        let mut rec = vec![0u8; REC_HEAD + ps];
+        let mut restored = 0u64;
+        for i in 0..h.nrec.min(room) {
+            self.log.read_at(RECORDS + i * self.stride(), &mut rec)?;
+            let pgno = u32::from_le_bytes([rec[0], rec[1], rec[2], rec[3]]);
+            let nonce = u32::from_le_bytes([rec[8], rec[9], rec[10], rec[11]]);
+            let crc = u32::from_le_bytes([rec[12], rec[13], rec[14], rec[15]]);
+            // J3: a record of another commit, or torn before the journal sync.
+            if nonce != h.nonce || crc != record_crc(pgno, nonce, &rec[REC_HEAD..]) {
+                continue;
+            }
+            if u64::from(pgno) >= h.pages_before {
+                continue; // cannot be an original (J2); ignore it
+            }
+            self.store.ensure(u64::from(pgno) + 1)?;
+            self.store.write_page(pgno, &rec[REC_HEAD..], "P-PG-13")?; // ORDER(P-PG-13): an original written back, durable at the sync below
+            restored += 1;
+        }
+        self.store.sync("P-PG-13")?; // ORDER(P-PG-13): the originals durable before the journal is invalidated
+        tracing::info!(restored, of = h.nrec, "paged: rolled back a hot journal");
+        self.invalidate()?;
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use ferrite_pmem::PoolSet;
+    use ferrite_pmem::internals::testing::TestDir;
+
+    use super::*;
+    use crate::engine::paged::store::PmStore;
+    use crate::engine::paged::store::pmfile::PmFiles;
+
+    const PS: usize = 512;
+
+    fn open(path: &std::path::Path, create: bool) -> Journal {
+        let opts = ferrite_pmem::Options::new().segment_size(256 << 10);
+        let files = if create {
+            PmFiles::create(PoolSet::create(path, &opts).unwrap()).unwrap()
+        } else {
+            PmFiles::open(PoolSet::open(path, &opts).unwrap()).unwrap()
+        };
+        let files = Arc::new(files);
+        let store = PageStore::Pm(PmStore::new(files.clone(), PS).unwrap());
+        Journal::new(store, LogFile::Pm(files))
+    }
+
+    fn page(fill: u8) -> Vec<u8> {
+        vec![fill; PS]
+    }
+
+    fn read(j: &Journal, pgno: u32) -> u8 {
+        let mut out = page(0);
+        j.store().read_page(pgno, &mut out).unwrap();
+        assert!(out.iter().all(|&b| b == out[0]), "page {pgno} is a mix");
+        out[0]
+    }
+
+    fn commit(j: &mut Journal, pages: &[(u32, u8)], before: u64) -> Result<()> {
+        let images: Vec<(u32, Vec<u8>)> = pages.iter().map(|&(p, f)| (p, page(f))).collect();
+        let refs: Vec<(u32, &[u8])> = images.iter().map(|(p, v)| (*p, v.as_slice())).collect();
+        j.commit(&Batch { pages: &refs, pages_before: before })
+    }
+
+    #[test]
+    fn a_commit_is_in_place_and_leaves_no_hot_journal() {
+        let dir = TestDir::new("paged-journal");
+        let mut j = open(&dir.join("db"), true);
+        assert!(!j.recover().unwrap());
+        commit(&mut j, &[(0, 1), (1, 1), (2, 1)], 0).unwrap();
+        commit(&mut j, &[(1, 2), (3, 2)], 3).unwrap();
+        assert_eq!([read(&j, 0), read(&j, 1), read(&j, 2), read(&j, 3)], [1, 2, 1, 2]);
+        drop(j);
+        let mut j = open(&dir.join("db"), false);
+        assert!(!j.recover().unwrap(), "a finished commit leaves no hot journal");
+        assert_eq!([read(&j, 0), read(&j, 1), read(&j, 2), read(&j, 3)], [1, 2, 1, 2]);
+    }
+
+    /// A commit stopped at each step (a crash, as far as a volatile test can model one: every
+    /// write before the stop survives) is rolled back at the next open, or, stopped after
+    /// the store sync, rolled back too (the commit point is the invalidation).
+    #[test]
+    fn an_interrupted_commit_is_rolled_back_at_open() {
+        for stop in [Stop::JournalSynced, Stop::HalfWritten, Stop::StoreSynced] {
+            let dir = TestDir::new("paged-journal-stop");
+            let mut j = open(&dir.join("db"), true);
+            commit(&mut j, &[(0, 1), (1, 1), (2, 1), (3, 1)], 0).unwrap();
+            j.stop = Some(stop);
+            let r = commit(&mut j, &[(0, 9), (1, 9), (2, 9), (3, 9), (4, 9)], 4);
+            assert!(r.is_err(), "{stop:?}");
+            drop(j);
+            let mut j = open(&dir.join("db"), false);
+            assert!(j.recover().unwrap(), "{stop:?}: the journal is hot");
+            for p in 0..4 {
+                assert_eq!(read(&j, p), 1, "{stop:?}: page {p}");
+            }
+            assert!(!j.recover().unwrap(), "{stop:?}: recovery invalidated the journal");
+            // The database goes on.
+            commit(&mut j, &[(2, 5)], 4).unwrap();
+            assert_eq!(read(&j, 2), 5);
+        }
+    }
+
+    #[test]
+    fn a_damaged_record_is_skipped_and_a_damaged_header_is_not_hot() {
+        let dir = TestDir::new("paged-journal-bad");
+        let mut j = open(&dir.join("db"), true);
+        commit(&mut j, &[(0, 1), (1, 1)], 0).unwrap();
+        j.stop = Some(Stop::StoreSynced);
+        commit(&mut j, &[(0, 7), (1, 7)], 2).unwrap_err();
+        // Record 1's image damaged: page 1 is left as the commit wrote it; page 0 restored.
+        let at = RECORDS + j.stride() + REC_HEAD as u64 + 5;
+        j.log.write_at(at, &[0xEE], "P-PG-0").unwrap();
+        j.stop = None;
+        assert!(j.recover().unwrap());
+        assert_eq!((read(&j, 0), read(&j, 1)), (1, 7));
+        // A header whose checksum fails is not hot.
+        j.stop = Some(Stop::StoreSynced);
+        commit(&mut j, &[(0, 3)], 2).unwrap_err();
+        j.log.write_at(20, &[0xFF], "P-PG-0").unwrap();
+        assert!(!j.recover().unwrap());
+        assert_eq!(read(&j, 0), 3);
+    }
+}

@@ -1,0 +1,74 @@
+//! Commit protocols (`docs/design/paged.md` §8): how a transaction's changed pages become
+//! durable, and how `open` repairs an interrupted commit. Each protocol is a sibling module;
+//! the pager talks to them through [`Protocol`], which dispatches statically so that the
+//! crash tester attributes every persist to the protocol's own call site.
+//!
+//! - [`journal`]: SQLite's rollback journal (originals to the journal, sync, pages in place,
+//!   sync, invalidate the journal).
+//! - the WAL, and [G2]'s NVWAL, FASH and FAST *(planned)*.
+//!
+//! # Invariants
+//! - P1: [`Protocol::read_page`] returns the page as the last durable commit left it (the
+//!   pager keeps older images for older snapshots itself).
+//! - P2: [`Protocol::commit`] returns once the batch is durable; a crash at any point of it
+//!   leaves, after [`Protocol::recover`], either every page of the batch or none.
+//!
+//! # Ordering
+//! Each protocol's module lists its rules (`P-PG-n`).
+//!
+//! # Concurrency
+//! One writer at a time calls `commit`, `recover` and `checkpoint`; `read_page` may run on
+//! other threads concurrently with a commit only for pages the commit does not change.
+
+pub(crate) mod journal;
+
+use super::store::{PageNo, PageStore};
+use crate::error::Result;
+
+/// One commit as the pager hands it down.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Batch<'a> {
+    /// The pages the transaction changed, ascending by page number, each a whole page image
+    /// (the meta page, page 0, among them when it changed).
+    pub pages: &'a [(PageNo, &'a [u8])],
+    /// Pages in the database before the commit (pages at or past it are new).
+    pub pages_before: u64,
+}
+
+/// A commit protocol over a page store (see the module docs).
+#[derive(Debug)]
+pub(crate) enum Protocol {
+    /// The rollback journal.
+    Journal(journal::Journal),
+}
+
+impl Protocol {
+    /// The page store underneath.
+    pub(crate) fn store(&self) -> &PageStore {
+        match self {
+            Protocol::Journal(j) => j.store(),
+        }
+    }
+
+    /// Copies the latest committed image of page `pgno` into `out` (P1).
+    pub(crate) fn read_page(&self, pgno: PageNo, out: &mut [u8]) -> Result<()> {
+        match self {
+            Protocol::Journal(j) => j.store().read_page(pgno, out),
+        }
+    }
+
+    /// Makes `batch` durable (P2).
+    pub(crate) fn commit(&mut self, batch: &Batch<'_>) -> Result<()> {
+        match self {
+            Protocol::Journal(j) => j.commit(batch),
+        }
+    }
+
+    /// Repairs what an interrupted commit left (at open, before any read). Returns whether
+    /// there was anything to repair.
+    pub(crate) fn recover(&mut self) -> Result<bool> {
+        match self {
+            Protocol::Journal(j) => j.recover(),
+        }
+    }
+}
