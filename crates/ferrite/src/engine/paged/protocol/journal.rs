@@ -29,7 +29,7 @@
 //! - P-PG-10: the records and the header are durable before any page of the store is
 //!   overwritten (one journal sync).
 //! - P-PG-11: the new pages are durable before the journal is invalidated (one store sync).
-//! - P-PG-12: the invalidation (magic and checksum word zeroed) is durable before `commit`
+//! - P-PG-12: the invalidation (the whole header zeroed) is durable before `commit`
 //!   returns: that is the commit point.
 //! - P-PG-13 (recovery): the originals written back are durable before the journal is
 //!   invalidated (then P-PG-12 again).
@@ -191,7 +191,7 @@ impl Journal {
         self.invalidate()
     }
 
-    /// Zeroes the header's magic and checksum words and syncs (P-PG-12).
+    /// Zeroes the header and syncs (P-PG-12).
     fn invalidate(&self) -> Result<()> {
         let zero = [0u8; HEAD];
         self.log.write_at(0, &zero, "P-PG-12")?; // ORDER(P-PG-12): the journal stops being hot

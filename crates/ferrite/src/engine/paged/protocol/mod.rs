@@ -5,7 +5,9 @@
 //!
 //! - [`journal`]: SQLite's rollback journal (originals to the journal, sync, pages in place,
 //!   sync, invalidate the journal).
-//! - the WAL, and [G2]'s NVWAL, FASH and FAST *(planned)*.
+//! - [`wal`]: SQLite's WAL (frames with a checksum chain and a commit frame, one log sync per
+//!   commit, a DRAM index from page to newest frame, checkpoints).
+//! - [G2]'s NVWAL, FASH and FAST *(planned)*.
 //!
 //! # Invariants
 //! - P1: [`Protocol::read_page`] returns the page as the last durable commit left it (the
@@ -21,6 +23,7 @@
 //! other threads concurrently with a commit only for pages the commit does not change.
 
 pub(crate) mod journal;
+pub(crate) mod wal;
 
 use super::store::{PageNo, PageStore};
 use crate::error::Result;
@@ -40,6 +43,8 @@ pub(crate) struct Batch<'a> {
 pub(crate) enum Protocol {
     /// The rollback journal.
     Journal(journal::Journal),
+    /// The write-ahead log.
+    Wal(wal::Wal),
 }
 
 impl Protocol {
@@ -47,6 +52,7 @@ impl Protocol {
     pub(crate) fn store(&self) -> &PageStore {
         match self {
             Protocol::Journal(j) => j.store(),
+            Protocol::Wal(w) => w.store(),
         }
     }
 
@@ -54,6 +60,7 @@ impl Protocol {
     pub(crate) fn read_page(&self, pgno: PageNo, out: &mut [u8]) -> Result<()> {
         match self {
             Protocol::Journal(j) => j.store().read_page(pgno, out),
+            Protocol::Wal(w) => w.read_page(pgno, out),
         }
     }
 
@@ -61,6 +68,7 @@ impl Protocol {
     pub(crate) fn commit(&mut self, batch: &Batch<'_>) -> Result<()> {
         match self {
             Protocol::Journal(j) => j.commit(batch),
+            Protocol::Wal(w) => w.commit(batch),
         }
     }
 
@@ -69,6 +77,16 @@ impl Protocol {
     pub(crate) fn recover(&mut self) -> Result<bool> {
         match self {
             Protocol::Journal(j) => j.recover(),
+            Protocol::Wal(w) => w.recover(),
+        }
+    }
+
+    /// Moves what the protocol keeps outside the store into it (WAL: a checkpoint; the
+    /// journal keeps nothing). Called at close.
+    pub(crate) fn checkpoint(&mut self) -> Result<()> {
+        match self {
+            Protocol::Journal(_) => Ok(()),
+            Protocol::Wal(w) => w.checkpoint().map(|_| ()),
         }
     }
 }

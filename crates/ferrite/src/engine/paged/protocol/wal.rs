@@ -1,0 +1,409 @@
+//! The write-ahead log (SQLite's WAL mode, spec `fast-fash-nvwal.md` §0.1 and §4.1's
+//! "stock SQLite WAL"; the baseline NVWAL improves on): a commit appends each changed page as
+//! a frame and syncs the log once; pages in the store change only at a checkpoint.
+//!
+//! ```text
+//!  log file:  0: header (one 512-byte sector, 24 bytes used)        512: frames
+//!   header: magic u64 "FERRWAL1" | version u32 | page size u32 | salt u32 |
+//!           crc32c u32 (over bytes 8..20)
+//!   (salt and checksum share one aligned 8-byte word: a restart changes only that word, so it
+//!   is never torn, M1; on a block file the header is one sector)
+//!   frame i at 512 + i * (64 + page size):
+//!           page number u32 | commit u32 (1 on the last frame of a commit, else 0) |
+//!           salt u32 | crc u32 | 48 zero bytes | the page image
+//!   crc of frame i = crc32c continued from the crc of frame i-1 (frame 0: from the salt)
+//!                    over page number, commit, salt and the image
+//! ```
+//!
+//! # Invariants
+//! - W1 (validity): frame i is valid iff frames 0..i are valid, its salt is the header's and
+//!   its crc matches the chain. The log's committed prefix ends after the last valid frame
+//!   whose commit word is 1; frames after it belong to a commit that did not finish.
+//! - W2 (the WAL index): in DRAM, for every page with a frame in the committed prefix, the
+//!   newest such frame; `read_page` of any other page reads the store.
+//! - W3 (checkpoint): the store holds every page as of the end of the committed prefix before
+//!   the log restarts with a new salt, which invalidates every old frame at once (W1).
+//! - W4: an all-zero header (or a log too short to hold one) is a new log. Any other header
+//!   whose magic or checksum fails is damage, reported as `Corrupted`: a restart rewrites one
+//!   word (M1) and creation happens before the database's own creation completes, so no crash
+//!   leaves a torn header.
+//!
+//! # Ordering (rules in `docs/design/persistence.md`)
+//! - P-PG-20: a commit's frames (its commit frame last in the chain) are durable before
+//!   `commit` returns: one log sync per commit.
+//! - P-PG-21 (checkpoint): the checkpointed pages are durable in the store before the log
+//!   restarts.
+//! - P-PG-22: a new header (creation, restart) is durable before a frame of its salt is
+//!   appended.
+//!
+//! # Concurrency
+//! The one writer commits and checkpoints; `read_page` holds the index's read lock while it
+//! reads a frame, and a checkpoint takes it exclusively only to restart the log after the
+//! store is complete, so a reader sees each page's newest committed image throughout.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::Batch;
+use crate::engine::paged::store::log::LogFile;
+use crate::engine::paged::store::{PageNo, PageStore};
+use crate::error::{Error, Result};
+
+/// "FERRWAL1".
+const MAGIC: u64 = u64::from_le_bytes(*b"FERRWAL1");
+/// Format version of the WAL.
+const VERSION: u32 = 1;
+/// Where the frames begin.
+const FRAMES: u64 = 512;
+/// Bytes before a frame's image.
+const FRAME_HEAD: usize = 64;
+/// Bytes of the header that carry fields.
+const HEAD: usize = 24;
+/// Default frames between checkpoints (SQLite's auto-checkpoint).
+pub(crate) const DEFAULT_CHECKPOINT_FRAMES: u64 = 1000;
+
+/// The WAL over a page store and a log file.
+#[derive(Debug)]
+pub(crate) struct Wal {
+    store: PageStore,
+    log: LogFile,
+    /// Checkpoint when the log holds this many frames after a commit (0: only at close).
+    checkpoint_frames: u64,
+    state: RwLock<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    salt: u32,
+    /// Frames in the committed prefix.
+    frames: u64,
+    /// The chain's crc after the last committed frame.
+    crc: u32,
+    /// W2: page -> frame number.
+    index: HashMap<PageNo, u64>,
+}
+
+fn header(page_size: u32, salt: u32) -> [u8; HEAD] {
+    let mut b = [0u8; HEAD];
+    b[0..8].copy_from_slice(&MAGIC.to_le_bytes());
+    b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    b[12..16].copy_from_slice(&page_size.to_le_bytes());
+    b[16..20].copy_from_slice(&salt.to_le_bytes());
+    let crc = crc32c::crc32c(&b[8..20]);
+    b[20..24].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+}
+
+fn frame_crc(prev: u32, head: &[u8], image: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c_append(prev, &head[0..12]), image)
+}
+
+fn seed_crc(salt: u32) -> u32 {
+    crc32c::crc32c(&salt.to_le_bytes())
+}
+
+fn fresh_salt(old: u32) -> u32 {
+    let t = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    old.wrapping_add(1) ^ ((t as u32) & 0xFFFF_0000)
+}
+
+fn lock_err() -> Error {
+    Error::Poisoned
+}
+
+impl Wal {
+    /// A WAL for `store` kept in `log`; checkpoints after `checkpoint_frames` frames (0: only
+    /// at [`Wal::checkpoint`]). Call [`Wal::recover`] before any read.
+    pub(crate) fn new(store: PageStore, log: LogFile, checkpoint_frames: u64) -> Wal {
+        Wal { store, log, checkpoint_frames, state: RwLock::new(State::default()) }
+    }
+
+    /// The page store.
+    pub(crate) fn store(&self) -> &PageStore {
+        &self.store
+    }
+
+    fn stride(&self) -> u64 {
+        (FRAME_HEAD + self.store.page_size()) as u64
+    }
+
+    /// Frames in the committed prefix (for tests and reports).
+    pub(crate) fn frames(&self) -> Result<u64> {
+        Ok(self.state.read().map_err(|_| lock_err())?.frames)
+    }
+
+    /// Copies the newest committed image of `pgno` into `out` (W2).
+    pub(crate) fn read_page(&self, pgno: PageNo, out: &mut [u8]) -> Result<()> {
+        let st = self.state.read().map_err(|_| lock_err())?;
+        match st.index.get(&pgno) {
+            Some(&f) => {
+                if out.len() != self.store.page_size() {
+                    return Err(Error::InvalidArgument(format!(
+                        "a page buffer of {} bytes for {}-byte pages",
+                        out.len(),
+                        self.store.page_size()
+                    )));
+                }
+                self.log.read_at(FRAMES + f * self.stride() + FRAME_HEAD as u64, out)
+            }
+            None => self.store.read_page(pgno, out),
+        }
+    }
+
+    /// Appends `batch` as frames and syncs the log (P-PG-20); then checkpoints if the log
+    /// holds `checkpoint_frames` frames. On an error the caller poisons the handle.
+    pub(crate) fn commit(&mut self, batch: &Batch<'_>) -> Result<()> {
+        if batch.pages.is_empty() {
+            return Ok(());
+        }
+        let ps = self.store.page_size();
+        let stride = self.stride();
+        let (salt, start, mut crc) = {
+            let st = self.state.read().map_err(|_| lock_err())?;
+            (st.salt, st.frames, st.crc)
+        };
+        let n = batch.pages.len() as u64;
+        self.log.ensure(FRAMES + (start + n) * stride)?;
+        let mut frame = vec![0u8; FRAME_HEAD + ps];
+        for (i, (pgno, image)) in batch.pages.iter().enumerate() {
+            let last = i + 1 == batch.pages.len();
+            frame[..FRAME_HEAD].fill(0);
+            frame[0..4].copy_from_slice(&pgno.to_le_bytes());
+            frame[4..8].copy_from_slice(&u32::from(last).to_le_bytes());
+            frame[8..12].copy_from_slice(&salt.to_le_bytes());
+            frame[FRAME_HEAD..].copy_from_slice(image);
+            crc = frame_crc(crc, &frame[..12], image);
+            frame[12..16].copy_from_slice(&crc.to_le_bytes());
+            let at = FRAMES + (start + i as u64) * stride;
+            self.log.write_at(at, &frame, "P-PG-20")?; // ORDER(P-PG-20): a frame, durable at the log sync below
+        }
+        self.log.sync("P-PG-20")?; // ORDER(P-PG-20): the commit's frames durable before commit returns
+        {
+            let mut st = self.state.write().map_err(|_| lock_err())?;
+            for (i, (pgno, _)) in batch.pages.iter().enumerate() {
+                st.index.insert(*pgno, start + i as u64);
+            }
+            st.frames = start + n;
+            st.crc = crc;
+        }
+        if self.checkpoint_frames > 0 && start + n >= self.checkpoint_frames {
+            self.checkpoint()?;
+        }
+        Ok(())
+    }
+
+    /// Copies every page's newest committed frame into the store, syncs it (P-PG-21), and
+    /// restarts the log with a new salt (P-PG-22). Returns the pages copied.
+    pub(crate) fn checkpoint(&mut self) -> Result<u64> {
+        let ps = self.store.page_size();
+        let (mut pages, salt) = {
+            let st = self.state.read().map_err(|_| lock_err())?;
+            (st.index.iter().map(|(&p, &f)| (p, f)).collect::<Vec<_>>(), st.salt)
+        };
+        if pages.is_empty() {
+            return Ok(0);
+        }
+        pages.sort_unstable();
+        let end = pages.iter().map(|(p, _)| u64::from(*p) + 1).max().unwrap_or(0);
+        self.store.ensure(end)?;
+        let mut image = vec![0u8; ps];
+        for &(pgno, f) in &pages {
+            self.log.read_at(FRAMES + f * self.stride() + FRAME_HEAD as u64, &mut image)?;
+            self.store.write_page(pgno, &image, "P-PG-21")?; // ORDER(P-PG-21): a checkpointed page, durable at the store sync below
+        }
+        self.store.sync("P-PG-21")?; // ORDER(P-PG-21): the store is complete before the log restarts
+        let mut st = self.state.write().map_err(|_| lock_err())?;
+        self.restart(&mut st, fresh_salt(salt))?;
+        Ok(pages.len() as u64)
+    }
+
+    /// Writes a new header with `salt` and syncs it (P-PG-22); the log is then empty.
+    fn restart(&self, st: &mut State, salt: u32) -> Result<()> {
+        self.log.ensure(FRAMES)?;
+        let h = header(self.store.page_size() as u32, salt);
+        self.log.write_at(0, &h, "P-PG-22")?; // ORDER(P-PG-22): the new header (old frames invalid from here)
+        self.log.sync("P-PG-22")?; // ORDER(P-PG-22): the header durable before a frame of its salt is appended
+        *st = State { salt, frames: 0, crc: seed_crc(salt), index: HashMap::new() };
+        Ok(())
+    }
+
+    /// At open: reads the header (W4), scans the valid frames (W1) and rebuilds the index
+    /// (W2). Returns whether the log held committed frames. Errors: `Corrupted` for a log of
+    /// another page size, `Incompatible` for a newer version.
+    pub(crate) fn recover(&mut self) -> Result<bool> {
+        let ps = self.store.page_size();
+        let mut st = self.state.write().map_err(|_| lock_err())?;
+        let mut h = [0u8; HEAD];
+        if self.log.capacity()? >= FRAMES {
+            self.log.read_at(0, &mut h)?;
+        }
+        if h.iter().all(|&b| b == 0) {
+            // W4: a new log.
+            self.restart(&mut st, fresh_salt(0))?;
+            return Ok(false);
+        }
+        let mut m = [0u8; 8];
+        m.copy_from_slice(&h[0..8]);
+        if u64::from_le_bytes(m) != MAGIC || crc32c::crc32c(&h[8..20]) != u32_at(&h, 20) {
+            return Err(Error::Corrupted {
+                what: "WAL header: bad magic or checksum".into(),
+                at: "WAL header".into(),
+            });
+        }
+        let version = u32_at(&h, 8);
+        if version > VERSION {
+            return Err(Error::Incompatible {
+                what: format!("WAL version {version} (this build reads {VERSION})"),
+                at: "WAL header".into(),
+            });
+        }
+        if u32_at(&h, 12) as usize != ps {
+            return Err(Error::Corrupted {
+                what: format!("WAL of {}-byte pages in a store of {ps}-byte pages", u32_at(&h, 12)),
+                at: "WAL header".into(),
+            });
+        }
+        let salt = u32_at(&h, 16);
+        let stride = self.stride();
+        let room = self.log.capacity()?.saturating_sub(FRAMES) / stride;
+        let mut frame = vec![0u8; FRAME_HEAD + ps];
+        let (mut crc, mut committed, mut committed_crc) = (seed_crc(salt), 0u64, seed_crc(salt));
+        let mut pending: Vec<(PageNo, u64)> = Vec::new();
+        let mut index = HashMap::new();
+        for i in 0..room {
+            self.log.read_at(FRAMES + i * stride, &mut frame)?;
+            if u32_at(&frame, 8) != salt {
+                break;
+            }
+            let next = frame_crc(crc, &frame[..12], &frame[FRAME_HEAD..]);
+            if next != u32_at(&frame, 12) {
+                break;
+            }
+            crc = next;
+            pending.push((u32_at(&frame, 0), i));
+            if u32_at(&frame, 4) == 1 {
+                index.extend(pending.drain(..));
+                committed = i + 1;
+                committed_crc = crc;
+            }
+        }
+        tracing::info!(frames = committed, pages = index.len(), "paged: WAL recovered");
+        *st = State { salt, frames: committed, crc: committed_crc, index };
+        Ok(committed > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use ferrite_pmem::PoolSet;
+    use ferrite_pmem::internals::testing::TestDir;
+
+    use super::*;
+    use crate::engine::paged::store::PmStore;
+    use crate::engine::paged::store::pmfile::PmFiles;
+
+    const PS: usize = 512;
+
+    fn open(path: &std::path::Path, create: bool, every: u64) -> Wal {
+        try_open(path, create, every).unwrap()
+    }
+
+    fn try_open(path: &std::path::Path, create: bool, every: u64) -> Result<Wal> {
+        let opts = ferrite_pmem::Options::new().segment_size(256 << 10);
+        let files = if create {
+            PmFiles::create(PoolSet::create(path, &opts).unwrap()).unwrap()
+        } else {
+            PmFiles::open(PoolSet::open(path, &opts).unwrap()).unwrap()
+        };
+        let files = Arc::new(files);
+        let store = PageStore::Pm(PmStore::new(files.clone(), PS).unwrap());
+        let mut w = Wal::new(store, LogFile::Pm(files), every);
+        w.recover()?;
+        Ok(w)
+    }
+
+    fn read(w: &Wal, pgno: u32) -> u8 {
+        let mut out = vec![0u8; PS];
+        w.read_page(pgno, &mut out).unwrap();
+        assert!(out.iter().all(|&b| b == out[0]), "page {pgno} is a mix");
+        out[0]
+    }
+
+    fn commit(w: &mut Wal, pages: &[(u32, u8)]) {
+        let images: Vec<(u32, Vec<u8>)> = pages.iter().map(|&(p, f)| (p, vec![f; PS])).collect();
+        let refs: Vec<(u32, &[u8])> = images.iter().map(|(p, v)| (*p, v.as_slice())).collect();
+        w.commit(&Batch { pages: &refs, pages_before: 0 }).unwrap();
+    }
+
+    #[test]
+    fn commits_are_read_from_the_log_and_survive_reopen() {
+        let dir = TestDir::new("paged-wal");
+        let path = dir.join("db");
+        let mut w = open(&path, true, 0);
+        commit(&mut w, &[(0, 1), (1, 1)]);
+        commit(&mut w, &[(1, 2), (2, 2)]);
+        assert_eq!((read(&w, 0), read(&w, 1), read(&w, 2)), (1, 2, 2));
+        assert_eq!(w.frames().unwrap(), 4);
+        drop(w);
+        let mut w = open(&path, false, 0);
+        assert_eq!((read(&w, 0), read(&w, 1), read(&w, 2)), (1, 2, 2));
+        assert_eq!(w.checkpoint().unwrap(), 3);
+        assert_eq!(w.frames().unwrap(), 0);
+        assert_eq!((read(&w, 0), read(&w, 1), read(&w, 2)), (1, 2, 2));
+        commit(&mut w, &[(2, 3)]);
+        drop(w);
+        let w = open(&path, false, 0);
+        assert_eq!((read(&w, 0), read(&w, 1), read(&w, 2)), (1, 2, 3));
+    }
+
+    #[test]
+    fn a_commit_without_its_commit_frame_is_ignored() {
+        let dir = TestDir::new("paged-wal-torn");
+        let path = dir.join("db");
+        let mut w = open(&path, true, 0);
+        commit(&mut w, &[(0, 1), (1, 1)]);
+        commit(&mut w, &[(0, 2), (1, 2), (2, 2)]);
+        // Damage the second commit's last (commit) frame: the whole commit is gone, the first
+        // stays; then a frame in the middle of the first commit: nothing is committed.
+        let stride = w.stride();
+        w.log.write_at(FRAMES + 4 * stride + 100, &[0xAB], "P-PG-0").unwrap();
+        drop(w);
+        let w = open(&path, false, 0);
+        assert_eq!((read(&w, 0), read(&w, 1)), (1, 1));
+        assert_eq!(w.frames().unwrap(), 2);
+        w.log.write_at(FRAMES + 100, &[0xAB], "P-PG-0").unwrap();
+        drop(w);
+        let w = open(&path, false, 0);
+        assert_eq!(w.frames().unwrap(), 0);
+        // Nothing was checkpointed, so the store still has zeros.
+        assert_eq!(read(&w, 0), 0);
+    }
+
+    #[test]
+    fn the_log_checkpoints_itself_and_a_damaged_header_is_a_typed_error() {
+        let dir = TestDir::new("paged-wal-ckpt");
+        let path = dir.join("db");
+        let mut w = open(&path, true, 4);
+        for round in 1..=5u8 {
+            commit(&mut w, &[(0, round), (1, round)]);
+        }
+        // Checkpoints after 4 frames: 5 commits of 2 frames leave 2 frames in the log.
+        assert_eq!(w.frames().unwrap(), 2);
+        assert_eq!((read(&w, 0), read(&w, 1)), (5, 5));
+        drop(w);
+        let w = open(&path, false, 4);
+        assert_eq!(w.frames().unwrap(), 2);
+        assert_eq!((read(&w, 0), read(&w, 1)), (5, 5));
+        w.log.write_at(13, &[0xFF], "P-PG-0").unwrap();
+        drop(w);
+        let err = try_open(&path, false, 4).unwrap_err();
+        assert!(matches!(err, Error::Corrupted { .. }), "{err}");
+    }
+}
