@@ -14,8 +14,10 @@
 //!   scan-range tracking, backward validation, primary-key and unique-index checks, and
 //!   secondary-index maintenance. Engines may use it; it uses no engine.
 //! - [`reference`]: the in-memory reference engine (the conformance suite's oracle).
-//! - `sofort/` and `paged/` *(planned)*: the SOFORT column store and the paged engine with its
-//!   commit protocols under `paged/protocol/`.
+//! - `sofort/`: the SOFORT column store.
+//! - [`paged`] *(in progress)*: the slotted-page B+-tree of the paged engine and its page
+//!   interface; the engine itself, with its commit protocols under `paged/protocol/`, is
+//!   planned.
 //!
 //! Adding an engine: a module here implementing [`Engine`] + [`EngineTxn`], a variant of
 //! [`crate::EngineKind`] (one arm in its `info`), and one line in [`registry::open`]. The

@@ -259,8 +259,8 @@ mod tests {
     use ferrite_pmem::internals::testing::TestDir;
 
     use super::*;
-    use crate::engine::paged::store::PmStore;
     use crate::engine::paged::store::pmfile::PmFiles;
+    use crate::engine::paged::store::{PageSize, PmStore};
 
     const PS: usize = 512;
 
@@ -272,7 +272,7 @@ mod tests {
             PmFiles::open(PoolSet::open(path, &opts).unwrap()).unwrap()
         };
         let files = Arc::new(files);
-        let store = PageStore::Pm(PmStore::new(files.clone(), PS).unwrap());
+        let store = PageStore::Pm(PmStore::new(files.clone(), PageSize::new(PS).unwrap()));
         Journal::new(store, LogFile::Pm(files))
     }
 

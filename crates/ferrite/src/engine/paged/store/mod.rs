@@ -28,27 +28,9 @@ pub(crate) mod pmfile;
 
 use std::sync::Arc;
 
+pub(crate) use super::pages::{PageNo, PageSize};
 use crate::error::{Error, Result};
 use pmfile::{PAGES, PmFiles};
-
-/// A page number.
-pub(crate) type PageNo = u32;
-
-/// The smallest and largest page sizes.
-pub(crate) const MIN_PAGE: usize = 512;
-/// See [`MIN_PAGE`].
-pub(crate) const MAX_PAGE: usize = 64 << 10;
-
-/// Checks a page size: a power of two from [`MIN_PAGE`] to [`MAX_PAGE`].
-pub(crate) fn check_page_size(size: usize) -> Result<()> {
-    if size.is_power_of_two() && (MIN_PAGE..=MAX_PAGE).contains(&size) {
-        Ok(())
-    } else {
-        Err(Error::InvalidArgument(format!(
-            "page size {size}: a power of two from {MIN_PAGE} to {MAX_PAGE}"
-        )))
-    }
-}
 
 /// Pages resident in PM: file [`PAGES`] of a [`PmFiles`].
 #[derive(Debug)]
@@ -58,10 +40,9 @@ pub(crate) struct PmStore {
 }
 
 impl PmStore {
-    /// A store of `page_size`-byte pages on `files` (checked by [`check_page_size`]).
-    pub(crate) fn new(files: Arc<PmFiles>, page_size: usize) -> Result<PmStore> {
-        check_page_size(page_size)?;
-        Ok(PmStore { files, page_size })
+    /// A store of `page_size` pages on `files`.
+    pub(crate) fn new(files: Arc<PmFiles>, page_size: PageSize) -> PmStore {
+        PmStore { files, page_size: page_size.bytes() }
     }
 
     fn offset(&self, pgno: PageNo) -> u64 {
@@ -152,7 +133,7 @@ mod tests {
         let opts = ferrite_pmem::Options::new().segment_size(256 << 10);
         let files =
             Arc::new(PmFiles::create(PoolSet::create(dir.join("db"), &opts).unwrap()).unwrap());
-        let store = PageStore::Pm(PmStore::new(files, 4096).unwrap());
+        let store = PageStore::Pm(PmStore::new(files, PageSize::DEFAULT));
         let cap = store.capacity().unwrap();
         assert!(cap >= 50, "{cap}");
         store.ensure(cap + 100).unwrap();
@@ -171,15 +152,5 @@ mod tests {
         assert!(matches!(store.read_page(0, &mut small), Err(Error::InvalidArgument(_))));
         let far = store.capacity().unwrap() as u32;
         assert!(matches!(store.read_page(far, &mut out), Err(Error::Corrupted { .. })));
-    }
-
-    #[test]
-    fn page_sizes_are_checked() {
-        for ok in [512, 4096, 65536] {
-            check_page_size(ok).unwrap();
-        }
-        for bad in [0, 256, 3000, 131072] {
-            assert!(matches!(check_page_size(bad), Err(Error::InvalidArgument(_))), "{bad}");
-        }
     }
 }

@@ -1,0 +1,331 @@
+//! Property tests of the paged B+-tree.
+//!
+//! - `agrees_with_a_btreemap`: random batches of inserts, puts, deletes, gets, bounded scans
+//!   in both directions, commits and rollbacks on 512-byte pages (so splits, merges and
+//!   overflow chains happen all the time), against `std::collections::BTreeMap`. After every
+//!   batch: [`BTree::check`], the whole contents, and the page accounting (every page is in
+//!   the tree or on the free list, and the store grows only when no freed page is left).
+//! - `random_pages_never_panic` and `damaged_trees_never_panic`: arbitrary bytes given to
+//!   every page accessor, and a valid tree with bytes flipped run through every tree
+//!   operation: errors are allowed, panics and endless loops are not.
+//!
+//! Seeded: each run prints `FERRITE_TEST_SEED=...`; setting it replays the run.
+//! `PROPTEST_CASES` sets the number of cases (pinned in CI by `scripts/test.sh`).
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use ferrite_pmem::internals::testing::test_seed;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngSeed};
+
+use super::btree::BTree;
+use super::page::{self, Header};
+use super::pages::{MemPages, PageRead, PageSize, PageWrite};
+use crate::error::Error;
+use crate::query::Direction;
+
+const PAGE: usize = 512;
+
+fn config() -> Config {
+    Config { rng_seed: RngSeed::Fixed(test_seed()), failure_persistence: None, ..Config::default() }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Insert(Vec<u8>, Val),
+    Put(Vec<u8>, Val),
+    Delete(Vec<u8>),
+    Get(Vec<u8>),
+    Scan { lo: Bound<Vec<u8>>, hi: Bound<Vec<u8>>, desc: bool, limit: usize },
+    Commit,
+    Rollback,
+}
+
+/// A value: its length and a seed byte (values are derived, to keep failing cases short).
+#[derive(Clone, Copy, Debug)]
+struct Val(usize, u8);
+
+impl Val {
+    fn bytes(self) -> Vec<u8> {
+        (0..self.0).map(|i| self.1.wrapping_add((i * 31) as u8)).collect()
+    }
+}
+
+fn key() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        // Short keys over a small alphabet: collisions, shared prefixes, zero bytes.
+        8 => prop::collection::vec(prop_oneof![Just(0u8), Just(1), Just(b'a'), Just(0xFF)], 0..8),
+        3 => prop::collection::vec(any::<u8>(), 0..=58),
+        // Longer than the limit of 512-byte pages (58 bytes).
+        1 => prop::collection::vec(any::<u8>(), 59..80),
+    ]
+}
+
+fn val() -> impl Strategy<Value = Val> {
+    let len = prop_oneof![6 => 0..40usize, 2 => 40..=128usize, 2 => 129..2000usize];
+    (len, any::<u8>()).prop_map(|(l, b)| Val(l, b))
+}
+
+fn bound() -> impl Strategy<Value = Bound<Vec<u8>>> {
+    prop_oneof![
+        1 => Just(Bound::Unbounded),
+        2 => key().prop_map(Bound::Included),
+        2 => key().prop_map(Bound::Excluded),
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        8 => (key(), val()).prop_map(|(k, v)| Op::Insert(k, v)),
+        4 => (key(), val()).prop_map(|(k, v)| Op::Put(k, v)),
+        6 => key().prop_map(Op::Delete),
+        2 => key().prop_map(Op::Get),
+        2 => (bound(), bound(), any::<bool>(), 1..100usize)
+            .prop_map(|(lo, hi, desc, limit)| Op::Scan { lo, hi, desc, limit }),
+        1 => Just(Op::Commit),
+        1 => Just(Op::Rollback),
+    ]
+}
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// The model's answer to a scan (`BTreeMap::range` panics on inverted bounds; a tree scan
+/// of them is empty).
+fn model_scan(
+    m: &Model,
+    lo: &Bound<Vec<u8>>,
+    hi: &Bound<Vec<u8>>,
+    desc: bool,
+    limit: usize,
+) -> Vec<Vec<u8>> {
+    let empty = match (lo, hi) {
+        (Bound::Included(a), Bound::Included(b)) => a > b,
+        (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) => {
+            a >= b
+        }
+        _ => false,
+    };
+    if empty {
+        return Vec::new();
+    }
+    let r = m.range::<Vec<u8>, _>((lo.as_ref(), hi.as_ref()));
+    if desc {
+        r.rev().take(limit).map(|e| e.0.clone()).collect()
+    } else {
+        r.take(limit).map(|e| e.0.clone()).collect()
+    }
+}
+
+fn dir(desc: bool) -> Direction {
+    if desc { Direction::Descending } else { Direction::Ascending }
+}
+
+fn as_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    b.as_ref().map(Vec::as_slice)
+}
+
+/// The tree's contents, its check, and the page accounting against the model.
+fn verify(t: &BTree, p: &MemPages, model: &Model) -> Result<u64, TestCaseError> {
+    let stats = t.check(p).map_err(|e| TestCaseError::fail(format!("check: {e}")))?;
+    prop_assert_eq!(stats.entries, model.len() as u64);
+    let all: Vec<(Vec<u8>, Vec<u8>)> = t
+        .range(p, Bound::Unbounded, Bound::Unbounded, Direction::Ascending)
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let want: Vec<(Vec<u8>, Vec<u8>)> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    prop_assert!(all == want, "contents differ from the model");
+    // Every page is the meta page, a tree page, or free: nothing leaks.
+    prop_assert_eq!(1 + stats.pages() + u64::from(p.free_count()), u64::from(p.page_count()));
+    Ok(stats.pages())
+}
+
+fn run(batches: Vec<Vec<Op>>) -> Result<(), TestCaseError> {
+    let mut p = MemPages::new(PageSize::new(PAGE).unwrap());
+    let t = BTree::create(&mut p).unwrap();
+    let limits = BTree::limits(&p);
+    p.commit();
+    let (mut model, mut committed) = (Model::new(), Model::new());
+    // The store grows only when the free list is empty, so its size stays within one
+    // operation's transient pages of the largest live set seen.
+    let mut peak_live = 1u32;
+    for batch in batches {
+        for op in batch {
+            match op {
+                Op::Insert(k, v) | Op::Put(k, v) if k.len() > limits.max_key => {
+                    let r = t.insert(&mut p, &k, &v.bytes());
+                    prop_assert!(matches!(r, Err(Error::InvalidArgument(_))), "{:?}", r);
+                    let r = t.put(&mut p, &k, &v.bytes());
+                    prop_assert!(matches!(r, Err(Error::InvalidArgument(_))), "{:?}", r);
+                }
+                Op::Insert(k, v) => {
+                    let fresh = !model.contains_key(&k);
+                    prop_assert_eq!(t.insert(&mut p, &k, &v.bytes()).unwrap(), fresh);
+                    if fresh {
+                        model.insert(k, v.bytes());
+                    }
+                }
+                Op::Put(k, v) => {
+                    let had = model.insert(k.clone(), v.bytes()).is_some();
+                    prop_assert_eq!(t.put(&mut p, &k, &v.bytes()).unwrap(), had);
+                }
+                Op::Delete(k) => {
+                    prop_assert_eq!(t.delete(&mut p, &k).unwrap(), model.remove(&k).is_some());
+                }
+                Op::Get(k) => {
+                    prop_assert_eq!(t.get(&p, &k).unwrap(), model.get(&k).cloned());
+                }
+                Op::Scan { lo, hi, desc, limit } => {
+                    let got: Vec<Vec<u8>> = t
+                        .range(&p, as_ref(&lo), as_ref(&hi), dir(desc))
+                        .unwrap()
+                        .take(limit)
+                        .map(|r| r.unwrap().0)
+                        .collect();
+                    prop_assert_eq!(got, model_scan(&model, &lo, &hi, desc, limit));
+                }
+                Op::Commit => {
+                    p.commit();
+                    committed = model.clone();
+                }
+                Op::Rollback => {
+                    p.rollback();
+                    model = committed.clone();
+                }
+            }
+            prop_assert!(
+                p.page_count() <= peak_live + 16,
+                "{} pages, peak live {peak_live}",
+                p.page_count()
+            );
+            peak_live = peak_live.max(p.page_count() - p.free_count());
+        }
+        verify(&t, &p, &model)?;
+    }
+    // Emptying the tree frees every page but the root; dropping it frees the root too.
+    let keys: Vec<Vec<u8>> = model.keys().cloned().collect();
+    for k in keys {
+        prop_assert!(t.delete(&mut p, &k).unwrap());
+    }
+    prop_assert_eq!(verify(&t, &p, &Model::new())?, 1);
+    t.drop_tree(&mut p).unwrap();
+    prop_assert_eq!(p.free_count() + 1, p.page_count());
+    Ok(())
+}
+
+/// A valid tree of a few hundred entries (some overflowed), committed.
+fn sample_tree() -> (MemPages, BTree) {
+    let mut p = MemPages::new(PageSize::new(PAGE).unwrap());
+    let t = BTree::create(&mut p).unwrap();
+    for i in 0..300u32 {
+        let k = format!("k{:05}", i * 37 % 1000).into_bytes();
+        let v = vec![i as u8; (i as usize * 11) % 300];
+        t.insert(&mut p, &k, &v).unwrap();
+    }
+    p.commit();
+    (p, t)
+}
+
+/// Every tree operation on a possibly damaged tree: any result but a panic.
+fn exercise(p: &mut MemPages, t: BTree) {
+    let _ = t.check(p);
+    for k in [&b"k00370"[..], b"", b"zzz", b"k5"] {
+        let _ = t.get(p, k);
+    }
+    for desc in [false, true] {
+        if let Ok(c) = t.range(p, Bound::Included(b"k001"), Bound::Excluded(b"k9"), dir(desc)) {
+            let _ = c.take(2000).count();
+        }
+    }
+    let _ = t.insert(p, b"k00371", &[7; 40]);
+    let _ = t.put(p, b"k00370", &[8; 400]);
+    let _ = t.delete(p, b"k00740");
+    let _ = t.delete(p, b"k00407");
+    let _ = t.drop_tree(p);
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn agrees_with_a_btreemap(batches in prop::collection::vec(prop::collection::vec(op(), 1..40), 1..12)) {
+        run(batches)?;
+    }
+
+    #[test]
+    fn random_pages_never_panic(bytes in prop::collection::vec(any::<u8>(), PAGE), kind in prop_oneof![Just(page::KIND_LEAF), Just(page::KIND_INTERIOR), any::<u8>()], count in 0u16..40) {
+        let mut b = bytes;
+        // Mostly plausible headers, so the accessors get past the first check.
+        b[0] = kind;
+        b[3..5].copy_from_slice(&count.to_le_bytes());
+        let _ = page::check(&b);
+        if let Ok(h) = Header::read(&b) {
+            for i in 0..=h.count {
+                let _ = page::key_at(&b, &h, i);
+                let _ = page::leaf_cell(&b, &h, i);
+                let _ = page::interior_cell(&b, &h, i);
+                let _ = page::child_at(&b, &h, i);
+                let _ = page::cell_bytes(&b, &h, i);
+            }
+            let _ = page::search(&b, &h, b"key");
+            let _ = page::child_index(&b, &h, b"key");
+            let _ = page::cells(&b, &h);
+            let _ = page::free_bytes(&b, &h);
+            let _ = page::used_bytes(&b, &h);
+            let mut w = b.clone();
+            let _ = page::insert_cell(&mut w, 0, &page::encode_leaf(b"k", page::LeafValue::Inline(b"v")));
+            let _ = page::replace_cell(&mut w, 0, &page::encode_interior(3, b"key"));
+            let _ = page::remove_cell(&mut w, 0);
+            let _ = page::compact(&mut b.clone());
+            let _ = page::rebuild_holes(&mut b.clone());
+        }
+        // The same bytes as a whole tree: the root and its would-be children.
+        let mut p = MemPages::new(PageSize::new(PAGE).unwrap());
+        for _ in 0..4 {
+            let no = p.allocate().unwrap();
+            p.poke(no, &b);
+        }
+        exercise(&mut p, BTree::open(1));
+    }
+
+    #[test]
+    fn damaged_trees_never_panic(flips in prop::collection::vec((any::<u32>(), 0usize..PAGE, any::<u8>()), 1..8)) {
+        let (mut p, t) = sample_tree();
+        for (no, at, x) in flips {
+            // Any page but the meta page; the sample tree has no free pages.
+            let no = 1 + no % (p.page_count() - 1);
+            let mut b = p.page(no).unwrap().to_vec();
+            b[at] ^= x | 1;
+            p.poke(no, &b);
+        }
+        exercise(&mut p, t);
+    }
+}
+
+#[test]
+fn the_sample_tree_has_every_kind_of_page() {
+    let (p, t) = sample_tree();
+    let s = t.check(&p).unwrap();
+    assert!(s.height >= 3 && s.overflow > 0, "{s:?}");
+    assert_eq!(p.free_count(), 0);
+}
+
+#[test]
+fn freed_pages_are_reused_before_the_store_grows() {
+    let mut p = MemPages::new(PageSize::new(PAGE).unwrap());
+    let t = BTree::create(&mut p).unwrap();
+    let fill = |p: &mut MemPages| {
+        for i in 0..400u32 {
+            t.insert(p, format!("{i:08}").as_bytes(), &[1; 100]).unwrap();
+        }
+    };
+    fill(&mut p);
+    let grown = p.page_count();
+    for i in 0..400u32 {
+        t.delete(&mut p, format!("{i:08}").as_bytes()).unwrap();
+    }
+    fill(&mut p);
+    assert_eq!(p.page_count(), grown, "the same inserts again reuse the freed pages");
+    assert_eq!(p.free_count(), 0);
+}
