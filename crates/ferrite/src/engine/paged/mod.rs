@@ -46,6 +46,7 @@
 pub(crate) mod btree;
 pub(crate) mod overflow;
 pub(crate) mod page;
+pub(crate) mod pager;
 pub(crate) mod pages;
 pub(crate) mod protocol;
 pub(crate) mod store;

@@ -1,0 +1,733 @@
+//! The pager (`docs/design/paged.md` §7): the meta page, the free-page list, one writer's
+//! private dirty pages, and snapshots for readers, over a commit [`Protocol`].
+//!
+//! ```text
+//!  page 0 (meta): magic u64 "FERRPAG1" | version u32 | page size u32 | compat u64 |
+//!                 incompat u64 | page count u64 | free head u32 | free count u32 |
+//!                 catalog root u32 | 0 u32 | commit seq u64 | crc32c u32 (over 8..64) | 0...
+//!  free-list trunk: kind u8 (48) | 0 u8 x3 | next trunk u32 | n u32 | n page numbers u32
+//! ```
+//!
+//! # Invariants
+//! - G1: the meta page and every page a transaction changed reach the protocol in one
+//!   [`Batch`]; so after any crash the meta page (page count, free list, catalog root) agrees
+//!   with the trees (P2 of [`super::protocol`]).
+//! - G2: the free list holds exactly the pages below the page count that no tree reaches; its
+//!   trunk pages are themselves free pages (a page is handed out zeroed).
+//! - G3: one writer at a time ([`Pager::begin_write`] gives `Busy` to a second); its writes go
+//!   to private copies until commit, so readers and the committed state never see them.
+//! - G4 (snapshots): a reader sees the pages as of the last commit before it began. A commit
+//!   that overwrites a page keeps its previous image, tagged with the commit's sequence
+//!   number, while a reader with an older snapshot is open; a reader takes the oldest image
+//!   replaced after its snapshot, else the committed page.
+//! - G5: after a failed commit the pager is poisoned: every later call returns `Poisoned`
+//!   until the database is reopened (and recovered).
+//!
+//! # Ordering
+//! - P-PG-3 (creation): the meta page (without its magic) and the empty catalog root are
+//!   durable in the store before the magic is written; then the magic is made durable.
+//!   Every later change goes through the protocol's rules.
+//!
+//! # Concurrency
+//! The protocol sits behind a `RwLock`: reads of committed pages share it, a commit takes it
+//! exclusively, and a reader looks up retained images while holding it shared, so it never
+//! sees a commit half-applied. Lock order: protocol, then state.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
+
+use super::page::{self, Kind};
+use super::pages::{META_PAGE, PageNo, PageRead, PageSize, PageWrite};
+use super::protocol::{Batch, Protocol};
+use crate::error::{Error, Result};
+
+/// "FERRPAG1".
+const MAGIC: u64 = u64::from_le_bytes(*b"FERRPAG1");
+/// Format version of the paged database.
+pub(crate) const VERSION: u32 = 1;
+/// The catalog tree's root, created with the database.
+pub(crate) const CATALOG_ROOT: PageNo = 1;
+/// Kind byte of a free-list trunk page.
+const KIND_TRUNK: u8 = 48;
+const TRUNK_HEAD: usize = 12;
+
+/// What the meta page says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Meta {
+    /// Pages in the database, the meta page and free pages included.
+    pub page_count: u64,
+    /// First free-list trunk page (0: none).
+    pub free_head: PageNo,
+    /// Pages on the free list.
+    pub free_count: u32,
+    /// The catalog tree's root.
+    pub catalog_root: PageNo,
+    /// Sequence number of the last commit.
+    pub seq: u64,
+}
+
+fn put32(b: &mut [u8], o: usize, v: u32) {
+    b[o..o + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+fn put64(b: &mut [u8], o: usize, v: u64) {
+    b[o..o + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+fn get32(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+}
+
+fn get64(b: &[u8], o: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[o..o + 8]);
+    u64::from_le_bytes(w)
+}
+
+fn corrupt(what: impl Into<String>, page: PageNo) -> Error {
+    Error::Corrupted { what: what.into(), at: format!("paged database page {page}") }
+}
+
+impl Meta {
+    /// The meta page image (the magic included unless `magic` is false).
+    fn encode(&self, size: PageSize, magic: bool) -> Vec<u8> {
+        let mut b = vec![0u8; size.bytes()];
+        put32(&mut b, 8, VERSION);
+        put32(&mut b, 12, size.bytes() as u32);
+        put64(&mut b, 32, self.page_count);
+        put32(&mut b, 40, self.free_head);
+        put32(&mut b, 44, self.free_count);
+        put32(&mut b, 48, self.catalog_root);
+        put64(&mut b, 56, self.seq);
+        let crc = crc32c::crc32c(&b[8..64]);
+        put32(&mut b, 64, crc);
+        if magic {
+            put64(&mut b, 0, MAGIC);
+        }
+        b
+    }
+
+    /// Reads a meta page. Errors: `Corrupted` (an unfinished creation, another file, a bad
+    /// checksum or field), `Incompatible` (a newer version or unknown incompatible flags).
+    fn decode(b: &[u8], size: PageSize) -> Result<Meta> {
+        if b.len() < 128 {
+            return Err(corrupt("meta page too short", META_PAGE));
+        }
+        match get64(b, 0) {
+            MAGIC => {}
+            0 => {
+                return Err(corrupt("no magic: the database's creation did not finish", META_PAGE));
+            }
+            _ => return Err(corrupt("not a paged database (bad magic)", META_PAGE)),
+        }
+        if crc32c::crc32c(&b[8..64]) != get32(b, 64) {
+            return Err(corrupt("meta page checksum mismatch", META_PAGE));
+        }
+        let version = get32(b, 8);
+        if version > VERSION || get64(b, 24) != 0 {
+            return Err(Error::Incompatible {
+                what: format!(
+                    "paged database version {version}, incompatible flags {:#x} (this build \
+                     reads version {VERSION} without flags)",
+                    get64(b, 24)
+                ),
+                at: "meta page".into(),
+            });
+        }
+        if get32(b, 12) as usize != size.bytes() {
+            return Err(corrupt(
+                format!(
+                    "meta page says {}-byte pages, the store has {}",
+                    get32(b, 12),
+                    size.bytes()
+                ),
+                META_PAGE,
+            ));
+        }
+        let m = Meta {
+            page_count: get64(b, 32),
+            free_head: get32(b, 40),
+            free_count: get32(b, 44),
+            catalog_root: get32(b, 48),
+            seq: get64(b, 56),
+        };
+        if m.page_count < 2
+            || m.page_count > u64::from(u32::MAX)
+            || u64::from(m.catalog_root) >= m.page_count
+            || m.catalog_root == META_PAGE
+            || u64::from(m.free_head) >= m.page_count
+            || u64::from(m.free_count) >= m.page_count
+        {
+            return Err(corrupt(format!("meta page fields out of range: {m:?}"), META_PAGE));
+        }
+        Ok(m)
+    }
+
+    /// The page size a meta page names (read before the store is built).
+    pub(crate) fn page_size_of(b: &[u8]) -> Result<PageSize> {
+        if b.len() < 16 {
+            return Err(corrupt("meta page too short", META_PAGE));
+        }
+        if get64(b, 0) == 0 {
+            return Err(corrupt("no magic: the database's creation did not finish", META_PAGE));
+        }
+        PageSize::new(get32(b, 12) as usize)
+            .map_err(|_| corrupt(format!("bad page size {}", get32(b, 12)), META_PAGE))
+    }
+}
+
+/// The pager (see the module docs). Shared by the engine and its transactions.
+#[derive(Debug)]
+pub(crate) struct Pager {
+    size: PageSize,
+    protocol: RwLock<Protocol>,
+    state: Mutex<State>,
+    writer: AtomicBool,
+    poisoned: AtomicBool,
+}
+
+/// Images of one page replaced by later commits: `(replaced at, image)`, ascending.
+type Replaced = Vec<(u64, Arc<[u8]>)>;
+
+#[derive(Debug)]
+struct State {
+    meta: Meta,
+    free: BTreeSet<PageNo>,
+    /// Open readers' snapshots, with multiplicity.
+    readers: BTreeMap<u64, usize>,
+    /// G4: for a page, images replaced by later commits, `(replaced at, image)` ascending.
+    old: HashMap<PageNo, Replaced>,
+}
+
+impl Pager {
+    /// Formats a new database on `protocol`'s (empty) store (P-PG-3).
+    pub(crate) fn create(mut protocol: Protocol, size: PageSize) -> Result<Arc<Pager>> {
+        if protocol.store().page_size() != size.bytes() {
+            return Err(Error::InvalidArgument("store and pager page sizes differ".into()));
+        }
+        protocol.recover()?;
+        let meta =
+            Meta { page_count: 2, free_head: 0, free_count: 0, catalog_root: CATALOG_ROOT, seq: 0 };
+        let mut root = vec![0u8; size.bytes()];
+        page::init(&mut root, Kind::Leaf, 0)?;
+        let store = protocol.store();
+        store.ensure(2)?;
+        store.write_page(CATALOG_ROOT, &root, "P-PG-3")?; // ORDER(P-PG-3): the empty catalog root before the magic
+        store.write_page(META_PAGE, &meta.encode(size, false), "P-PG-3")?; // ORDER(P-PG-3): the meta page without its magic first
+        store.sync("P-PG-3")?; // ORDER(P-PG-3): meta and catalog root durable before the magic
+        store.write_page(META_PAGE, &meta.encode(size, true), "P-PG-3")?; // ORDER(P-PG-3): the magic last: creation is complete
+        store.sync("P-PG-3")?; // ORDER(P-PG-3): creation durable before the database is used
+        Ok(Arc::new(Pager::with(protocol, size, meta, BTreeSet::new())))
+    }
+
+    /// Opens a database: recovers the protocol, reads the meta page and the free list.
+    pub(crate) fn open(mut protocol: Protocol) -> Result<Arc<Pager>> {
+        let size = PageSize::new(protocol.store().page_size())?;
+        protocol.recover()?;
+        let mut b = vec![0u8; size.bytes()];
+        protocol.read_page(META_PAGE, &mut b)?;
+        let meta = Meta::decode(&b, size)?;
+        let free = read_free_list(&protocol, size, &meta)?;
+        Ok(Arc::new(Pager::with(protocol, size, meta, free)))
+    }
+
+    fn with(protocol: Protocol, size: PageSize, meta: Meta, free: BTreeSet<PageNo>) -> Pager {
+        Pager {
+            size,
+            protocol: RwLock::new(protocol),
+            state: Mutex::new(State { meta, free, readers: BTreeMap::new(), old: HashMap::new() }),
+            writer: AtomicBool::new(false),
+            poisoned: AtomicBool::new(false),
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.poisoned.load(Ordering::Acquire) { Err(Error::Poisoned) } else { Ok(()) }
+    }
+
+    fn state(&self) -> Result<MutexGuard<'_, State>> {
+        self.state.lock().map_err(|_| Error::Poisoned)
+    }
+
+    fn protocol(&self) -> Result<RwLockReadGuard<'_, Protocol>> {
+        self.protocol.read().map_err(|_| Error::Poisoned)
+    }
+
+    /// The committed meta page.
+    pub(crate) fn meta(&self) -> Result<Meta> {
+        Ok(self.state()?.meta)
+    }
+
+    /// The page size.
+    pub(crate) fn page_size(&self) -> PageSize {
+        self.size
+    }
+
+    /// Starts the one write transaction (G3). Errors: `Busy` while another is open.
+    pub(crate) fn begin_write(self: &Arc<Self>) -> Result<WriteView> {
+        self.check()?;
+        if self.writer.swap(true, Ordering::AcqRel) {
+            return Err(Error::Busy(
+                "another read-write transaction is open (one writer at a time)".into(),
+            ));
+        }
+        let (meta, free) = match self.state() {
+            Ok(st) => (st.meta, st.free.clone()),
+            Err(e) => {
+                self.writer.store(false, Ordering::Release);
+                return Err(e);
+            }
+        };
+        Ok(WriteView {
+            pager: self.clone(),
+            count: meta.page_count,
+            meta,
+            free,
+            dirty: BTreeMap::new(),
+            done: false,
+        })
+    }
+
+    /// Starts a reader of the last commit's snapshot (G4).
+    pub(crate) fn begin_read(self: &Arc<Self>) -> Result<ReadView> {
+        self.check()?;
+        let mut st = self.state()?;
+        let seq = st.meta.seq;
+        *st.readers.entry(seq).or_default() += 1;
+        Ok(ReadView { pager: self.clone(), meta: st.meta })
+    }
+
+    /// The image of committed page `no` as snapshot `snapshot` sees it (`None`: the latest).
+    fn committed(&self, no: PageNo, snapshot: Option<u64>) -> Result<Arc<[u8]>> {
+        let proto = self.protocol()?;
+        if let Some(s) = snapshot {
+            let st = self.state()?;
+            if let Some(v) = st.old.get(&no)
+                && let Some((_, img)) = v.iter().find(|(replaced, _)| *replaced > s)
+            {
+                return Ok(img.clone());
+            }
+        }
+        let mut b = vec![0u8; self.size.bytes()];
+        proto.read_page(no, &mut b)?;
+        Ok(b.into())
+    }
+
+    fn end_reader(&self, seq: u64) {
+        // A poisoned state only keeps retained images longer.
+        if let Ok(mut st) = self.state.lock() {
+            if let Some(n) = st.readers.get_mut(&seq) {
+                *n -= 1;
+                if *n == 0 {
+                    st.readers.remove(&seq);
+                }
+            }
+            trim(&mut st);
+        }
+    }
+
+    /// Checkpoints the protocol (WAL) and reports errors; called at close.
+    pub(crate) fn close(&self) -> Result<()> {
+        self.check()?;
+        self.protocol.write().map_err(|_| Error::Poisoned)?.checkpoint()
+    }
+}
+
+/// Drops retained images no open reader can see (G4).
+fn trim(st: &mut State) {
+    let oldest = st.readers.keys().next().copied();
+    st.old.retain(|_, v| {
+        v.retain(|(replaced, _)| oldest.is_some_and(|s| s < *replaced));
+        !v.is_empty()
+    });
+}
+
+fn read_free_list(proto: &Protocol, size: PageSize, meta: &Meta) -> Result<BTreeSet<PageNo>> {
+    let mut free = BTreeSet::new();
+    let mut trunk = meta.free_head;
+    let mut b = vec![0u8; size.bytes()];
+    let cap = (size.bytes() - TRUNK_HEAD) / 4;
+    let mut trunks = 0u64;
+    while trunk != 0 {
+        trunks += 1;
+        if u64::from(trunk) >= meta.page_count || trunks > meta.page_count {
+            return Err(corrupt("free-list trunk out of range or in a cycle", trunk));
+        }
+        proto.read_page(trunk, &mut b)?;
+        let n = get32(&b, 8) as usize;
+        if b[0] != KIND_TRUNK || n > cap {
+            return Err(corrupt("not a free-list trunk page", trunk));
+        }
+        for i in 0..n {
+            let p = get32(&b, TRUNK_HEAD + 4 * i);
+            if p == META_PAGE || u64::from(p) >= meta.page_count || !free.insert(p) {
+                return Err(corrupt(format!("free-list entry {p} out of range or twice"), trunk));
+            }
+        }
+        trunk = get32(&b, 4);
+    }
+    if free.len() != meta.free_count as usize {
+        return Err(corrupt(
+            format!("free list holds {} pages, the meta page says {}", free.len(), meta.free_count),
+            META_PAGE,
+        ));
+    }
+    Ok(free)
+}
+
+/// The free list as trunk pages (G2): the lowest free pages carry the list of all of them.
+fn free_trunks(size: PageSize, free: &BTreeSet<PageNo>) -> Vec<(PageNo, Vec<u8>)> {
+    let cap = (size.bytes() - TRUNK_HEAD) / 4;
+    let all: Vec<PageNo> = free.iter().copied().collect();
+    let k = all.len().div_ceil(cap);
+    (0..k)
+        .map(|t| {
+            let mut b = vec![0u8; size.bytes()];
+            b[0] = KIND_TRUNK;
+            put32(&mut b, 4, if t + 1 < k { all[t + 1] } else { 0 });
+            let part = &all[t * cap..((t + 1) * cap).min(all.len())];
+            put32(&mut b, 8, part.len() as u32);
+            for (i, p) in part.iter().enumerate() {
+                put32(&mut b, TRUNK_HEAD + 4 * i, *p);
+            }
+            (all[t], b)
+        })
+        .collect()
+}
+
+/// A reader's view: the snapshot of the last commit before it began (G4).
+#[derive(Debug)]
+pub(crate) struct ReadView {
+    pager: Arc<Pager>,
+    meta: Meta,
+}
+
+impl ReadView {
+    /// The meta page of the snapshot.
+    pub(crate) fn meta(&self) -> Meta {
+        self.meta
+    }
+}
+
+impl Drop for ReadView {
+    fn drop(&mut self) {
+        self.pager.end_reader(self.meta.seq);
+    }
+}
+
+impl PageRead for ReadView {
+    type Page = Arc<[u8]>;
+
+    fn page_size(&self) -> PageSize {
+        self.pager.size
+    }
+
+    fn page(&self, no: PageNo) -> Result<Arc<[u8]>> {
+        if no == META_PAGE || u64::from(no) >= self.meta.page_count {
+            return Err(corrupt("reference to a page outside the snapshot", no));
+        }
+        self.pager.check()?;
+        self.pager.committed(no, Some(self.meta.seq))
+    }
+}
+
+/// The writer's view: committed pages plus its private copies (G3).
+#[derive(Debug)]
+pub(crate) struct WriteView {
+    pager: Arc<Pager>,
+    meta: Meta,
+    count: u64,
+    free: BTreeSet<PageNo>,
+    dirty: BTreeMap<PageNo, Arc<[u8]>>,
+    done: bool,
+}
+
+impl WriteView {
+    /// The meta page as this transaction started from.
+    pub(crate) fn meta(&self) -> Meta {
+        self.meta
+    }
+
+    /// Pages changed so far.
+    pub(crate) fn dirty_count(&self) -> usize {
+        self.dirty.len()
+    }
+
+    /// Drops every change since `begin_write`, keeping the transaction open (a failed
+    /// operation's partial changes, P5 of [`super`], are undone by the engine this way only
+    /// when it aborts the whole transaction).
+    pub(crate) fn discard(&mut self) -> Result<()> {
+        self.dirty.clear();
+        self.count = self.meta.page_count;
+        self.free = self.pager.state()?.free.clone();
+        Ok(())
+    }
+
+    /// Commits (G1): the changed pages, the free list and the meta page in one batch. Returns
+    /// the commit's sequence number. A transaction that changed nothing commits nothing.
+    pub(crate) fn commit(mut self) -> Result<u64> {
+        let pager = self.pager.clone();
+        pager.check()?;
+        if self.dirty.is_empty() && self.count == self.meta.page_count {
+            self.done = true;
+            pager.writer.store(false, Ordering::Release);
+            return Ok(self.meta.seq);
+        }
+        let size = pager.size;
+        let mut pages: BTreeMap<PageNo, Arc<[u8]>> = std::mem::take(&mut self.dirty);
+        let committed_free = pager.state()?.free.clone();
+        let mut meta = self.meta;
+        if self.free != committed_free {
+            for (no, img) in free_trunks(size, &self.free) {
+                pages.insert(no, img.into());
+            }
+            meta.free_head = self.free.first().copied().unwrap_or(0);
+            meta.free_count = self.free.len() as u32;
+        }
+        meta.page_count = self.count;
+        meta.seq += 1;
+        pages.insert(META_PAGE, meta.encode(size, true).into());
+        let result = (|| {
+            let mut proto = pager.protocol.write().map_err(|_| Error::Poisoned)?;
+            // G4: images that open readers may still need, read before they are replaced.
+            let keep: Vec<(PageNo, Arc<[u8]>)> = if pager.state()?.readers.is_empty() {
+                Vec::new()
+            } else {
+                let mut v = Vec::new();
+                for &no in pages.keys().filter(|&&no| u64::from(no) < self.meta.page_count) {
+                    let mut b = vec![0u8; size.bytes()];
+                    proto.read_page(no, &mut b)?;
+                    v.push((no, Arc::<[u8]>::from(b)));
+                }
+                v
+            };
+            let images: Vec<(PageNo, &[u8])> = pages.iter().map(|(n, p)| (*n, &p[..])).collect();
+            proto.commit(&Batch { pages: &images, pages_before: self.meta.page_count })?;
+            let mut st = pager.state()?;
+            for (no, img) in keep {
+                st.old.entry(no).or_default().push((meta.seq, img));
+            }
+            st.meta = meta;
+            st.free = std::mem::take(&mut self.free);
+            trim(&mut st);
+            Ok(meta.seq)
+        })();
+        if result.is_err() {
+            pager.poisoned.store(true, Ordering::Release);
+        }
+        self.done = true;
+        pager.writer.store(false, Ordering::Release);
+        result
+    }
+
+    fn live(&self, no: PageNo) -> Result<()> {
+        if no == META_PAGE || u64::from(no) >= self.count || self.free.contains(&no) {
+            return Err(corrupt("reference to the meta page, a free page or past the end", no));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for WriteView {
+    fn drop(&mut self) {
+        if !self.done {
+            self.pager.writer.store(false, Ordering::Release);
+        }
+    }
+}
+
+impl PageRead for WriteView {
+    type Page = Arc<[u8]>;
+
+    fn page_size(&self) -> PageSize {
+        self.pager.size
+    }
+
+    fn page(&self, no: PageNo) -> Result<Arc<[u8]>> {
+        self.live(no)?;
+        match self.dirty.get(&no) {
+            Some(p) => Ok(p.clone()),
+            None => self.pager.committed(no, None),
+        }
+    }
+}
+
+impl PageWrite for WriteView {
+    fn page_mut(&mut self, no: PageNo) -> Result<&mut [u8]> {
+        self.live(no)?;
+        if !self.dirty.contains_key(&no) {
+            let img = self.pager.committed(no, None)?;
+            self.dirty.insert(no, img);
+        }
+        let slot = self.dirty.get_mut(&no).ok_or_else(|| corrupt("dirty page vanished", no))?;
+        if Arc::get_mut(slot).is_none() {
+            *slot = Arc::from(&slot[..]);
+        }
+        Arc::get_mut(slot).ok_or_else(|| corrupt("a shared dirty page", no))
+    }
+
+    fn allocate(&mut self) -> Result<PageNo> {
+        let no = match self.free.pop_first() {
+            Some(no) => no,
+            None => {
+                let no = u32::try_from(self.count).map_err(|_| Error::PoolFull {
+                    at: "paged database (2^32 pages)".into(),
+                    requested: 1,
+                    available: 0,
+                })?;
+                self.count += 1;
+                no
+            }
+        };
+        self.dirty.insert(no, vec![0u8; self.pager.size.bytes()].into());
+        Ok(no)
+    }
+
+    fn free(&mut self, no: PageNo) -> Result<()> {
+        self.live(no)?;
+        self.dirty.remove(&no);
+        self.free.insert(no);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ferrite_pmem::PoolSet;
+    use ferrite_pmem::internals::testing::TestDir;
+
+    use super::*;
+    use crate::engine::paged::btree::BTree;
+    use crate::engine::paged::protocol::{journal::Journal, wal::Wal};
+    use crate::engine::paged::store::log::LogFile;
+    use crate::engine::paged::store::pmfile::PmFiles;
+    use crate::engine::paged::store::{PageStore, PmStore};
+
+    const PS: usize = 512;
+
+    fn protocol(path: &std::path::Path, create: bool, wal: bool) -> Protocol {
+        let opts = ferrite_pmem::Options::new().segment_size(256 << 10);
+        let files = if create {
+            PmFiles::create(PoolSet::create(path, &opts).unwrap()).unwrap()
+        } else {
+            PmFiles::open(PoolSet::open(path, &opts).unwrap()).unwrap()
+        };
+        let files = Arc::new(files);
+        let store = PageStore::Pm(PmStore::new(files.clone(), PageSize::new(PS).unwrap()));
+        if wal {
+            Protocol::Wal(Wal::new(store, LogFile::Pm(files), 8))
+        } else {
+            Protocol::Journal(Journal::new(store, LogFile::Pm(files)))
+        }
+    }
+
+    fn key(i: u32) -> Vec<u8> {
+        format!("key{i:06}").into_bytes()
+    }
+
+    #[test]
+    fn trees_survive_reopen_and_free_pages_are_reused() {
+        for wal in [false, true] {
+            let dir = TestDir::new("paged-pager");
+            let path = dir.join("db");
+            let pager =
+                Pager::create(protocol(&path, true, wal), PageSize::new(PS).unwrap()).unwrap();
+            let mut w = pager.begin_write().unwrap();
+            let tree = BTree::create(&mut w).unwrap();
+            for i in 0..300 {
+                tree.insert(&mut w, &key(i), &[7u8; 40]).unwrap();
+            }
+            w.commit().unwrap();
+            let grown = pager.meta().unwrap().page_count;
+            let mut w = pager.begin_write().unwrap();
+            for i in 0..300 {
+                assert!(tree.delete(&mut w, &key(i)).unwrap());
+            }
+            w.commit().unwrap();
+            let m = pager.meta().unwrap();
+            assert!(m.free_count > 10, "wal={wal}: {m:?}");
+            pager.close().unwrap();
+            drop(pager);
+            let pager = Pager::open(protocol(&path, false, wal)).unwrap();
+            assert_eq!(pager.meta().unwrap(), m, "wal={wal}");
+            let mut w = pager.begin_write().unwrap();
+            for i in 0..300 {
+                tree.insert(&mut w, &key(i), &[8u8; 40]).unwrap();
+            }
+            tree.check(&w).unwrap();
+            w.commit().unwrap();
+            assert_eq!(pager.meta().unwrap().page_count, grown, "wal={wal}: free pages reused");
+            let r = pager.begin_read().unwrap();
+            assert_eq!(tree.get(&r, &key(5)).unwrap(), Some(vec![8u8; 40]));
+        }
+    }
+
+    #[test]
+    fn one_writer_and_readers_keep_their_snapshot() {
+        let dir = TestDir::new("paged-pager-snap");
+        let pager =
+            Pager::create(protocol(&dir.join("db"), true, false), PageSize::new(PS).unwrap())
+                .unwrap();
+        let mut w = pager.begin_write().unwrap();
+        assert!(matches!(pager.begin_write(), Err(Error::Busy(_))));
+        let tree = BTree::create(&mut w).unwrap();
+        for i in 0..50 {
+            tree.insert(&mut w, &key(i), b"old").unwrap();
+        }
+        w.commit().unwrap();
+        let before = pager.begin_read().unwrap();
+        let mut w = pager.begin_write().unwrap();
+        for i in 0..200 {
+            tree.put(&mut w, &key(i), b"new").unwrap();
+        }
+        // Uncommitted writes are invisible to a reader that starts now.
+        let during = pager.begin_read().unwrap();
+        assert_eq!(tree.get(&during, &key(1)).unwrap(), Some(b"old".to_vec()));
+        w.commit().unwrap();
+        let after = pager.begin_read().unwrap();
+        for i in 0..200 {
+            let old = (i < 50).then(|| b"old".to_vec());
+            assert_eq!(tree.get(&before, &key(i)).unwrap(), old, "{i}");
+            assert_eq!(tree.get(&during, &key(i)).unwrap(), old, "{i}");
+            assert_eq!(tree.get(&after, &key(i)).unwrap(), Some(b"new".to_vec()), "{i}");
+        }
+        tree.check(&before).unwrap();
+        drop((before, during));
+        assert!(
+            pager.state().unwrap().old.is_empty(),
+            "retained images are dropped with their readers"
+        );
+        // A dropped writer rolls back and frees the writer slot.
+        let mut w = pager.begin_write().unwrap();
+        tree.put(&mut w, &key(1), b"gone").unwrap();
+        drop(w);
+        let r = pager.begin_read().unwrap();
+        assert_eq!(tree.get(&r, &key(1)).unwrap(), Some(b"new".to_vec()));
+        drop(after);
+    }
+
+    #[test]
+    fn a_bad_meta_page_is_a_typed_error() {
+        let dir = TestDir::new("paged-pager-meta");
+        let size = PageSize::new(PS).unwrap();
+        let meta = Meta { page_count: 2, free_head: 0, free_count: 0, catalog_root: 1, seq: 0 };
+        let good = meta.encode(size, true);
+        assert_eq!(Meta::decode(&good, size).unwrap(), meta);
+        let unfinished = meta.encode(size, false);
+        assert!(matches!(Meta::decode(&unfinished, size), Err(Error::Corrupted { .. })));
+        let mut bad = good.clone();
+        bad[33] ^= 1;
+        assert!(matches!(Meta::decode(&bad, size), Err(Error::Corrupted { .. })));
+        let mut newer = good.clone();
+        put32(&mut newer, 8, VERSION + 1);
+        let crc = crc32c::crc32c(&newer[8..64]);
+        put32(&mut newer, 64, crc);
+        assert!(matches!(Meta::decode(&newer, size), Err(Error::Incompatible { .. })));
+        assert!(matches!(
+            Meta::decode(&good, PageSize::new(4096).unwrap()),
+            Err(Error::Corrupted { .. })
+        ));
+        drop(dir);
+    }
+}
