@@ -24,6 +24,52 @@ pub enum EngineKind {
     /// validation at commit. It is the test oracle of the conformance suite, reachable with
     /// `Options::new().engine(EngineKind::Reference)`.
     Reference,
+    /// The paged engine (`docs/design/paged.md`): every table and index a B+-tree of slotted
+    /// pages resident in a PM pool set (a directory at the database path), made durable by
+    /// `protocol`; one read-write transaction at a time (a second gets `Busy`), snapshot
+    /// readers. Page size and checkpoint interval: [`PagedConfig`].
+    Paged {
+        /// The commit protocol.
+        protocol: PagedProtocol,
+    },
+}
+
+/// The paged engine's commit protocol (`docs/design/paged.md` §8).
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PagedProtocol {
+    /// SQLite's rollback journal: originals to a journal, sync, pages in place, sync,
+    /// invalidate the journal (three syncs per commit).
+    Journal,
+    /// SQLite's write-ahead log: changed pages appended as frames, one sync per commit,
+    /// checkpoints into the pages every [`PagedConfig::checkpoint_frames`] frames and at close.
+    Wal,
+}
+
+impl PagedProtocol {
+    /// Stable lower-case name (`journal`, `wal`).
+    pub fn name(self) -> &'static str {
+        match self {
+            PagedProtocol::Journal => "journal",
+            PagedProtocol::Wal => "wal",
+        }
+    }
+}
+
+/// Settings of the paged engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PagedConfig {
+    /// Page size in bytes: a power of two from 512 to 65536 (default 4096), fixed when the
+    /// database is created; `open` uses the stored one.
+    pub page_size: usize,
+    /// WAL frames after which a commit checkpoints (default 1000, SQLite's; 0: only at close).
+    pub checkpoint_frames: u64,
+}
+
+impl Default for PagedConfig {
+    fn default() -> Self {
+        PagedConfig { page_size: 4096, checkpoint_frames: 1000 }
+    }
 }
 
 /// What the rest of the crate needs to know about an engine: one record per [`EngineKind`].
@@ -36,7 +82,12 @@ struct KindInfo {
 impl EngineKind {
     /// Every engine this build knows. The conformance suite and the benchmark harness iterate
     /// this list, so a new engine is tested and benchmarked without further changes.
-    pub const ALL: &'static [EngineKind] = &[EngineKind::Sofort, EngineKind::Reference];
+    pub const ALL: &'static [EngineKind] = &[
+        EngineKind::Sofort,
+        EngineKind::Reference,
+        EngineKind::Paged { protocol: PagedProtocol::Journal },
+        EngineKind::Paged { protocol: PagedProtocol::Wal },
+    ];
 
     /// Every engine this build knows (the same as [`EngineKind::ALL`]).
     pub fn all() -> impl Iterator<Item = EngineKind> {
@@ -67,10 +118,21 @@ impl EngineKind {
                     readers: WhileWriting::Proceed,
                 },
             },
+            EngineKind::Paged { protocol } => KindInfo {
+                name: match protocol {
+                    PagedProtocol::Journal => "paged-journal",
+                    PagedProtocol::Wal => "paged-wal",
+                },
+                persistent: true,
+                concurrency: Concurrency {
+                    writers: WhileWriting::Busy,
+                    readers: WhileWriting::Proceed,
+                },
+            },
         }
     }
 
-    /// Stable lower-case name (`sofort`, `reference`).
+    /// Stable lower-case name (`sofort`, `reference`, `paged-journal`, `paged-wal`).
     pub fn name(self) -> &'static str {
         self.info().name
     }
@@ -320,6 +382,7 @@ pub struct Options {
     pmem: ferrite_pmem::Options,
     reference: ReferenceConfig,
     sofort: SofortConfig,
+    paged: PagedConfig,
     unfinished_timeout: Option<std::time::Duration>,
 }
 
@@ -362,6 +425,17 @@ impl Options {
     /// The SOFORT engine's settings.
     pub fn sofort_config(&self) -> SofortConfig {
         self.sofort.clone()
+    }
+
+    /// Sets the paged engine's settings (page size: used when a database is created).
+    pub fn paged(mut self, config: PagedConfig) -> Self {
+        self.paged = config;
+        self
+    }
+
+    /// The paged engine's settings.
+    pub fn paged_config(&self) -> PagedConfig {
+        self.paged
     }
 
     /// Sets the persistence layer's options (durability mode, flush instruction, layout name,
@@ -415,6 +489,19 @@ impl Options {
             EngineKind::Reference => {
                 let on = if self.reference.validation { "on" } else { "off (broken, tests only)" };
                 v.push(("reference.validation".to_owned(), on.to_owned()));
+            }
+            EngineKind::Paged { protocol } => {
+                v.push(("paged.protocol".to_owned(), protocol.name().to_owned()));
+                v.push(("paged.store".to_owned(), "pm".to_owned()));
+                v.push(("paged.page_size".to_owned(), self.paged.page_size.to_string()));
+                if protocol == PagedProtocol::Wal {
+                    let every = self.paged.checkpoint_frames.to_string();
+                    v.push(("paged.checkpoint_frames".to_owned(), every));
+                }
+                let pm = &self.pmem;
+                v.push(("pmem.segment_size".to_owned(), pm.segment_size_bytes().to_string()));
+                let mode = pm.durability_mode().map_or("detect".to_owned(), |m| format!("{m:?}"));
+                v.push(("pmem.durability".to_owned(), mode));
             }
         }
         v

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::api::Engine;
-use super::{reference, sofort};
+use super::{paged, reference, sofort};
 use crate::error::{Error, Result};
 use crate::options::{EngineKind, Options};
 
@@ -22,6 +22,7 @@ pub(crate) fn open(path: &Path, options: &Options, create: bool) -> Result<Arc<d
     match options.engine_kind() {
         EngineKind::Sofort => sofort::engine::build(path, options, create),
         EngineKind::Reference => reference::build(path, options, create),
+        EngineKind::Paged { .. } => paged::engine::build(path, options, create),
     }
 }
 
@@ -38,6 +39,7 @@ pub(crate) fn on_pool_set(
         EngineKind::Reference => {
             Err(Error::Unsupported("the reference engine keeps nothing in a pool set".into()))
         }
+        EngineKind::Paged { .. } => paged::engine::on_pool_set(set, options, create),
     }
 }
 

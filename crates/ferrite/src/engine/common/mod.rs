@@ -57,6 +57,7 @@ use crate::value::Row;
 pub(crate) mod index;
 pub(crate) mod overlay;
 pub(crate) mod reads;
+pub(crate) mod schema_codec;
 pub(crate) mod txn;
 pub(crate) mod unique;
 pub(crate) mod validate;

@@ -44,11 +44,13 @@
 #![allow(dead_code)]
 
 pub(crate) mod btree;
+pub(crate) mod engine;
 pub(crate) mod overflow;
 pub(crate) mod page;
 pub(crate) mod pager;
 pub(crate) mod pages;
 pub(crate) mod protocol;
+pub(crate) mod rows;
 pub(crate) mod store;
 
 #[cfg(test)]

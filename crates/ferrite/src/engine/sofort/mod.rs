@@ -26,7 +26,6 @@
 //! slot (`TxInfo`), one for staged allocations.
 
 pub mod adaptive;
-mod codec;
 mod cont;
 pub(crate) mod engine;
 mod heap;

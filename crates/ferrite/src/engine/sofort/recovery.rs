@@ -35,8 +35,9 @@ use super::placement::{IndexStore, placement_of_code};
 use super::pm::{Pm, corrupt, init_null_ptrs, lock};
 use super::table::{PTable, RowAlloc};
 use super::txn::{Inner, Slot, Status, TxInfo};
-use super::{SofortOptions, SofortResult, codec};
+use super::{SofortOptions, SofortResult};
 use crate::alloc::PAllocator;
+use crate::engine::common::schema_codec as codec;
 use crate::storage::{StorageError, StorageResult};
 
 /// What an open did.

@@ -1,4 +1,5 @@
-//! The schema encoding of a table descriptor (`docs/design/sofort.md` §2.3).
+//! The schema encoding of a table descriptor, shared by the engines that store schemas (SOFORT
+//! `docs/design/sofort.md` §2.3, the paged engine's catalog `docs/design/paged.md` §9).
 //!
 //! # Invariants
 //! - `decode(encode(s))` rebuilds a schema equal to `s`; decoding never panics: every length,
@@ -35,7 +36,7 @@ fn put_u16(out: &mut Vec<u8>, v: usize) -> StorageResult<()> {
 }
 
 /// Encodes a checked table's schema.
-pub(super) fn encode(t: &Table) -> StorageResult<Vec<u8>> {
+pub(crate) fn encode(t: &Table) -> StorageResult<Vec<u8>> {
     let s = &t.schema;
     let mut out = vec![VERSION];
     put_name(&mut out, s.name())?;
@@ -91,7 +92,7 @@ impl Reader<'_> {
 }
 
 /// Decodes and re-checks a schema.
-pub(super) fn decode(b: &[u8]) -> StorageResult<Table> {
+pub(crate) fn decode(b: &[u8]) -> StorageResult<Table> {
     let mut r = Reader { b, at: 0 };
     if r.u8()? != VERSION {
         return Err(bad("unknown schema encoding version"));
