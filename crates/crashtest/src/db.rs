@@ -701,7 +701,8 @@ fn split_probe_rows(tables: &mut Contents) -> (Vec<String>, i64) {
     (problems, base)
 }
 
-/// Work after recovery: [`PROBE_TXNS`] transactions open at once (one per slot), each reads
+/// Work after recovery: [`PROBE_TXNS`] transactions open at once (one per slot; one after the
+/// other on an engine with one writer at a time), each reads
 /// the workload's state (`seen`, its digest, is what the recovery showed), inserts
 /// [`PROBE_ROWS`] rows that carry the digest of what it read, and commits; then the rows are
 /// read back. Returns the problems.
@@ -716,6 +717,9 @@ fn probe(db: &Database, base: i64, names: &[String], seen: &str) -> Vec<String> 
     let run = || -> ferrite::Result<Vec<String>> {
         let mut problems = Vec::new();
         let mut txs = Vec::new();
+        // An engine with one writer at a time (the paged engine: `Busy` for a second) gets
+        // its probe transactions one after the other.
+        let one_at_a_time = db.engine().concurrency().writers != ferrite::WhileWriting::Proceed;
         for t in 0..PROBE_TXNS {
             let mut tx = db.begin()?;
             let read = digest(&workload_contents(&mut tx, names)?);
@@ -728,7 +732,11 @@ fn probe(db: &Database, base: i64, names: &[String], seen: &str) -> Vec<String> 
                 let id = base + t * 10 + j;
                 tx.insert("account", vec![Value::I64(id), read.as_str().into(), Value::I64(j)])?;
             }
-            txs.push(tx);
+            if one_at_a_time {
+                tx.commit()?;
+            } else {
+                txs.push(tx);
+            }
         }
         for tx in txs {
             tx.commit()?;

@@ -82,9 +82,15 @@ struct KindInfo {
 impl EngineKind {
     /// Every engine this build knows. The conformance suite and the benchmark harness iterate
     /// this list, so a new engine is tested and benchmarked without further changes.
-    pub const ALL: &'static [EngineKind] = &[
-        EngineKind::Sofort,
-        EngineKind::Reference,
+    ///
+    /// The paged engine ([`EngineKind::PAGED`]) is not in this list yet: it passes the
+    /// conformance suite and its crash targets (`tests/engines_paged.rs`,
+    /// `crates/crashtest/tests/paged.rs`), but the benchmark harness and the registered crash
+    /// targets have not been run on it (`docs/design/paged.md`, status).
+    pub const ALL: &'static [EngineKind] = &[EngineKind::Sofort, EngineKind::Reference];
+
+    /// The paged engine under each of its protocols.
+    pub const PAGED: &'static [EngineKind] = &[
         EngineKind::Paged { protocol: PagedProtocol::Journal },
         EngineKind::Paged { protocol: PagedProtocol::Wal },
     ];
@@ -161,15 +167,14 @@ impl FromStr for EngineKind {
 
     /// Parses a name as [`EngineKind::name`] prints it (case-insensitive).
     fn from_str(s: &str) -> Result<Self, Error> {
-        EngineKind::ALL.iter().copied().find(|k| k.name().eq_ignore_ascii_case(s)).ok_or_else(
-            || {
-                let names: Vec<&str> = EngineKind::ALL.iter().map(|k| k.name()).collect();
-                Error::InvalidArgument(format!(
-                    "unknown engine {s:?} (expected one of {})",
-                    names.join(", ")
-                ))
-            },
-        )
+        let known = || EngineKind::ALL.iter().chain(EngineKind::PAGED).copied();
+        known().find(|k| k.name().eq_ignore_ascii_case(s)).ok_or_else(|| {
+            let names: Vec<&str> = known().map(|k| k.name()).collect();
+            Error::InvalidArgument(format!(
+                "unknown engine {s:?} (expected one of {})",
+                names.join(", ")
+            ))
+        })
     }
 }
 

@@ -11,7 +11,8 @@
 //!   frame i at 512 + i * (64 + page size):
 //!           page number u32 | commit u32 (1 on the last frame of a commit, else 0) |
 //!           salt u32 | crc u32 | 48 zero bytes | the page image
-//!   crc of frame i = crc32c continued from the crc of frame i-1 (frame 0: from the salt)
+//!   crc of frame i = CRC-32 (IEEE) continued from the crc of frame i-1 (frame 0: from the
+//!                    salt's CRC32C); not CRC32C, which pages embed (see `frame_crc`)
 //!                    over page number, commit, salt and the image
 //! ```
 //!
@@ -99,8 +100,14 @@ fn u32_at(b: &[u8], o: usize) -> u32 {
     u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
 }
 
+/// A frame's checksum, continued from the previous frame's: CRC-32 (IEEE, `crc32fast`), not
+/// the CRC32C that pages carry inside them (a block `data | crc32c(data)` cancels out of a
+/// CRC32C over it; see the journal's `record_crc`).
 fn frame_crc(prev: u32, head: &[u8], image: &[u8]) -> u32 {
-    crc32c::crc32c_append(crc32c::crc32c_append(prev, &head[0..12]), image)
+    let mut h = crc32fast::Hasher::new_with_initial(prev);
+    h.update(&head[0..12]);
+    h.update(image);
+    h.finalize()
 }
 
 fn seed_crc(salt: u32) -> u32 {
