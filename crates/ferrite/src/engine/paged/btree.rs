@@ -948,6 +948,44 @@ mod tests {
         assert_eq!(p.dirty_count(), 1, "the refused writes changed nothing");
     }
 
+    /// The leaves' key counts under the root, left to right.
+    fn leaf_counts(t: &BTree, p: &MemPages) -> Vec<usize> {
+        let root = p.page(t.root()).unwrap();
+        let h = Header::read(&root).unwrap();
+        (0..=h.count)
+            .map(|i| {
+                let leaf = p.page(page::child_at(&root, &h, i).unwrap()).unwrap();
+                Header::read(&leaf).unwrap().count
+            })
+            .collect()
+    }
+
+    #[test]
+    fn underflow_redistributes_when_a_merge_does_not_fit() {
+        // 109-byte records (offset included): four fit a 512-byte leaf, five do not.
+        let mut p = store(512);
+        let t = BTree::create(&mut p).unwrap();
+        let k = |i: u8| format!("k{i:02}").into_bytes();
+        for i in 0..5 {
+            t.insert(&mut p, &k(i), &[i; 100]).unwrap();
+        }
+        assert_eq!(leaf_counts(&t, &p), [2, 3], "the split balances bytes");
+        t.insert(&mut p, &k(5), &[5; 100]).unwrap();
+        assert_eq!(leaf_counts(&t, &p), [2, 4]);
+        // The left leaf drops under a quarter page; 1 + 4 records do not fit one page.
+        t.delete(&mut p, &k(0)).unwrap();
+        assert_eq!(leaf_counts(&t, &p), [2, 3], "redistributed, not merged");
+        t.check(&p).unwrap();
+        let keys = scan(&t, &p, Bound::Unbounded, Bound::Unbounded, Direction::Ascending);
+        assert_eq!(keys, (1..6).map(k).collect::<Vec<_>>());
+        // Now a merge fits: the root takes the merged leaf's content (height 1).
+        t.delete(&mut p, &k(1)).unwrap();
+        t.delete(&mut p, &k(2)).unwrap();
+        let s = t.check(&p).unwrap();
+        assert_eq!((s.height, s.entries), (1, 3));
+        assert_eq!(p.free_count() + 2, p.page_count());
+    }
+
     #[test]
     fn drop_frees_every_page() {
         let mut p = store(512);
