@@ -28,6 +28,12 @@
 //! - T6: a value longer than [`Limits::max_inline`] lives in an overflow chain, written on
 //!   insert and freed whole on delete, update, and [`BTree::drop_tree`].
 //!
+//! Not yet: FAST's cap of 28 records per leaf (so a leaf's slot header fits one cache
+//! line, spec §2.2) is not enforced; the FAST protocol will need the tree to split at a
+//! record count as well as at bytes. Splits and merges write fresh page images (a
+//! compaction) into the pages' private copies; FAST's copy-on-write of a defragmented page
+//! into a new page (§2.3.8) is a choice of the layer below.
+//!
 //! # Ordering, concurrency
 //! None here: see [`super`] (P1, P5). A tree value is only a root page number; operations
 //! take the page view they run in.
@@ -147,7 +153,7 @@ impl BTree {
         }
     }
 
-    /// The value of `key`, if present.
+    /// The value of `key`, if present (a key longer than the limit is never present).
     pub(crate) fn get<R: PageRead>(&self, pages: &R, key: &[u8]) -> Result<Option<Vec<u8>>> {
         if key.len() > Self::limits(pages).max_key {
             return Ok(None);
@@ -730,14 +736,16 @@ impl<'a, R: PageRead> Cursor<'a, R> {
                 (Direction::Descending, Bound::Unbounded) => h.count,
                 (_, Bound::Included(k) | Bound::Excluded(k)) => page::child_index(&buf, &h, k)?,
             };
-            no = page::child_at(&buf, &h, idx)?;
-            c.push(buf, h, idx)?;
+            let child = page::child_at(&buf, &h, idx)?;
+            c.push(no, buf, h, idx)?;
+            no = child;
         }
     }
 
-    fn push(&mut self, buf: R::Page, h: Header, idx: usize) -> Result<()> {
+    /// Pushes interior page `no` onto the path.
+    fn push(&mut self, no: PageNo, buf: R::Page, h: Header, idx: usize) -> Result<()> {
         if self.stack.len() >= MAX_DEPTH {
-            return Err(corrupt("tree deeper than any tree can be (a cycle?)", 0));
+            return Err(corrupt("tree deeper than any tree can be (a cycle?)", no));
         }
         self.stack.push((buf, h, idx));
         Ok(())
@@ -768,8 +776,9 @@ impl<'a, R: PageRead> Cursor<'a, R> {
                 return Ok(true);
             }
             let idx = if asc { 0 } else { h.count };
-            no = page::child_at(&buf, &h, idx)?;
-            self.push(buf, h, idx)?;
+            let child = page::child_at(&buf, &h, idx)?;
+            self.push(no, buf, h, idx)?;
+            no = child;
         }
     }
 
