@@ -384,3 +384,29 @@ fn freed_pages_are_reused_before_the_store_grows() {
     assert_eq!(p.page_count(), grown, "the same inserts again reuse the freed pages");
     assert_eq!(p.free_count(), 0);
 }
+
+#[test]
+fn every_page_size_works() {
+    for size in [512, 1024, 4096, 65536] {
+        let mut p = MemPages::new(PageSize::new(size).unwrap());
+        let t = BTree::create(&mut p).unwrap();
+        let limits = BTree::limits(&p);
+        let mut model = Model::new();
+        for i in 0..3000u32 {
+            // Keys up to the limit, values from empty to four times the inline limit.
+            let mut k = format!("{:08}", i.wrapping_mul(2_654_435_761) % 100_000).into_bytes();
+            k.resize(8 + (i as usize * 7) % (limits.max_key - 7), b'x');
+            let v = Val((i as usize * 131) % (4 * limits.max_inline), i as u8).bytes();
+            t.put(&mut p, &k, &v).unwrap();
+            model.insert(k, v);
+        }
+        let keys: Vec<Vec<u8>> = model.keys().step_by(2).cloned().collect();
+        for k in keys {
+            assert!(t.delete(&mut p, &k).unwrap());
+            model.remove(&k);
+        }
+        verify(&t, &p, &model).unwrap();
+        t.drop_tree(&mut p).unwrap();
+        assert_eq!(p.free_count() + 1, p.page_count(), "{size}");
+    }
+}
