@@ -5,7 +5,7 @@
 //! sibling pointers: a split or merge touches only the pages on the path from the root and
 //! one sibling, and scans keep a stack of the path instead ([`Cursor`]).
 //!
-//! # Invariants (what [`BTree::check`] verifies)
+//! # Invariants ([`BTree::check`] verifies T2, T3 and the chains of T6)
 //! - T1: the root page number never changes. A root split moves the root's records into two
 //!   new pages and makes the root an interior page over them; when the root is an interior
 //!   page with one child, the child's content moves up into the root and the child is freed.
@@ -17,8 +17,8 @@
 //!   allow, and both fit (records are at most 3/8 of a page, [`Limits`]). A leaf split
 //!   promotes the shortest prefix of the right half's first key that still separates the
 //!   halves (suffix truncation). On a split the new page takes the lower half and the old
-//!   page keeps the upper half, so the parent only gains one record (its pointer to the old
-//!   page stays valid) and no record is ever rewritten in place.
+//!   page keeps the upper half (rewritten as a fresh image), so the parent only gains one
+//!   record: its pointer to the old page stays valid and none of its records changes.
 //! - T5: after a delete (or a shrinking update), a non-root page using under a quarter of its
 //!   bytes merges with a sibling under the same parent if both fit one page (the left page's
 //!   records move into the right one; the left page is freed and its parent record
@@ -48,8 +48,8 @@ use super::overflow;
 use super::page::{self, Header, Kind, LeafCell, LeafValue, Limits};
 use super::pages::{PageNo, PageRead, PageWrite};
 
-/// The deepest tree walked; a deeper path means a cycle in damaged pages. (A tree of 512-byte
-/// pages holds more than 2^32 leaves well within it.)
+/// The deepest tree walked; a deeper path means a cycle in damaged pages. (With 32-bit page
+/// numbers and the fanouts splits and merges keep, real trees stay far shallower.)
 const MAX_DEPTH: usize = 32;
 
 fn corrupt(what: impl Into<String>, page: PageNo) -> Error {
