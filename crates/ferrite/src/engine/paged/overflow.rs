@@ -50,9 +50,12 @@ pub(crate) fn write_chain<W: PageWrite>(pages: &mut W, data: &[u8]) -> Result<Pa
     for _ in &chunks {
         nos.push(pages.allocate()?);
     }
-    for (i, chunk) in chunks.iter().enumerate() {
+    for (i, (chunk, &no)) in chunks.iter().zip(&nos).enumerate() {
         let next = nos.get(i + 1).copied().unwrap_or(0);
-        let buf = pages.page_mut(nos[i])?;
+        let buf = pages.page_mut(no)?;
+        if buf.len() != room + OVERFLOW_HEADER {
+            return Err(corrupt(format!("page of {} bytes", buf.len()), no));
+        }
         buf.fill(0);
         buf[0] = KIND_OVERFLOW;
         buf[2..4].copy_from_slice(&(chunk.len() as u16).to_le_bytes());

@@ -47,8 +47,8 @@
 //!
 //! The hole chain is redundant: every byte of the content area that no offset's record
 //! covers is free. FASH/FAST do not make chain updates failure-atomic (§2.2, "per-page free
-//! list"), so a recovered page may carry a stale chain; the recovery of the layer below calls
-//! [`rebuild_holes`], which derives the chain and `frag` from the offset array alone, before
+//! list"), so a recovered page may carry a stale chain; the recovery of the layer below is to
+//! call [`rebuild_holes`], which derives the chain and `frag` from the offset array alone, before
 //! the tree writes to such a page. On the normal path the tree keeps the chain exact, and
 //! [`check`] treats a chain that breaks S2/S3 as corruption.
 //!

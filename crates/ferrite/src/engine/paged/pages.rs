@@ -108,6 +108,12 @@ pub(crate) trait PageWrite: PageRead {
     fn allocate(&mut self) -> Result<PageNo>;
 
     /// Returns page `no` to the free list. The caller holds no reference to it afterwards.
+    ///
+    /// When a freed page may be handed out again is the implementation's decision: a store
+    /// whose writes reach the committed page in place (FAST/FASH on PM) must not reuse a page
+    /// freed by the open transaction before that transaction commits, and no store may reuse
+    /// one while an older snapshot can still read it. [`MemPages`] keeps committed images
+    /// apart from the dirty set, so it reuses freed pages at once.
     fn free(&mut self, no: PageNo) -> Result<()>;
 }
 

@@ -36,8 +36,25 @@ enum Op {
     Insert(Vec<u8>, Val),
     Put(Vec<u8>, Val),
     Delete(Vec<u8>),
+    /// Insert (or put) `n` keys `prefix ++ i` (2 bytes, big-endian order): deep trees.
+    Fill {
+        prefix: Vec<u8>,
+        n: u16,
+        val: Val,
+        put: bool,
+    },
+    /// Delete every key in the range: merges and shrinking.
+    Clear {
+        lo: Bound<Vec<u8>>,
+        hi: Bound<Vec<u8>>,
+    },
     Get(Vec<u8>),
-    Scan { lo: Bound<Vec<u8>>, hi: Bound<Vec<u8>>, desc: bool, limit: usize },
+    Scan {
+        lo: Bound<Vec<u8>>,
+        hi: Bound<Vec<u8>>,
+        desc: bool,
+        limit: usize,
+    },
     Commit,
     Rollback,
 }
@@ -80,6 +97,12 @@ fn op() -> impl Strategy<Value = Op> {
         8 => (key(), val()).prop_map(|(k, v)| Op::Insert(k, v)),
         4 => (key(), val()).prop_map(|(k, v)| Op::Put(k, v)),
         6 => key().prop_map(Op::Delete),
+        1 => (key(), 1..400u16, val(), any::<bool>())
+            .prop_map(|(mut prefix, n, val, put)| {
+                prefix.truncate(40);
+                Op::Fill { prefix, n, val, put }
+            }),
+        1 => (bound(), bound()).prop_map(|(lo, hi)| Op::Clear { lo, hi }),
         2 => key().prop_map(Op::Get),
         2 => (bound(), bound(), any::<bool>(), 1..100usize)
             .prop_map(|(lo, hi, desc, limit)| Op::Scan { lo, hi, desc, limit }),
@@ -141,15 +164,26 @@ fn verify(t: &BTree, p: &MemPages, model: &Model) -> Result<u64, TestCaseError> 
     Ok(stats.pages())
 }
 
+/// The store grows only when the free list is empty, so after each single-key operation its
+/// size stays within that operation's transient pages of the largest live set seen before.
+fn track(p: &MemPages, peak_live: &mut u32) -> Result<(), TestCaseError> {
+    prop_assert!(
+        p.page_count() <= *peak_live + 16,
+        "{} pages, peak live {}",
+        p.page_count(),
+        *peak_live
+    );
+    *peak_live = (*peak_live).max(p.page_count() - p.free_count());
+    Ok(())
+}
+
 fn run(batches: Vec<Vec<Op>>) -> Result<(), TestCaseError> {
     let mut p = MemPages::new(PageSize::new(PAGE).unwrap());
     let t = BTree::create(&mut p).unwrap();
     let limits = BTree::limits(&p);
     p.commit();
     let (mut model, mut committed) = (Model::new(), Model::new());
-    // The store grows only when the free list is empty, so its size stays within one
-    // operation's transient pages of the largest live set seen.
-    let mut peak_live = 1u32;
+    let mut peak_live = p.page_count();
     for batch in batches {
         for op in batch {
             match op {
@@ -173,6 +207,32 @@ fn run(batches: Vec<Vec<Op>>) -> Result<(), TestCaseError> {
                 Op::Delete(k) => {
                     prop_assert_eq!(t.delete(&mut p, &k).unwrap(), model.remove(&k).is_some());
                 }
+                Op::Fill { prefix, n, val, put } => {
+                    for i in 0..n {
+                        let mut k = prefix.clone();
+                        k.push((i >> 8) as u8);
+                        k.push(i as u8);
+                        let v = Val(val.0 % 200, val.1.wrapping_add(i as u8)).bytes();
+                        if put {
+                            let had = model.insert(k.clone(), v.clone()).is_some();
+                            prop_assert_eq!(t.put(&mut p, &k, &v).unwrap(), had);
+                        } else {
+                            let fresh = !model.contains_key(&k);
+                            prop_assert_eq!(t.insert(&mut p, &k, &v).unwrap(), fresh);
+                            if fresh {
+                                model.insert(k, v);
+                            }
+                        }
+                        track(&p, &mut peak_live)?;
+                    }
+                }
+                Op::Clear { lo, hi } => {
+                    for k in model_scan(&model, &lo, &hi, false, usize::MAX) {
+                        prop_assert!(t.delete(&mut p, &k).unwrap());
+                        model.remove(&k);
+                        track(&p, &mut peak_live)?;
+                    }
+                }
                 Op::Get(k) => {
                     prop_assert_eq!(t.get(&p, &k).unwrap(), model.get(&k).cloned());
                 }
@@ -194,12 +254,7 @@ fn run(batches: Vec<Vec<Op>>) -> Result<(), TestCaseError> {
                     model = committed.clone();
                 }
             }
-            prop_assert!(
-                p.page_count() <= peak_live + 16,
-                "{} pages, peak live {peak_live}",
-                p.page_count()
-            );
-            peak_live = peak_live.max(p.page_count() - p.free_count());
+            track(&p, &mut peak_live)?;
         }
         verify(&t, &p, &model)?;
     }
@@ -328,4 +383,30 @@ fn freed_pages_are_reused_before_the_store_grows() {
     fill(&mut p);
     assert_eq!(p.page_count(), grown, "the same inserts again reuse the freed pages");
     assert_eq!(p.free_count(), 0);
+}
+
+#[test]
+fn every_page_size_works() {
+    for size in [512, 1024, 4096, 65536] {
+        let mut p = MemPages::new(PageSize::new(size).unwrap());
+        let t = BTree::create(&mut p).unwrap();
+        let limits = BTree::limits(&p);
+        let mut model = Model::new();
+        for i in 0..3000u32 {
+            // Keys up to the limit, values from empty to four times the inline limit.
+            let mut k = format!("{:08}", i.wrapping_mul(2_654_435_761) % 100_000).into_bytes();
+            k.resize(8 + (i as usize * 7) % (limits.max_key - 7), b'x');
+            let v = Val((i as usize * 131) % (4 * limits.max_inline), i as u8).bytes();
+            t.put(&mut p, &k, &v).unwrap();
+            model.insert(k, v);
+        }
+        let keys: Vec<Vec<u8>> = model.keys().step_by(2).cloned().collect();
+        for k in keys {
+            assert!(t.delete(&mut p, &k).unwrap());
+            model.remove(&k);
+        }
+        verify(&t, &p, &model).unwrap();
+        t.drop_tree(&mut p).unwrap();
+        assert_eq!(p.free_count() + 1, p.page_count(), "{size}");
+    }
 }
