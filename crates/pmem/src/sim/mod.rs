@@ -51,6 +51,7 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+mod blocks;
 mod buffer;
 mod capture;
 mod domain;
@@ -60,6 +61,7 @@ mod replay;
 mod trace;
 
 pub use crate::image::PAGE;
+pub use blocks::{SECTOR, UnsyncedInfo};
 pub use domain::{PendingInfo, SimDomain, SimStats};
 pub use event::{Event, EventKind, Hook, Site, set_new_domain_drops, set_new_domain_hook};
 pub use replay::{Replay, replay};
