@@ -7,7 +7,9 @@
 //! flush order, then other threads' pending lines by thread and flush order, then dirty lines
 //! by (file, line). Pending lines carry their content at flush time (M3); evicted dirty lines
 //! carry their newest content (M5). With `tear`, each chosen line persists only a random
-//! subset of its 8-byte words (M1 holds; M2 does not).
+//! subset of its 8-byte words (M1 holds; M2 does not). Simulated block files come last: their
+//! unsynced choices (see [`ImageSpec::blocks`]) are numbered after every line, and an image
+//! holds each block file as plain bytes ([`CrashImage::blocks`]).
 //!
 //! # Invariants
 //! - An [`ImageFile`] is its durable pages (shared, never written through) plus an overlay of
