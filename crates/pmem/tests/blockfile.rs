@@ -46,6 +46,9 @@ fn real_file_reads_writes_syncs_and_locks() {
     assert_eq!(&buf, b"hello\0\0\0\0\0");
     assert_eq!(f.read_at(1000, &mut buf).unwrap(), 0);
     assert_eq!(buf, [0; 10]);
+    // An empty write does not extend the file.
+    f.write_at(4096, &[]).unwrap();
+    assert_eq!(f.len().unwrap(), 105);
     f.set_len(102).unwrap();
     assert_eq!(f.len().unwrap(), 102);
     assert!(!f.is_empty().unwrap());
@@ -69,6 +72,7 @@ fn sim_handles_lock_and_removal_is_seen() {
     assert!(matches!(BlockFile::open_sim(&d, "nope"), Err(Error::NotFound { .. })));
     let before = Counters::snapshot();
     f.write_at(0, &[1; 10]).unwrap();
+    f.write_at(4096, &[]).unwrap(); // as on a real file: no extension
     f.sync().unwrap();
     let c = Counters::snapshot() - before;
     assert_eq!((c.file_bytes_written, c.syncs), (10, 1));

@@ -127,19 +127,17 @@ impl SimBlock {
     }
 
     fn write(&mut self, off: u64, data: &[u8]) -> Result<()> {
-        let end = off.checked_add(data.len() as u64).ok_or(Error::OutOfBounds {
-            off,
-            len: data.len() as u64,
-            size: u64::MAX,
+        if data.is_empty() {
+            return Ok(()); // as `pwrite`: an empty write does not extend the file
+        }
+        let end = off.checked_add(data.len() as u64).ok_or_else(|| {
+            Error::InvalidArgument(format!("a write of {} bytes at {off} overflows", data.len()))
         })?;
         let (o, e) = (usize_of(off)?, usize_of(end)?);
         if e > self.working.len() {
             self.working.resize(e, 0);
         }
         self.working[o..e].copy_from_slice(data);
-        if data.is_empty() {
-            return Ok(());
-        }
         for s in off / SECTOR..end.div_ceil(SECTOR) {
             let now = sector_of(&self.working, s);
             let v = self.versions.entry(s).or_default();
