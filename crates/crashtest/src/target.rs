@@ -6,7 +6,9 @@
 //!   every persist, creation included) and brackets every operation with [`Ctx::begin`] and
 //!   [`Ctx::done`]: `done` only after the operation is durable (its persist returned).
 //! - [`Target::recover`] opens a crash image as a fresh simulated pool (`Pool::open_sim` /
-//!   `PoolSet::open_sim`) and runs the target's real recovery path. It runs on its own thread,
+//!   `PoolSet::open_sim`; block files with `SimDomain::open_block_image` or
+//!   `SimDomain::add_block_files`, then `BlockFile::open_sim`) and runs the target's real
+//!   recovery path. It runs on its own thread,
 //!   under `catch_unwind` and a watchdog; any threads it starts must be joined before it
 //!   returns. Everything it builds in DRAM is dropped after the check.
 //! - [`Target::check`] compares the recovered state with the [`ModelView`] at the crash point:
@@ -16,7 +18,7 @@
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
-use ferrite_pmem::{CrashImage, Options, Pool, PoolSet, SimDomain, SplitMix64};
+use ferrite_pmem::{BlockFile, CrashImage, Options, Pool, PoolSet, SimDomain, SplitMix64};
 
 /// Media axioms a target relies on beyond M1 (`docs/design/persistence.md` §1).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -132,6 +134,13 @@ impl<Op: ModelOp> Ctx<Op> {
     /// Creates the target's pool set on the tester's domain.
     pub fn create_pool_set(&self, opts: &Options) -> Result<PoolSet, String> {
         PoolSet::create_sim_with(self.domain.clone(), opts).map_err(|e| e.to_string())
+    }
+
+    /// Creates a block file called `name` on the tester's domain (its creation is a crash
+    /// point; its syncs are crash points with its unsynced writes undecided).
+    #[track_caller]
+    pub fn create_block_file(&self, name: &str) -> Result<BlockFile, String> {
+        BlockFile::create_sim(&self.domain, name).map_err(|e| e.to_string())
     }
 
     /// Records that `op` begins: from now until [`Ctx::done`] it is in flight.

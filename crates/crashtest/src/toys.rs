@@ -7,6 +7,10 @@
 //!   (eight per line). Appending `v` must make `a[n] = v` durable before `n + 1`.
 //! - **commit-word records**: records of four words, one per line from offset 1024, and a
 //!   validity bitmap word at offset 0. A record's bit must become durable after its data.
+//! - **block-file log** (no pool: a simulated [`BlockFile`]): a count word at offset 0 and
+//!   records of 700 bytes (two sectors each) from offset 512, one per 1 KiB. Appending must
+//!   sync the record before the count that commits it is written (and sync the count before
+//!   the append counts as done).
 //!
 //! | Toy | Bug | Found by |
 //! |---|---|---|
@@ -18,6 +22,7 @@
 //! | `toy-same-line` | value and count share a line and one persist, relying on M2 undeclared | only tearing |
 //! | `toy-recovery-unsafe` | recovery retires its redo log before applying it | only a crash inside recovery (nesting) |
 //! | `toy-handoff` | a thread hands off data it flushed without a fence; another commits it | threads: the committer's fence does not persist the producer's flush |
+//! | `toy-missing-fsync` | a block-file log writes a record and its commit word with one sync for both | the subsets of unsynced sectors: the commit word's sector without the record's |
 //!
 //! Each `-fixed` twin is the same code with the bug corrected; each toy states the weakest
 //! mode that finds it ([`Target::expect`]), and the tests check that weaker modes do not.
@@ -25,7 +30,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use ferrite_pmem::{CrashImage, Error, Options, Pool};
+use ferrite_pmem::{BlockFile, CrashImage, Error, Options, Pool, SimDomain};
 
 use crate::explore::DynTarget;
 use crate::target::{Axioms, Ctx, Expect, Mode, ModelOp, ModelView, Target};
@@ -399,6 +404,16 @@ pub fn toys() -> Vec<Box<dyn DynTarget>> {
             summary: "twin of toy-handoff: the producer fences before the handoff",
             fence: true,
         }),
+        boxed(FsyncToy {
+            name: "toy-missing-fsync",
+            summary: "seeded defect: a block-file log writes a record and its commit word with one sync for both",
+            sync_record: false,
+        }),
+        boxed(FsyncToy {
+            name: "toy-missing-fsync-fixed",
+            summary: "twin of toy-missing-fsync: the record is synced before its commit word is written",
+            sync_record: true,
+        }),
     ]
 }
 
@@ -672,5 +687,139 @@ impl Target for HandoffToy {
     }
     fn check(&self, r: &ToyState, m: &ModelView<ToyOp>) -> Result<(), String> {
         CommitToy { name: "", summary: "", commit_first: false }.check(r, m)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A log in a block file (sector crash model)
+// ---------------------------------------------------------------------------------------------
+
+const LOG_FILE: &str = "log";
+const LOG_RECORDS: u64 = 6;
+const LOG_BASE: u64 = 512;
+const LOG_STRIDE: u64 = 1024;
+/// Longer than a sector, so a record's write can tear between its two sectors.
+const LOG_RECORD_LEN: usize = 700;
+
+/// The bytes of the `i`-th record (none zero, so a lost sector is visible).
+fn log_record(i: u64) -> Vec<u8> {
+    (0..LOG_RECORD_LEN as u64).map(|j| (((i + 1) * 37 + j) % 255 + 1) as u8).collect()
+}
+
+/// Appends records to a log kept in a simulated block file: write the record, sync, write the
+/// count word that commits it, sync. The defect writes the count before the one sync, so a
+/// crash may keep the count's sector and lose (or tear) the record's.
+#[derive(Debug)]
+pub struct FsyncToy {
+    name: &'static str,
+    summary: &'static str,
+    sync_record: bool,
+}
+
+/// What recovery of the block-file log finds.
+#[derive(Debug)]
+pub enum LogState {
+    /// The image holds no log file.
+    NoFile,
+    /// The committed count and the records it covers.
+    Log {
+        /// The count word.
+        count: u64,
+        /// Records `0..count` as read.
+        records: Vec<Vec<u8>>,
+    },
+}
+
+impl Target for FsyncToy {
+    type Op = ToyOp;
+    type Recovered = LogState;
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn summary(&self) -> &'static str {
+        self.summary
+    }
+    fn expect(&self) -> Expect {
+        if self.sync_record { Expect::Pass } else { Expect::FoundBy(Mode::Stash) }
+    }
+    fn rules(&self) -> &'static [&'static str] {
+        if self.sync_record { &["P-TOY-9", "P-TOY-10"] } else { &["P-TOY-10"] }
+    }
+    fn benign_sites(&self) -> &'static [(&'static str, &'static str)] {
+        &[(
+            "#P-TOY-11 [recovery only]",
+            "recovery's truncation only cuts bytes past the committed count, which no recovery \
+             reads; if it is lost, the next recovery cuts them again",
+        )]
+    }
+    fn workload(&self, ctx: &mut Ctx<ToyOp>) -> Result<(), String> {
+        let f = ctx.create_block_file(LOG_FILE)?;
+        let e = |e: Error| e.to_string();
+        for i in 0..LOG_RECORDS {
+            let t = ctx.begin(ToyOp(i));
+            f.write_at(LOG_BASE + i * LOG_STRIDE, &log_record(i)).map_err(e)?;
+            if self.sync_record {
+                f.sync_rule("P-TOY-9").map_err(e)?; // ORDER(P-TOY-9): the record before its commit word
+            } // BUG (without it): the count below may persist before the record
+            f.write_at(0, &(i + 1).to_le_bytes()).map_err(e)?;
+            f.sync_rule("P-TOY-10").map_err(e)?; // ORDER(P-TOY-10): the count commits the record
+            ctx.done(t);
+        }
+        Ok(())
+    }
+    fn recover(&self, image: &CrashImage) -> Result<LogState, String> {
+        if image.block(LOG_FILE).is_none() {
+            return Ok(LogState::NoFile);
+        }
+        let e = |e: Error| e.to_string();
+        let d = SimDomain::open_block_image(image).map_err(e)?;
+        let f = BlockFile::open_sim(&d, LOG_FILE).map_err(e)?;
+        let mut word = [0u8; 8];
+        f.read_at(0, &mut word).map_err(e)?;
+        let count = u64::from_le_bytes(word);
+        if count > LOG_RECORDS {
+            return Err(format!("count = {count} exceeds the {LOG_RECORDS} records ever written"));
+        }
+        let mut records = Vec::new();
+        for i in 0..count {
+            let mut r = vec![0u8; LOG_RECORD_LEN];
+            f.read_at(LOG_BASE + i * LOG_STRIDE, &mut r).map_err(e)?;
+            records.push(r);
+        }
+        // Cut what an unfinished append left past the committed records.
+        let end = LOG_BASE + count * LOG_STRIDE;
+        if f.len().map_err(e)? > end {
+            f.set_len(end).map_err(e)?;
+            f.sync_rule("P-TOY-11").map_err(e)?; // ORDER(P-TOY-11): drop the uncommitted tail
+        }
+        Ok(LogState::Log { count, records })
+    }
+    fn check(&self, r: &LogState, m: &ModelView<ToyOp>) -> Result<(), String> {
+        let c = m.committed.len() as u64;
+        let (count, records) = match r {
+            LogState::NoFile if c == 0 => return Ok(()),
+            LogState::NoFile => {
+                return Err(format!("expected {c} committed records, found no log"));
+            }
+            LogState::Log { count, records } => (*count, records),
+        };
+        let max = c + m.in_flight.len() as u64;
+        if count < c || count > max {
+            return Err(format!(
+                "expected a count between {c} (committed) and {max} (with in-flight), found {count}"
+            ));
+        }
+        for (i, r) in records.iter().enumerate() {
+            let want = log_record(i as u64);
+            if *r != want {
+                let bad = (0..LOG_RECORD_LEN).filter(|&j| r[j] != want[j]).count();
+                return Err(format!(
+                    "count = {count} but record {i} has {bad} of {LOG_RECORD_LEN} bytes wrong; \
+                     expected it whole ({})",
+                    if (i as u64) < c { "committed" } else { "in-flight" }
+                ));
+            }
+        }
+        Ok(())
     }
 }

@@ -1,5 +1,6 @@
 //! Per-thread persistence counters: lines flushed per instruction, fences, bytes stored,
-//! non-temporal bytes, `msync` calls, elided flushes (eADR).
+//! non-temporal bytes, `msync` calls, elided flushes (eADR), and for block files
+//! ([`BlockFile`](crate::BlockFile)) bytes written and syncs.
 //!
 //! The counters are thread-local plain cells: incrementing one costs a TLS add, never an atomic
 //! or a shared cache line, so they stay on in release builds and benchmarks. They count what
@@ -46,6 +47,10 @@ pub struct Counters {
     /// Nanoseconds of latency injected by the emulator (barrier and per-line delays, bandwidth
     /// waits).
     pub injected_ns: u64,
+    /// Bytes written to block files (`BlockFile::write_at`, real or simulated).
+    pub file_bytes_written: u64,
+    /// Block-file syncs (`BlockFile::sync`: `fdatasync`, or a simulated sync).
+    pub syncs: u64,
 }
 
 impl Counters {
@@ -62,6 +67,8 @@ impl Counters {
             bytes_stored: c.bytes_stored.get(),
             nt_bytes: c.nt_bytes.get(),
             injected_ns: c.injected_ns.get(),
+            file_bytes_written: c.file_bytes_written.get(),
+            syncs: c.syncs.get(),
         })
     }
 
@@ -91,6 +98,8 @@ impl Counters {
             bytes_stored: f(self.bytes_stored, o.bytes_stored),
             nt_bytes: f(self.nt_bytes, o.nt_bytes),
             injected_ns: f(self.injected_ns, o.injected_ns),
+            file_bytes_written: f(self.file_bytes_written, o.file_bytes_written),
+            syncs: f(self.syncs, o.syncs),
         }
     }
 }
@@ -122,6 +131,8 @@ struct Local {
     bytes_stored: Cell<u64>,
     nt_bytes: Cell<u64>,
     injected_ns: Cell<u64>,
+    file_bytes_written: Cell<u64>,
+    syncs: Cell<u64>,
 }
 
 thread_local! {
@@ -137,6 +148,8 @@ thread_local! {
             bytes_stored: Cell::new(0),
             nt_bytes: Cell::new(0),
             injected_ns: Cell::new(0),
+            file_bytes_written: Cell::new(0),
+            syncs: Cell::new(0),
         }
     };
 }
@@ -182,4 +195,12 @@ pub(crate) fn add_nt(bytes: u64) {
 #[inline]
 pub(crate) fn add_injected(ns: u64) {
     bump(|l| &l.injected_ns, ns);
+}
+#[inline]
+pub(crate) fn add_file_written(bytes: u64) {
+    bump(|l| &l.file_bytes_written, bytes);
+}
+#[inline]
+pub(crate) fn add_sync() {
+    bump(|l| &l.syncs, 1);
 }

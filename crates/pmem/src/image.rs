@@ -7,7 +7,9 @@
 //! flush order, then other threads' pending lines by thread and flush order, then dirty lines
 //! by (file, line). Pending lines carry their content at flush time (M3); evicted dirty lines
 //! carry their newest content (M5). With `tear`, each chosen line persists only a random
-//! subset of its 8-byte words (M1 holds; M2 does not).
+//! subset of its 8-byte words (M1 holds; M2 does not). Simulated block files come last: their
+//! unsynced choices (see [`ImageSpec::blocks`]) are numbered after every line, and an image
+//! holds each block file as plain bytes ([`CrashImage::blocks`]).
 //!
 //! # Invariants
 //! - An [`ImageFile`] is its durable pages (shared, never written through) plus an overlay of
@@ -77,6 +79,13 @@ pub struct ImageSpec {
     /// With `tear`: the 8-byte words (bit w = bytes 8w..8w+8) of every chosen line that
     /// persist; `None` chooses them at random from the seed.
     pub tear_words: Option<u8>,
+    /// Which unsynced choices of the simulated block files persisted. Candidates, in order:
+    /// block files by name; per file first its pending length change (if `set_len` or an
+    /// extending write happened since its last sync), then every sector written since the
+    /// last sync in ascending order, each with its versions in write order. A sector takes the
+    /// newest of its versions that is picked, or keeps its durable content when none is; the
+    /// file takes its newest length if that candidate is picked, else its durable length.
+    pub blocks: Pick,
     /// Seed of every random choice.
     pub seed: u64,
 }
@@ -234,6 +243,9 @@ impl ImageFile {
 pub struct CrashImage {
     /// The files, by name.
     pub files: Vec<ImageFile>,
+    /// The simulated block files (`BlockFile`), by name: plain bytes (no overlay), a
+    /// namespace of their own (a block file may share a name with a pool file).
+    pub blocks: Vec<ImageFile>,
     /// Free-form description (the tester records the crash point and seed here).
     pub note: String,
 }
@@ -244,13 +256,19 @@ impl CrashImage {
         self.files.iter().find(|f| f.name == name)
     }
 
+    /// The block file called `name`.
+    pub fn block(&self, name: &str) -> Option<&ImageFile> {
+        self.blocks.iter().find(|f| f.name == name)
+    }
+
     /// Lines overlaid on the durable base, over all files.
     pub fn overlay_lines(&self) -> usize {
         self.files.iter().map(|f| f.overlay.len()).sum()
     }
 
-    /// Writes the image to `dir` (created if needed): one file per image file plus
-    /// `image.txt` (names, lengths and the note). Loaded again by [`CrashImage::load`].
+    /// Writes the image to `dir` (created if needed): one file per image file, one file
+    /// `NAME.block` per block file, plus `image.txt` (names, lengths and the note). Loaded
+    /// again by [`CrashImage::load`].
     pub fn save(&self, dir: impl AsRef<Path>) -> Result<()> {
         let dir = dir.as_ref();
         std::fs::create_dir_all(dir).map_err(|e| Error::io("mkdir", dir, e))?;
@@ -263,6 +281,14 @@ impl CrashImage {
             let path = dir.join(&f.name);
             std::fs::write(&path, f.bytes()).map_err(|e| Error::io("write", &path, e))?;
             let _ = writeln!(manifest, "file {} {}", f.name, f.len);
+        }
+        for f in &self.blocks {
+            if f.name.contains(['/', '\n', ' ']) || f.name.starts_with('.') {
+                return Err(Error::InvalidArgument(format!("bad block file name {:?}", f.name)));
+            }
+            let path = dir.join(format!("{}.block", f.name));
+            std::fs::write(&path, f.bytes()).map_err(|e| Error::io("write", &path, e))?;
+            let _ = writeln!(manifest, "block {} {}", f.name, f.len);
         }
         for line in self.note.lines() {
             let _ = writeln!(manifest, "note {line}");
@@ -288,7 +314,11 @@ impl CrashImage {
         for l in lines {
             if let Some(n) = l.strip_prefix("note ") {
                 notes.push(n.to_owned());
-            } else if let Some(rest) = l.strip_prefix("file ") {
+            } else if let Some((rest, block)) = l
+                .strip_prefix("file ")
+                .map(|r| (r, false))
+                .or_else(|| l.strip_prefix("block ").map(|r| (r, true)))
+            {
                 let (name, len) = rest
                     .rsplit_once(' ')
                     .and_then(|(n, l)| l.parse::<u64>().ok().map(|l| (n, l)))
@@ -296,7 +326,7 @@ impl CrashImage {
                 if name.contains('/') || name.starts_with('.') {
                     return Err(Error::corrupt(&mpath, format!("bad file name {name:?}")));
                 }
-                let path = dir.join(name);
+                let path = if block { dir.join(format!("{name}.block")) } else { dir.join(name) };
                 let bytes = std::fs::read(&path).map_err(|e| Error::io("read", &path, e))?;
                 if bytes.len() as u64 != len {
                     return Err(Error::corrupt(
@@ -304,7 +334,8 @@ impl CrashImage {
                         format!("{} bytes, manifest says {len}", bytes.len()),
                     ));
                 }
-                img.files.push(ImageFile::from_bytes(name, &bytes));
+                let f = ImageFile::from_bytes(name, &bytes);
+                if block { img.blocks.push(f) } else { img.files.push(f) }
             } else if !l.is_empty() {
                 return Err(Error::corrupt(&mpath, format!("bad line {l:?}")));
             }

@@ -44,6 +44,7 @@
 //! ```
 
 mod arch;
+mod blockfile;
 mod counters;
 pub mod emulation;
 mod error;
@@ -62,6 +63,7 @@ pub mod sim;
 mod space;
 
 pub use arch::{CpuFeatures, best_flush, cpu_features, flush_supported};
+pub use blockfile::BlockFile;
 pub use counters::Counters;
 pub use emulation::Latency;
 pub use error::{Error, Result, uuid_str};

@@ -1,5 +1,6 @@
-//! Which images to build at a crash point: subsets of the pending lines (the stash), early
-//! eviction of dirty lines, torn lines, and corrupted variants; and how to describe each.
+//! Which images to build at a crash point: subsets of the pending lines (the stash), subsets
+//! of the block files' unsynced sector versions and length changes, early eviction of dirty
+//! lines, torn lines, and corrupted variants; and how to describe each.
 //!
 //! # Invariants
 //! - Every choice comes from the explorer's seeded generator: the same state and seed give
@@ -36,20 +37,26 @@ pub(super) fn subsets(k: usize, cfg: &Config, rng: &mut SplitMix64) -> Vec<Pick>
     v
 }
 
-pub(super) fn describe(s: &ImageSpec, k: usize) -> String {
-    let pending = match &s.pending {
-        Pick::None => format!("none of {k} pending lines"),
-        Pick::All => format!("all {k} pending lines"),
+/// What `p` picks of `k` candidates called `what`.
+fn picked(p: &Pick, k: usize, what: &str) -> String {
+    match p {
+        Pick::None => format!("none of {k} {what}"),
+        Pick::All => format!("all {k} {what}"),
         Pick::Mask(m) => {
-            format!(
-                "pending lines {:?} of {k}",
-                (0..k).filter(|i| m & (1 << i) != 0).collect::<Vec<_>>()
-            )
+            format!("{what} {:?} of {k}", (0..k).filter(|i| m & (1 << i) != 0).collect::<Vec<_>>())
         }
-        Pick::Indices(v) => format!("pending lines {v:?} of {k}"),
-        Pick::Random(p) => format!("each of {k} pending lines with p={p}"),
-    };
-    let mut d = pending;
+        Pick::Indices(v) => format!("{what} {v:?} of {k}"),
+        Pick::Random(p) => format!("each of {k} {what} with p={p}"),
+    }
+}
+
+/// A spec in words: `k` pending lines, `b` unsynced block-file choices.
+pub(super) fn describe(s: &ImageSpec, k: usize, b: usize) -> String {
+    let mut d = picked(&s.pending, k, "pending lines");
+    if b > 0 {
+        d.push_str(", ");
+        d.push_str(&picked(&s.blocks, b, "unsynced block-file choices"));
+    }
     if s.evict != Pick::None {
         d.push_str(", dirty lines evicted early");
     }
@@ -58,7 +65,7 @@ pub(super) fn describe(s: &ImageSpec, k: usize) -> String {
         (true, None) => d.push_str(", lines torn at 8 bytes"),
         _ => {}
     }
-    if s.evict != Pick::None || s.tear {
+    if s.evict != Pick::None || s.tear || matches!(s.blocks, Pick::Random(_)) {
         d.push_str(&format!(" (image seed {:#x})", s.seed));
     }
     d
@@ -81,6 +88,30 @@ impl<T: Target> Explorer<T> {
             .into_iter()
             .map(|pick| ImageSpec { thread: Some(thread), pending: pick, ..ImageSpec::default() })
             .collect();
+        let unsynced = domain.unsynced_blocks().len();
+        if unsynced > 0 {
+            // The block files' unsynced choices, picked as the pending lines are (every
+            // subset up to `max_exhaustive_lines`, sampled beyond), with none of the pending
+            // lines; then everything at once. Not the cross product of both.
+            for pick in subsets(unsynced, &self.cfg, rng) {
+                if matches!(pick, Pick::None | Pick::Mask(0)) {
+                    continue; // the durable image, already there
+                }
+                specs.push(ImageSpec {
+                    thread: Some(thread),
+                    blocks: pick,
+                    ..ImageSpec::default()
+                });
+            }
+            if pending > 0 {
+                specs.push(ImageSpec {
+                    thread: Some(thread),
+                    pending: Pick::All,
+                    blocks: Pick::All,
+                    ..ImageSpec::default()
+                });
+            }
+        }
         let n_dirty = domain.dirty_lines().len();
         let dirty = n_dirty > 0;
         if dirty && self.cfg.evict_samples > 0 {
@@ -139,11 +170,13 @@ impl<T: Target> Explorer<T> {
     pub(super) fn corrupt(&self, mut image: CrashImage, n: usize) -> (CrashImage, String) {
         let mut st = lock(&self.state);
         let rng = &mut st.rng;
-        if image.files.is_empty() {
+        let (nf, nb) = (image.files.len(), image.blocks.len());
+        if nf + nb == 0 {
             return (image, "no files".into());
         }
-        let fi = (rng.next_u64() % image.files.len() as u64) as usize;
-        let f = &mut image.files[fi];
+        // Pool files and block files alike.
+        let fi = (rng.next_u64() % (nf + nb) as u64) as usize;
+        let f = if fi < nf { &mut image.files[fi] } else { &mut image.blocks[fi - nf] };
         if n % 4 == 3 && f.len > 0 {
             let len = rng.next_u64() % f.len;
             f.truncate(len);
@@ -163,7 +196,7 @@ impl<T: Target> Explorer<T> {
             f.xor_byte(off, 1 << (rng.next_u64() % 8));
             at.push(off);
         }
-        let name = image.files[fi].name.clone();
+        let name = f.name.clone();
         (image, format!("{flips} bit flips in {name} at {at:?}"))
     }
 }

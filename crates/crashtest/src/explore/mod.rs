@@ -3,8 +3,9 @@
 //! spec `../shared/specs/crash-testing.md` §3, §9, §10.5–10.7).
 //!
 //! The workload runs on a simulated domain whose hook is the explorer. At every **crash point**
-//! — a fence that has lines pending (the stash of Alg. 7.3), a file operation, optionally every
-//! flush, and the end of the workload — the explorer decides whether to crash there:
+//! — a fence that has lines pending (the stash of Alg. 7.3), a sync of a block file with
+//! unsynced writes, a file operation, optionally every flush and block-file write, and the end
+//! of the workload — the explorer decides whether to crash there:
 //!
 //! - *call-stack-aware* (default): each crash-point key starts at probability 1 and halves after
 //!   every crash there (Alg. 7.2), so a site visited n times is crashed about log2(n)+1 times;
@@ -18,7 +19,9 @@
 //! all-but-one and seeded samples); with eviction on, each dirty line written back early on
 //! its own (up to 8 dirty lines) plus `evict_samples` seeded samples that persist random
 //! pending and dirty lines, dirty ones with their newest content; `tear_samples` seeded samples whose chosen
-//! lines tear at 8-byte granularity (only for targets that do not declare axiom M2); and
+//! lines tear at 8-byte granularity (only for targets that do not declare axiom M2); the
+//! subsets of the block files' unsynced choices (sector versions, length changes), chosen as
+//! the pending lines are (with the pending lines none, plus one image with everything); and
 //! `corrupt_samples` variants with flipped bits or truncated files, on which recovery must
 //! return `Ok` or a typed error — never panic or hang.
 //!
@@ -156,9 +159,10 @@ impl<T: Target> Explorer<T> {
         self.cfg.out_dir.join(format!("{}-{tag}", self.target.name()))
     }
 
-    /// Coverage: a flush or fence at `e`'s site, by the workload or inside a recovery.
+    /// Coverage: a flush, fence or block-file sync (counted with the fences) at `e`'s site,
+    /// by the workload or inside a recovery.
     fn record_site(&self, e: &Event, in_recovery: bool) {
-        if !matches!(e.kind, EventKind::Flush | EventKind::Fence) {
+        if !matches!(e.kind, EventKind::Flush | EventKind::Fence | EventKind::BlockSync) {
             return;
         }
         let mut st = lock(&self.state);
@@ -181,11 +185,19 @@ impl<T: Target> Explorer<T> {
         self.record_site(e, false);
         let point = match e.kind {
             EventKind::Fence => e.pending > 0,
-            EventKind::FileCreate | EventKind::FileRemove | EventKind::FilePunch => true,
-            EventKind::Flush => self.cfg.at_flush,
+            // A sync of a file with unsynced writes (they are still undecided here).
+            EventKind::BlockSync => e.pending > 0,
+            EventKind::FileCreate
+            | EventKind::FileRemove
+            | EventKind::FilePunch
+            | EventKind::BlockCreate
+            | EventKind::BlockRemove => true,
+            EventKind::Flush | EventKind::BlockWrite | EventKind::BlockSetLen => self.cfg.at_flush,
             EventKind::Store | EventKind::NtStore | EventKind::Close => false,
         };
         if point {
+            // The crashing thread's pending lines (block files' unsynced writes are
+            // looked up by `specs_at`).
             let pending = match e.kind {
                 EventKind::Fence => e.pending,
                 _ => domain.pending_of(e.thread).len(),
@@ -237,6 +249,7 @@ impl<T: Target> Explorer<T> {
             let draws: Vec<f64> = specs.iter().map(|_| rng.next_f64()).collect();
             (specs, draws)
         };
+        let unsynced = domain.unsynced_blocks().len();
         let model = lock(&self.log).view();
         for (spec, draw) in specs.iter().zip(nest_draws) {
             if self.out_of_budget() {
@@ -248,7 +261,7 @@ impl<T: Target> Explorer<T> {
                 image.clone(),
                 &model,
                 key.to_owned(),
-                describe(spec, pending),
+                describe(spec, pending, unsynced),
                 Kind::Check { nest },
             );
             if self.stop.load(Ordering::Relaxed) {
@@ -321,7 +334,7 @@ pub fn explore<T: Target>(target: Arc<T>, cfg: &Config) -> Report {
     let outcome =
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| target.workload(&mut ctx)));
     // The end of the workload is a crash point too: everything fenced is durable.
-    if !domain.files().is_empty() {
+    if !domain.files().is_empty() || !domain.block_files().is_empty() {
         explorer.crash_point(&domain, ferrite_pmem::sim::thread_index(), "end-of-workload", 0);
     }
     domain.set_hook(None);
@@ -338,6 +351,7 @@ pub fn explore<T: Target>(target: Arc<T>, cfg: &Config) -> Report {
     };
     let stats = domain.stats();
     st.report.fences = stats.fences;
+    st.report.syncs = stats.syncs;
     st.report.double_flushes = stats.double_flushes;
     let reached: BTreeSet<&str> = st
         .report

@@ -7,9 +7,10 @@
 //!
 //! # Invariants
 //! - Crash points inside recovery are those of the workload (a fence with lines pending that
-//!   would change the durable image, a file operation, a flush with `at_flush`) plus the end
-//!   of recovery: the close of a pool recovery opened (`EventKind::Close`), where everything
-//!   recovery left pending or dirty is still undecided.
+//!   would change the durable image, a block-file sync that would, a file operation, a flush
+//!   or block-file write with `at_flush`) plus the end of recovery: the close of a pool or
+//!   block file recovery opened (`EventKind::Close`), where everything recovery left pending,
+//!   dirty or unsynced is still undecided.
 //! - Depth 3 and beyond are not explored: recoveries of depth-2 images are observed (sites)
 //!   but not crashed.
 //! - Whether a crash point inside recovery is crashed follows the call-stack policy on the
@@ -68,7 +69,7 @@ impl<T: Target> Explorer<T> {
     fn diverges(&self, e: &Event) -> bool {
         let fresh = match e.kind {
             EventKind::Flush => true,
-            EventKind::Fence => e.fresh > 0,
+            EventKind::Fence | EventKind::BlockSync => e.fresh > 0,
             _ => false,
         };
         fresh && self.cfg.drop_sites.iter().any(|s| *s == e.site.key())
@@ -86,12 +87,14 @@ impl<T: Target> Explorer<T> {
             // Only a fence that would change the durable image: recovery re-persists much
             // that is already durable (an open-state word, an idempotent redo), and a crash
             // before such a fence gives the same images as one after it.
-            EventKind::Fence => e.pending > 0 && e.fresh > 0,
+            EventKind::Fence | EventKind::BlockSync => e.pending > 0 && e.fresh > 0,
             EventKind::FileCreate
             | EventKind::FileRemove
             | EventKind::FilePunch
+            | EventKind::BlockCreate
+            | EventKind::BlockRemove
             | EventKind::Close => true,
-            EventKind::Flush => self.cfg.at_flush,
+            EventKind::Flush | EventKind::BlockWrite | EventKind::BlockSetLen => self.cfg.at_flush,
             EventKind::Store | EventKind::NtStore => false,
         };
         if !point || self.stop.load(Ordering::Relaxed) {
@@ -125,12 +128,14 @@ impl<T: Target> Explorer<T> {
             self.specs_at(domain, e.thread, pending, rng)
         };
         let key = format!("nested {inner} after {outer}");
+        let unsynced = domain.unsynced_blocks().len();
         for spec in specs.iter().take(self.cfg.nested_max) {
             if self.out_of_budget() {
                 return;
             }
             let image = domain.capture(spec);
-            let desc = format!("crash inside recovery at {inner}: {}", describe(spec, pending));
+            let desc =
+                format!("crash inside recovery at {inner}: {}", describe(spec, pending, unsynced));
             self.test(image, model, key.clone(), desc, Kind::Nested);
             if self.stop.load(Ordering::Relaxed) {
                 return;

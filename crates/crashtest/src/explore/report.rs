@@ -142,6 +142,8 @@ pub struct Report {
     pub rules_not_reached: Vec<String>,
     /// Fences seen.
     pub fences: u64,
+    /// Block-file syncs seen.
+    pub syncs: u64,
     /// Lines flushed twice by one thread without a fence between (a hint of a bug).
     pub double_flushes: u64,
     /// Wall time.
@@ -182,15 +184,16 @@ impl Report {
         self.visited - self.unexamined
     }
 
-    /// Why this run is not a valid smoke run of a correct target: it failed, reached no fence,
+    /// Why this run is not a valid smoke run of a correct target: it failed, reached no fence
+    /// (nor block-file sync),
     /// tested fewer than `floor` images, or never reached a declared rule. A smoke run may
     /// stop at its budget or time (it is bounded on purpose).
     pub fn smoke_problem(&self, floor: u64) -> Option<String> {
         if self.failed() {
             return Some("the run failed".into());
         }
-        if self.fences == 0 {
-            return Some("the workload reached no fence".into());
+        if self.fences == 0 && self.syncs == 0 {
+            return Some("the workload reached no fence (nor block-file sync)".into());
         }
         if self.images < floor {
             return Some(format!("{} images tested, fewer than the floor {floor}", self.images));
@@ -211,7 +214,7 @@ impl fmt::Display for Report {
         };
         writeln!(
             f,
-            "{}: {verdict} (seed {:#x}): {} crash points visited, {} crashed, {} distinct keys, {} images tested ({} nested, {} corrupted), {} fences, {:.2?}{}",
+            "{}: {verdict} (seed {:#x}): {} crash points visited, {} crashed, {} distinct keys, {} images tested ({} nested, {} corrupted), {} fences{}, {:.2?}{}",
             self.target,
             self.seed,
             self.visited,
@@ -221,6 +224,7 @@ impl fmt::Display for Report {
             self.nested_images,
             self.corrupt_images,
             self.fences,
+            if self.syncs > 0 { format!(", {} syncs", self.syncs) } else { String::new() },
             self.elapsed,
             match self.stop {
                 Some(s) if self.stopped_early => format!(" (stopped early: {})", s.name()),

@@ -7,6 +7,9 @@
 //!   the image: it is a state some crash could produce.
 //! - Pending lines carry their content at flush time (M3); evicted dirty lines their newest
 //!   working content (M5); torn lines only some of their 8-byte words (M1 holds).
+//! - Block files: the durable content plus, per sector written since the file's last sync,
+//!   at most one of its versions (B1: sectors never tear), and the durable or the newest
+//!   length (`sim/blocks.rs`).
 //!
 //! # Concurrency
 //! Holds the gate exclusively and the pending lock while it reads pending sets.
@@ -75,8 +78,10 @@ impl SimDomain {
                 }
             }
         }
+        // Block files last: their candidates (and random draws) come after every line's.
+        let blocks = SimDomain::capture_blocks(&g.blocks, &spec.blocks, &mut rng);
         drop(g);
         self.count_image();
-        CrashImage { files: files.into_values().collect(), note: String::new() }
+        CrashImage { files: files.into_values().collect(), blocks, note: String::new() }
     }
 }

@@ -47,6 +47,8 @@ pub struct SimStats {
     pub double_flushes: u64,
     /// Images captured.
     pub images: u64,
+    /// Block-file syncs seen.
+    pub syncs: u64,
 }
 
 /// The simulated persistence domain of one pool or pool set (see the module docs).
@@ -85,7 +87,12 @@ impl SimDomain {
     pub fn new(eadr: bool) -> SimDomain {
         let defaults = new_domain_defaults();
         SimDomain {
-            gate: RwLock::new(Files { by_addr: BTreeMap::new(), files: BTreeMap::new() }),
+            gate: RwLock::new(Files {
+                by_addr: BTreeMap::new(),
+                files: BTreeMap::new(),
+                blocks: BTreeMap::new(),
+                next_block_id: 0,
+            }),
             pending: Mutex::new(HashMap::new()),
             hook: RwLock::new(defaults.hook),
             trace: Mutex::new(None),
@@ -127,7 +134,7 @@ impl SimDomain {
         self.dropped.write().unwrap_or_else(|p| p.into_inner()).insert(site_key.to_owned());
     }
 
-    fn is_dropped(&self, site: &Site) -> bool {
+    pub(super) fn is_dropped(&self, site: &Site) -> bool {
         let d = self.dropped.read().unwrap_or_else(|p| p.into_inner());
         !d.is_empty() && d.contains(&site.key())
     }
@@ -288,7 +295,7 @@ impl SimDomain {
             self.emit(EventKind::Close, "", 0, 0, site, 0, None);
         }
         let mut g = self.write_gate();
-        let Files { by_addr, files } = &mut *g;
+        let Files { by_addr, files, .. } = &mut *g;
         let names: Vec<(usize, String)> =
             by_addr.range(start..start.saturating_add(len)).map(|(&a, n)| (a, n.clone())).collect();
         for (addr, name) in names {
@@ -543,12 +550,12 @@ impl SimDomain {
             .sum()
     }
 
-    fn tracing(&self) -> bool {
+    pub(super) fn tracing(&self) -> bool {
         lock(&self.trace).is_some()
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn emit(
+    pub(super) fn emit(
         &self,
         kind: EventKind,
         file: &str,
@@ -562,7 +569,7 @@ impl SimDomain {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn emit_as(
+    pub(super) fn emit_as(
         &self,
         thread: u32,
         kind: EventKind,

@@ -79,8 +79,22 @@ pub enum EventKind {
     FilePunch,
     /// A pool or pool set on the domain is being closed (dropped): raised **before** its
     /// working images are detached, so a hook there sees the last state the pool left (the
-    /// crash tester's end-of-recovery crash point). Changes nothing durable.
+    /// crash tester's end-of-recovery crash point). Changes nothing durable. A simulated
+    /// block file's handle raises it too when it is dropped (its file named in the event).
     Close,
+    /// A block file was created (empty; durable at once).
+    BlockCreate,
+    /// A block file was removed (durable at once).
+    BlockRemove,
+    /// A write to a block file (`offset`, `len`): not durable until the file's next sync.
+    BlockWrite,
+    /// A block file's length was set to `len`: not durable until the file's next sync.
+    BlockSetLen,
+    /// A sync of a block file (the hook sees it **before** it takes effect: a crash point,
+    /// with the file's unsynced writes still undecided). `pending` counts the file's unsynced
+    /// choices (sector versions, a length change), `fresh` those that differ from what is
+    /// durable.
+    BlockSync,
 }
 
 impl EventKind {
@@ -94,6 +108,11 @@ impl EventKind {
             EventKind::FileRemove => "remove",
             EventKind::FilePunch => "punch",
             EventKind::Close => "close",
+            EventKind::BlockCreate => "bcreate",
+            EventKind::BlockRemove => "bremove",
+            EventKind::BlockWrite => "bwrite",
+            EventKind::BlockSetLen => "blen",
+            EventKind::BlockSync => "bsync",
         }
     }
 
@@ -107,6 +126,11 @@ impl EventKind {
             "remove" => EventKind::FileRemove,
             "punch" => EventKind::FilePunch,
             "close" => EventKind::Close,
+            "bcreate" => EventKind::BlockCreate,
+            "bremove" => EventKind::BlockRemove,
+            "bwrite" => EventKind::BlockWrite,
+            "blen" => EventKind::BlockSetLen,
+            "bsync" => EventKind::BlockSync,
             _ => return None,
         })
     }
@@ -130,7 +154,8 @@ pub struct Event {
     /// Where it came from.
     pub site: Site,
     /// For fences: how many lines the thread had pending (a fence with none cannot change the
-    /// durable image outside eADR).
+    /// durable image outside eADR). For block-file syncs: how many unsynced choices the file
+    /// had (see [`EventKind::BlockSync`]).
     pub pending: usize,
     /// For flushes: how many flushed lines hold content that differs from their durable
     /// content or from the content already pending for them; for fences: how many lines the

@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::blocks::SimBlock;
 use super::buffer::SimBuffer;
 use crate::image::{PAGE, Page};
 use crate::region::{CACHE_LINE, Region};
@@ -106,6 +107,10 @@ pub(crate) struct Files {
     /// Working start address → file name.
     pub by_addr: BTreeMap<usize, String>,
     pub files: BTreeMap<String, SimFile>,
+    /// Simulated block files, by name (a namespace of their own; see `blocks.rs`).
+    pub blocks: BTreeMap<String, SimBlock>,
+    /// The id of the last block file created or inserted.
+    pub next_block_id: u64,
 }
 
 impl Files {

@@ -16,10 +16,17 @@
 //! operations (create, remove, hole punch) apply to both images at once and are durable
 //! immediately. Under declared eADR a fence makes every dirty line durable.
 //!
+//! Block files ([`BlockFile`](crate::BlockFile) on a domain, `blocks.rs`) are modelled apart
+//! from pool files: per file a durable content, a working content, and per 512-byte sector the
+//! versions it had since the file's last sync; a sync of the file makes its working content
+//! durable (axioms B1–B3 of `docs/design/persistence.md`).
+//!
 //! A [`CrashImage`](crate::CrashImage) is captured from the durable image plus a sparse
 //! overlay of chosen lines: none (durable only), a subset of a thread's pending lines, a subset
 //! of dirty lines with their newest content (early eviction, M5), optionally torn at 8-byte
-//! granularity (only for targets that do not declare M2; M1 always holds).
+//! granularity (only for targets that do not declare M2; M1 always holds); and, for block
+//! files, the durable content plus a chosen version (or none) of each unsynced sector and the
+//! durable or newest length.
 //!
 //! # Invariants
 //! - D1: the durable image changes only at a fence (the fencing thread's pending lines, or
@@ -34,16 +41,20 @@
 //! - D5: every working image the domain reads is owned either by an open pool (which detaches
 //!   it before releasing the memory, D4) or by the domain's own file (a closed pool's copy, or
 //!   a file rebuilt by [`replay`]); so a domain is sound to move and to keep, on its own.
+//! - D6: a block file's durable content changes only at a sync of that file and at its
+//!   creation or removal (`blocks.rs`, B-D1); the domain owns every block file's content.
 //!
 //! # Concurrency
 //! Stores and flushes hold the gate shared; fences, captures and file operations hold it
-//! exclusively. Pending sets are per thread. Hooks run after the operation (before it, for
-//! fences and closes), outside every lock; a hook may capture images; events raised on a
+//! exclusively; so do block-file writes, length changes and syncs (block reads hold it
+//! shared). Pending sets are per thread. Hooks run after the operation (before it, for
+//! fences, block-file syncs and closes), outside every lock; a hook may capture images; events raised on a
 //! thread while it runs a hook are not delivered again (no re-entrancy).
 //!
 //! # Layout
 //! `event.rs` (sites, events, hooks, per-thread defaults of new domains), `files.rs` (per-file
-//! state, pending sets), `domain.rs` (the domain and its primitives), `capture.rs` (building a
+//! state, pending sets), `domain.rs` (the domain and its primitives), `blocks.rs` (simulated
+//! block files), `capture.rs` (building a
 //! [`CrashImage`](crate::CrashImage)), `trace.rs` (recorded events as text), `replay.rs`
 //! (rebuilding a domain from a trace), `buffer.rs` (memory the domain owns). Dependencies go
 //! one way: `pool`/`poolset` → `sim` → `image` (the image types know nothing of the domain).
@@ -51,6 +62,7 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+mod blocks;
 mod buffer;
 mod capture;
 mod domain;
@@ -60,6 +72,7 @@ mod replay;
 mod trace;
 
 pub use crate::image::PAGE;
+pub use blocks::{SECTOR, UnsyncedInfo};
 pub use domain::{PendingInfo, SimDomain, SimStats};
 pub use event::{Event, EventKind, Hook, Site, set_new_domain_drops, set_new_domain_hook};
 pub use replay::{Replay, replay};

@@ -7,7 +7,9 @@
 //!   the buffers in a private field next to a public `domain` field: moving the domain out
 //!   freed its working images.)
 //! - After replaying the same events, the working image, the durable image, the dirty lines
-//!   and every recorded thread's pending lines equal the recording domain's.
+//!   and every recorded thread's pending lines equal the recording domain's; so do the block
+//!   files' working and durable contents and unsynced versions (their handles are not
+//!   replayed: replayed block files are closed).
 //!
 //! # Concurrency
 //! Replay runs on the calling thread; flushes and fences are applied **as the thread that
@@ -86,6 +88,13 @@ pub fn replay(events: &[TraceEvent], eadr: bool) -> Result<Replay> {
                 domain.flush_as(e.thread, addr, e.len, site);
             }
             EventKind::Fence => domain.fence_as(e.thread, site),
+            EventKind::BlockCreate => {
+                domain.block_create(&e.file, false, site)?;
+            }
+            EventKind::BlockRemove => domain.block_remove(&e.file, site)?,
+            EventKind::BlockWrite => domain.block_write(&e.file, None, e.offset, &e.data, site)?,
+            EventKind::BlockSetLen => domain.block_set_len(&e.file, None, e.len, site)?,
+            EventKind::BlockSync => domain.block_sync(&e.file, None, site)?,
         }
     }
     Ok(Replay { domain })
