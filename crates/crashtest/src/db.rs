@@ -580,6 +580,24 @@ const SOFORT_BENIGN: &[(&str, &str)] = &[
     ),
 ];
 
+/// The paged engine's creation-time persist sites whose loss these targets do not detect
+/// (`db-paged-journal`, `db-paged-wal`; `crates/crashtest/tests/paged.rs`), named by file and
+/// ORDER comment words like [`SOFORT_BENIGN`].
+const PAGED_BENIGN: &[(&str, &str)] = &[
+    (
+        "paged/store/pmfile.rs@ORDER(P-PG-1): the directory (header and empty entries) before its magic",
+        "P-PG-1 directory before its magic: the header fields share line 0 with the magic, which the next persist flushes (so they become durable with it), and the entries are zero on a fresh segment; without the first persist a torn image (no M2) can hold the magic without the fields, which open reports as a bad checksum instead of an unfinished creation: either way inside creation, where a failed open is allowed",
+    ),
+    (
+        "paged/pager.rs@ORDER(P-PG-3): the meta page without its magic first",
+        "P-PG-3 meta fields before the magic: the magic write rewrites the whole meta page (fields included) and flushes it, so the fields become durable with the magic; without this flush a torn image (no M2) can hold the magic without the fields, reported as a bad meta checksum instead of an unfinished creation: inside creation, where a failed open is allowed",
+    ),
+    (
+        "paged/pager.rs@ORDER(P-PG-3): meta and catalog root durable before the magic",
+        "P-PG-3 first creation sync: without it, the catalog root and the meta fields become durable at the second sync, together with the magic (the catalog root is flushed before the magic is written); what a crash in between can leave differs only in torn images (no M2): the magic without the fields or the root, which open reports as a bad checksum or a corrupt root instead of an unfinished creation; inside creation, where a failed open is allowed",
+    ),
+];
+
 /// `db-sofort-instant`'s undetected sites: SOFORT's, and one that is not shown harmless.
 fn sofort_instant_benign() -> &'static [(&'static str, &'static str)] {
     static LIST: OnceLock<Vec<(&'static str, &'static str)>> = OnceLock::new();
@@ -1071,6 +1089,7 @@ impl Target for DbTarget {
         match self.kind.name() {
             "sofort" if self.instant => sofort_instant_benign(),
             "sofort" => SOFORT_BENIGN,
+            n if n.starts_with("paged-") => PAGED_BENIGN,
             _ => &[],
         }
     }

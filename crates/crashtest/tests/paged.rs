@@ -34,21 +34,17 @@ fn both_protocols_are_crash_targets() {
     assert_eq!(names, ["paged-journal", "paged-wal"]);
 }
 
+/// Every crash point of a 6-transaction workload, without nested crashes (the next test runs
+/// them): the rollback journal's commit has about 200 pending lines per crash point, each
+/// explored as none, all, singletons, all-but-one and seeded subsets.
 #[test]
-fn small_workload_passes_exhaustively_with_nested_crashes() {
+fn small_workload_passes_exhaustively() {
     let dir = TestDir::new("crashtest-paged-exhaustive");
     for kind in paged() {
         let t = Arc::new(DbTarget::with_txns(kind, 6));
         let r = ferrite_crashtest::explore(
             t.clone(),
-            &Config {
-                exhaustive: true,
-                nested_rate: std::env::var("NESTED")
-                    .ok()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(0.25),
-                ..cfg(&dir, 20_000)
-            },
+            &Config { exhaustive: true, nested_rate: 0.0, ..cfg(&dir, 20_000) },
         );
         eprint!("{r}");
         assert!(r.passed(), "{r}");
@@ -72,7 +68,7 @@ fn nested_crashes_inside_recovery_find_no_failure() {
         );
         eprint!("{r}");
         assert!(!r.failed(), "{r}");
-        assert!(r.images >= 1_000, "{r}");
+        assert!(r.images >= 500, "{r}");
     }
 }
 
