@@ -594,27 +594,17 @@ impl PageWrite for WriteView {
 
 #[cfg(test)]
 mod tests {
-    use ferrite_pmem::PoolSet;
     use ferrite_pmem::internals::testing::TestDir;
 
     use super::*;
     use crate::engine::paged::btree::BTree;
     use crate::engine::paged::protocol::{journal::Journal, wal::Wal};
     use crate::engine::paged::store::log::LogFile;
-    use crate::engine::paged::store::pmfile::PmFiles;
-    use crate::engine::paged::store::{PageStore, PmStore};
 
     const PS: usize = 512;
 
     fn protocol(path: &std::path::Path, create: bool, wal: bool) -> Protocol {
-        let opts = ferrite_pmem::Options::new().segment_size(256 << 10);
-        let files = if create {
-            PmFiles::create(PoolSet::create(path, &opts).unwrap()).unwrap()
-        } else {
-            PmFiles::open(PoolSet::open(path, &opts).unwrap()).unwrap()
-        };
-        let files = Arc::new(files);
-        let store = PageStore::Pm(PmStore::new(files.clone(), PageSize::new(PS).unwrap()));
+        let (files, store) = crate::engine::paged::store::test_store(path, create, PS);
         if wal {
             Protocol::Wal(Wal::new(store, LogFile::Pm(files), 8))
         } else {

@@ -312,14 +312,9 @@ impl Wal {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use ferrite_pmem::PoolSet;
     use ferrite_pmem::internals::testing::TestDir;
 
     use super::*;
-    use crate::engine::paged::store::pmfile::PmFiles;
-    use crate::engine::paged::store::{PageSize, PmStore};
 
     const PS: usize = 512;
 
@@ -328,14 +323,7 @@ mod tests {
     }
 
     fn try_open(path: &std::path::Path, create: bool, every: u64) -> Result<Wal> {
-        let opts = ferrite_pmem::Options::new().segment_size(256 << 10);
-        let files = if create {
-            PmFiles::create(PoolSet::create(path, &opts).unwrap()).unwrap()
-        } else {
-            PmFiles::open(PoolSet::open(path, &opts).unwrap()).unwrap()
-        };
-        let files = Arc::new(files);
-        let store = PageStore::Pm(PmStore::new(files.clone(), PageSize::new(PS).unwrap()));
+        let (files, store) = crate::engine::paged::store::test_store(path, create, PS);
         let mut w = Wal::new(store, LogFile::Pm(files), every);
         w.recover()?;
         Ok(w)

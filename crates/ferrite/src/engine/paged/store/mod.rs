@@ -32,6 +32,26 @@ pub(crate) use super::pages::{PageNo, PageSize};
 use crate::error::{Error, Result};
 use pmfile::{PAGES, PmFiles};
 
+/// Tests: PM files on a pool set of 256 KiB segments at `path` (created or opened), and a
+/// PM page store of `page_size`-byte pages on them.
+#[cfg(test)]
+pub(crate) fn test_store(
+    path: &std::path::Path,
+    create: bool,
+    page_size: usize,
+) -> (Arc<PmFiles>, PageStore) {
+    use ferrite_pmem::PoolSet;
+    let opts = ferrite_pmem::Options::new().segment_size(256 << 10);
+    let files = if create {
+        PmFiles::create(PoolSet::create(path, &opts).expect("create the pool set")).expect("format")
+    } else {
+        PmFiles::open(PoolSet::open(path, &opts).expect("open the pool set")).expect("open")
+    };
+    let files = Arc::new(files);
+    let size = PageSize::new(page_size).expect("a page size");
+    (files.clone(), PageStore::Pm(PmStore::new(files, size)))
+}
+
 /// Pages resident in PM: file [`PAGES`] of a [`PmFiles`].
 #[derive(Debug)]
 pub(crate) struct PmStore {
