@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 use super::page::{self, Kind};
-use super::pages::{META_PAGE, PageNo, PageRead, PageSize, PageWrite};
+use super::pages::{META_PAGE, PageNo, PageRead, PageSize, PageWrite, next_page, writable};
 use super::protocol::{Batch, Protocol};
 use crate::error::{Error, Result};
 
@@ -561,25 +561,11 @@ impl PageWrite for WriteView {
             self.dirty.insert(no, img);
         }
         let slot = self.dirty.get_mut(&no).ok_or_else(|| corrupt("dirty page vanished", no))?;
-        if Arc::get_mut(slot).is_none() {
-            *slot = Arc::from(&slot[..]);
-        }
-        Arc::get_mut(slot).ok_or_else(|| corrupt("a shared dirty page", no))
+        writable(slot, no)
     }
 
     fn allocate(&mut self) -> Result<PageNo> {
-        let no = match self.free.pop_first() {
-            Some(no) => no,
-            None => {
-                let no = u32::try_from(self.count).map_err(|_| Error::PoolFull {
-                    at: "paged database (2^32 pages)".into(),
-                    requested: 1,
-                    available: 0,
-                })?;
-                self.count += 1;
-                no
-            }
-        };
+        let no = next_page(&mut self.free, &mut self.count)?;
         self.dirty.insert(no, vec![0u8; self.pager.size.bytes()].into());
         Ok(no)
     }
@@ -695,6 +681,61 @@ mod tests {
         let r = pager.begin_read().unwrap();
         assert_eq!(tree.get(&r, &key(1)).unwrap(), Some(b"new".to_vec()));
         drop(after);
+    }
+
+    /// A reader on another thread keeps its snapshot while the writer commits, round by round
+    /// in lockstep (channels, no timing): every read sees the values of the snapshot it began
+    /// with, and a reader that begins after a commit sees that commit.
+    #[test]
+    fn a_reader_on_another_thread_keeps_its_snapshot_across_commits() {
+        use std::sync::mpsc;
+        let dir = TestDir::new("paged-pager-threads");
+        for wal in [false, true] {
+            let path = dir.join(if wal { "wal" } else { "journal" });
+            let pager =
+                Pager::create(protocol(&path, true, wal), PageSize::new(PS).unwrap()).unwrap();
+            let mut w = pager.begin_write().unwrap();
+            let tree = BTree::create(&mut w).unwrap();
+            for i in 0..100 {
+                tree.insert(&mut w, &key(i), &[0u8]).unwrap();
+            }
+            w.commit().unwrap();
+            let (to_reader, rounds) = mpsc::channel::<u8>();
+            let (to_writer, acks) = mpsc::channel::<()>();
+            let reader_pager = pager.clone();
+            let reader = std::thread::spawn(move || {
+                let snap = reader_pager.begin_read().unwrap();
+                to_writer.send(()).unwrap();
+                while let Ok(round) = rounds.recv() {
+                    for i in 0..100 {
+                        assert_eq!(tree.get(&snap, &key(i)).unwrap(), Some(vec![0u8]), "wal={wal}");
+                    }
+                    let fresh = reader_pager.begin_read().unwrap();
+                    assert_eq!(
+                        tree.get(&fresh, &key(7)).unwrap(),
+                        Some(vec![round; 30]),
+                        "wal={wal}"
+                    );
+                    to_writer.send(()).unwrap();
+                }
+            });
+            acks.recv().unwrap();
+            for round in 1..=5u8 {
+                let mut w = pager.begin_write().unwrap();
+                for i in 0..100 {
+                    tree.put(&mut w, &key(i), &[round; 30]).unwrap();
+                }
+                w.commit().unwrap();
+                to_reader.send(round).unwrap();
+                acks.recv().unwrap();
+            }
+            drop(to_reader);
+            reader.join().unwrap();
+            assert!(
+                pager.state().unwrap().old.is_empty(),
+                "wal={wal}: images dropped with the reader"
+            );
+        }
     }
 
     #[test]

@@ -117,6 +117,31 @@ pub(crate) trait PageWrite: PageRead {
     fn free(&mut self, no: PageNo) -> Result<()>;
 }
 
+/// The writable bytes of a dirty page's buffer: the buffer itself when nobody else holds it,
+/// else a private copy put in its place first (a reader, a cursor or a snapshot may still hold
+/// the old buffer; PG-3). `Corrupted` only if the copy were shared, which cannot happen.
+pub(crate) fn writable(slot: &mut Arc<[u8]>, no: PageNo) -> Result<&mut [u8]> {
+    if Arc::get_mut(slot).is_none() {
+        *slot = Arc::from(&slot[..]);
+    }
+    Arc::get_mut(slot).ok_or_else(|| missing(no, "a shared"))
+}
+
+/// The next page number for a view whose free set is `free` and whose store holds `count`
+/// pages: the lowest free page, else `count` (and `count` grows). `PoolFull` past 2^32 pages.
+pub(crate) fn next_page(free: &mut BTreeSet<PageNo>, count: &mut u64) -> Result<PageNo> {
+    if let Some(no) = free.pop_first() {
+        return Ok(no);
+    }
+    let no = u32::try_from(*count).map_err(|_| Error::PoolFull {
+        at: "page store (2^32 pages)".into(),
+        requested: 1,
+        available: 0,
+    })?;
+    *count += 1;
+    Ok(no)
+}
+
 fn missing(no: PageNo, why: &str) -> Error {
     Error::Corrupted { what: format!("reference to {why} page"), at: format!("page {no}") }
 }
@@ -233,27 +258,17 @@ impl PageRead for MemPages {
 impl PageWrite for MemPages {
     fn page_mut(&mut self, no: PageNo) -> Result<&mut [u8]> {
         let current = self.live(no)?.cloned().ok_or_else(|| missing(no, "an unwritten"))?;
-        let slot = self.dirty.entry(no).or_insert(current);
-        // A reader may still hold this buffer (a cursor, a snapshot): then write a copy (PG-3).
-        if Arc::get_mut(slot).is_none() {
-            *slot = Arc::from(&slot[..]);
-        }
-        Arc::get_mut(slot).ok_or_else(|| missing(no, "a shared"))
+        writable(self.dirty.entry(no).or_insert(current), no)
     }
 
     fn allocate(&mut self) -> Result<PageNo> {
-        let no = match self.free.pop_first() {
-            Some(no) => no,
-            None => {
-                let no = self.count;
-                self.count = self.count.checked_add(1).ok_or_else(|| Error::PoolFull {
-                    at: "page store".into(),
-                    requested: 1,
-                    available: 0,
-                })?;
-                no
-            }
-        };
+        let mut count = u64::from(self.count);
+        let no = next_page(&mut self.free, &mut count)?;
+        self.count = u32::try_from(count).map_err(|_| Error::PoolFull {
+            at: "page store (2^32 pages)".into(),
+            requested: 1,
+            available: 0,
+        })?;
         self.dirty.insert(no, vec![0u8; self.size.bytes()].into());
         Ok(no)
     }
