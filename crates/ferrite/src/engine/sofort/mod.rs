@@ -252,7 +252,7 @@ impl SofortStore {
         }
         drop(rebuild); // stops and joins the workers, releasing their reference
         // The past workload is advisory: a failed write does not keep the store open.
-        let _ = inner.past.persist(&inner.pm);
+        let _ = inner.past.persist(&inner.pm); // ORDER(P-SOF-50): the block's write persists its copy, then the selector (P-SOF-51)
         match Arc::try_unwrap(inner) {
             Ok(inner) => inner.close(),
             Err(_) => Err(StorageError::InvalidArgument(
@@ -289,7 +289,7 @@ impl SofortStore {
 
     /// Writes the past workload's block now (design §16.1).
     pub fn persist_past(&self) -> SofortResult<()> {
-        self.inner.past.persist(&self.inner.pm)
+        self.inner.past.persist(&self.inner.pm) // ORDER(P-SOF-50): the copy, then the selector (P-SOF-51)
     }
 
     /// The past workload's counts now (loaded at open plus sampled since), most frequent

@@ -106,7 +106,7 @@ fn a_damaged_past_block_is_ignored_and_reported() {
     // One count of the selected copy's first entry changed: the checksum no longer matches.
     let entry = block + 64 + (sel & 1) * past::COPY_BYTES + 64 + 8;
     s.store_u64(entry, 1_000_000, Ordering::Relaxed).expect("store");
-    s.persist(entry, 8).expect("persist");
+    s.persist(entry, 8).expect("persist"); // ORDER(P-SOF-50): test: the damaged entry is what open reads
     drop(st);
     let (st, rep) = open(&path, RecoveryOptions::default());
     assert_eq!((rep.past_statements, rep.past_ignored), (0, 1), "{rep:?}");
@@ -121,7 +121,7 @@ fn a_damaged_past_block_is_ignored_and_reported() {
     let s = st.inner.pm.s();
     s.store_u64(block + 8, 2 | u64::from(past::PAST_CAPACITY) << 32, Ordering::Relaxed)
         .expect("store");
-    s.persist(block + 8, 8).expect("persist");
+    s.persist(block + 8, 8).expect("persist"); // ORDER(P-SOF-50): test: the damaged header is what open reads
     drop(st);
     let (st, rep) = open(&path, RecoveryOptions::default());
     assert_eq!((rep.past_statements, rep.past_ignored), (0, 1), "{rep:?}");

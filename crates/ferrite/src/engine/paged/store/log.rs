@@ -62,7 +62,7 @@ impl LogFile {
     pub(crate) fn sync(&self, rule: &'static str) -> Result<()> {
         match self {
             LogFile::Pm(f) => {
-                f.sync(rule);
+                f.sync(rule); // ORDER(P-PG-0): the caller's sync point; its rule says what it orders
                 Ok(())
             }
         }

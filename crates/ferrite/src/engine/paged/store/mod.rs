@@ -123,7 +123,7 @@ impl PageStore {
     pub(crate) fn sync(&self, rule: &'static str) -> Result<()> {
         match self {
             PageStore::Pm(s) => {
-                s.files.sync(rule);
+                s.files.sync(rule); // ORDER(P-PG-0): the caller's sync point; its rule says what it orders
                 Ok(())
             }
         }
@@ -162,7 +162,7 @@ mod tests {
             let page = vec![pgno as u8 ^ 0x5a; 4096];
             store.write_page(pgno, &page, "P-PG-0").unwrap();
         }
-        store.sync("P-PG-0").unwrap();
+        store.sync("P-PG-0").unwrap(); // ORDER(P-PG-0): test pages durable before they are read back
         let mut out = vec![0u8; 4096];
         for pgno in [0u32, 1, cap as u32 - 1, cap as u32, cap as u32 + 99] {
             store.read_page(pgno, &mut out).unwrap();

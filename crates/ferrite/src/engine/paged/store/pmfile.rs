@@ -364,7 +364,7 @@ mod tests {
         let data: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
         files.write_at(PAGES, first - 10_000, &data, "P-PG-0").unwrap();
         files.write_at(LOG, 0, b"hello", "P-PG-0").unwrap();
-        files.sync("P-PG-0");
+        files.sync("P-PG-0"); // ORDER(P-PG-0): test writes durable before the reopen
         let cap_pages = files.capacity(PAGES).unwrap();
         let cap_log = files.capacity(LOG).unwrap();
         drop(files);
@@ -406,7 +406,7 @@ mod tests {
         let files = PmFiles::create(PoolSet::create(&path, &opts()).unwrap()).unwrap();
         let d = files.dir;
         files.set.store_u64(d + D_SEGSIZE, 12345, std::sync::atomic::Ordering::Relaxed).unwrap();
-        files.set.persist(d, 64).unwrap();
+        files.set.persist(d, 64).unwrap(); // ORDER(P-PG-1): test: the damaged header is what open reads
         drop(files);
         let err = PmFiles::open(PoolSet::open(&path, &opts()).unwrap()).unwrap_err();
         assert!(matches!(err, Error::Corrupted { .. }), "{err}");
