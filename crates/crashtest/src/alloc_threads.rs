@@ -205,6 +205,9 @@ impl Target for AllocThreads {
             "P-PM-8",
         ]
     }
+    fn reproducible(&self) -> bool {
+        false // two workload threads: see the module docs
+    }
     fn min_images(&self) -> u64 {
         200
     }

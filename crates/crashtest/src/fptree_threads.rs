@@ -155,6 +155,9 @@ impl Target for FptreeThreads {
             ]
         }
     }
+    fn reproducible(&self) -> bool {
+        false // two workload threads: see the module docs
+    }
     fn min_images(&self) -> u64 {
         200
     }

@@ -226,6 +226,13 @@ pub trait Target: Send + Sync + 'static {
     fn benign_sites(&self) -> &'static [(&'static str, &'static str)] {
         &[]
     }
+    /// Whether a run is reproducible from its seed. A target whose workload runs on several
+    /// threads is not: which crash windows its images catch depends on the schedule, so its
+    /// mutation check runs an undetected site's mutant again, with other seeds and schedules
+    /// (`explore::mutation::UNREPRODUCIBLE_ATTEMPTS`), before calling the site undetected.
+    fn reproducible(&self) -> bool {
+        true
+    }
     /// The fewest images a smoke run must test.
     fn min_images(&self) -> u64 {
         10

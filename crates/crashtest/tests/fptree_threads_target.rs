@@ -44,8 +44,8 @@ fn fptree_threads_persistent_passes_and_every_persist_site_is_needed() {
         eprintln!("{s}: {o:?}");
     }
     common::assert_detected(&m, &["P-FPT-30"]);
-    // Sites a run may not show needed (two threads: runs are not reproducible, and which of
-    // these a run misses varies), accepted by name as in `fptree-persistent`, whose
+    // Sites a run may not show needed even with its extra schedules per mutant (two threads:
+    // runs are not reproducible, and which of these a run misses varies), accepted by name as in `fptree-persistent`, whose
     // single-threaded run misses them too: the index's alloc-log persist (P-FPT-16) and
     // free-log persists (P-FPT-18), each sharing its line with the arm word the next step
     // flushes, detected by `fptree-pindex` (which drives the index alone); the split log's
