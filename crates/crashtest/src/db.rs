@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use ferrite::{
     Database, EngineKind, Options, Row, Scan, SofortIndexPlacement, TableSchema, Type, Value,
 };
-use ferrite_pmem::{CrashImage, PoolSet, SplitMix64};
+use ferrite_pmem::{BlockFile, CrashImage, PoolSet, SimDomain, SplitMix64};
 
 use crate::explore::DynTarget;
 use crate::target::{Axioms, Ctx, ModelOp, ModelView, Target};
@@ -310,6 +310,9 @@ pub struct DbTarget {
     /// `db-sofort-past`: every statement sampled into the past workload, its PM block
     /// written by the workload and the probe, and checked at recovery ([`DbTarget::past`]).
     past: bool,
+    /// The paged engine on its file store (`db-paged-journal-file`, `db-paged-wal-file`):
+    /// see [`DbTarget::paged_files`].
+    files: bool,
 }
 
 /// Model ids of the continuable target: transaction `id` is `id * STMT_IDS`, statement `k`
@@ -317,18 +320,18 @@ pub struct DbTarget {
 const STMT_IDS: u64 = 64;
 
 /// Registry names, one leaked string per engine kind and recovery mode (built once).
-fn target_name(kind: EngineKind, instant: bool) -> &'static str {
-    static NAMES: OnceLock<Mutex<HashMap<(EngineKind, bool), &'static str>>> = OnceLock::new();
+fn target_name(kind: EngineKind, suffix: &'static str) -> &'static str {
+    static NAMES: OnceLock<Mutex<HashMap<(EngineKind, &'static str), &'static str>>> =
+        OnceLock::new();
     let mut m = NAMES.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
-    m.entry((kind, instant)).or_insert_with(|| {
-        let suffix = if instant { "-instant" } else { "" };
-        Box::leak(format!("db-{}{suffix}", kind.name()).into_boxed_str())
-    })
+    m.entry((kind, suffix))
+        .or_insert_with(|| Box::leak(format!("db-{}{suffix}", kind.name()).into_boxed_str()))
 }
 
-/// One `db-<kind>` target per persistent engine of this build, and SOFORT's siblings:
+/// One `db-<kind>` target per persistent engine of this build, SOFORT's siblings:
 /// `db-sofort-continue`, `db-sofort-instant`, and with every index in PM `db-sofort-hybrid`,
-/// `db-sofort-persistent`.
+/// `db-sofort-persistent`; and the paged engine on its file store, `db-paged-journal-file`
+/// and `db-paged-wal-file`.
 pub fn targets() -> Vec<Box<dyn DynTarget>> {
     let mut v: Vec<Box<dyn DynTarget>> = EngineKind::persistent()
         .map(|k| Box::new(Arc::new(DbTarget::new(k))) as Box<dyn DynTarget>)
@@ -345,12 +348,21 @@ pub fn targets() -> Vec<Box<dyn DynTarget>> {
     }
     v.push(Box::new(Arc::new(DbTarget::continuable_with(TXNS, SofortIndexPlacement::Dram, true))));
     v.push(Box::new(Arc::new(DbTarget::past(TXNS))));
+    v.extend(
+        EngineKind::PAGED
+            .iter()
+            .map(|&k| Box::new(Arc::new(DbTarget::paged_files(k, TXNS))) as Box<dyn DynTarget>),
+    );
     v
 }
 
 /// The SOFORT index placements in PM that get their own target.
 pub const PM_PLACEMENTS: [SofortIndexPlacement; 2] =
     [SofortIndexPlacement::Hybrid, SofortIndexPlacement::Persistent];
+
+/// Pages the file-store targets cache (`db-paged-*-file`): few, so that eviction and re-reads
+/// from the file run in every workload.
+const FILE_CACHE: usize = 8;
 
 /// `db-sofort-past`: the past workload's block is written every this many sampled statements.
 const PAST_EVERY: u64 = 16;
@@ -371,11 +383,12 @@ impl DbTarget {
         DbTarget {
             kind,
             txns,
-            name: target_name(kind, false),
+            name: target_name(kind, ""),
             continuable: false,
             instant: false,
             placement: SofortIndexPlacement::Dram,
             past: false,
+            files: false,
         }
     }
 
@@ -394,6 +407,7 @@ impl DbTarget {
             instant: false,
             placement: SofortIndexPlacement::Dram,
             past: false,
+            files: false,
         }
     }
 
@@ -406,11 +420,12 @@ impl DbTarget {
         DbTarget {
             kind: EngineKind::Sofort,
             txns,
-            name: target_name(EngineKind::Sofort, true),
+            name: target_name(EngineKind::Sofort, "-instant"),
             continuable: false,
             instant: true,
             placement: SofortIndexPlacement::Dram,
             past: false,
+            files: false,
         }
     }
 
@@ -418,7 +433,7 @@ impl DbTarget {
     /// `db-sofort-persistent`; `Dram` is `db-sofort`), `txns` transactions.
     pub fn placed(txns: u64, placement: SofortIndexPlacement) -> DbTarget {
         let name = match placement {
-            SofortIndexPlacement::Dram => target_name(EngineKind::Sofort, false),
+            SofortIndexPlacement::Dram => target_name(EngineKind::Sofort, ""),
             SofortIndexPlacement::Hybrid => "db-sofort-hybrid",
             SofortIndexPlacement::Persistent => "db-sofort-persistent",
         };
@@ -430,6 +445,7 @@ impl DbTarget {
             instant: false,
             placement,
             past: false,
+            files: false,
         }
     }
 
@@ -455,6 +471,7 @@ impl DbTarget {
             instant,
             placement,
             past: false,
+            files: false,
         }
     }
 
@@ -474,6 +491,20 @@ impl DbTarget {
             instant: false,
             placement: SofortIndexPlacement::Dram,
             past: true,
+            files: false,
+        }
+    }
+
+    /// The paged engine `kind` with its pages and log in block files of the simulated domain
+    /// (the file store, [`ferrite::PagedStore::File`], with a page cache of [`FILE_CACHE`]
+    /// pages so that eviction runs): a crash loses, keeps or tears (per 512-byte sector)
+    /// every write since each file's last sync. `txns` transactions.
+    /// For any other engine the workload's create fails (`Unsupported`).
+    pub fn paged_files(kind: EngineKind, txns: u64) -> DbTarget {
+        DbTarget {
+            name: target_name(kind, "-file"),
+            files: true,
+            ..DbTarget::with_txns(kind, txns)
         }
     }
 
@@ -486,16 +517,27 @@ impl DbTarget {
         };
         // One rebuild thread: a synchronous open rebuilds on the opening thread (no thread is
         // spawned: the simulated domain sees the threads of E1's open).
-        Options::new().engine(self.kind).pmem(pmem_options()).sofort(ferrite::SofortConfig {
-            slots: 4,
-            recovery,
-            recovery_threads: 1,
-            rebuild_hold,
-            index_placement: self.placement,
-            past_sample_every: u32::from(self.past),
-            past_persist_every: if self.past { PAST_EVERY } else { 0 },
+        // WAL checkpoints every 16 frames: the workload checkpoints, restarts the log and
+        // commits after the restart several times, not only at close (a lost restart header
+        // was found only so, P-PG-22).
+        let paged = ferrite::PagedConfig {
+            store: if self.files { ferrite::PagedStore::File } else { ferrite::PagedStore::Pm },
+            cache_pages: FILE_CACHE,
+            checkpoint_frames: 16,
             ..Default::default()
-        })
+        };
+        Options::new().engine(self.kind).pmem(pmem_options()).paged(paged).sofort(
+            ferrite::SofortConfig {
+                slots: 4,
+                recovery,
+                recovery_threads: 1,
+                rebuild_hold,
+                index_placement: self.placement,
+                past_sample_every: u32::from(self.past),
+                past_persist_every: if self.past { PAST_EVERY } else { 0 },
+                ..Default::default()
+            },
+        )
     }
 
     /// The instant target's end of recovery: releases the held rebuild, waits for it, and
@@ -580,6 +622,11 @@ const SOFORT_BENIGN: &[(&str, &str)] = &[
     ),
 ];
 
+/// The file-store targets' names of their two block files (as `Database::create` names them
+/// in the database's directory).
+const LOG_FILE: &str = "log";
+const PAGES_FILE: &str = "pages";
+
 /// The paged engine's creation-time persist sites whose loss these targets do not detect
 /// (`db-paged-journal`, `db-paged-wal`; `crates/crashtest/tests/paged.rs`), named by file and
 /// ORDER comment words like [`SOFORT_BENIGN`].
@@ -594,7 +641,7 @@ const PAGED_BENIGN: &[(&str, &str)] = &[
     ),
     (
         "paged/pager.rs@ORDER(P-PG-3): meta and catalog root durable before the magic",
-        "P-PG-3 first creation sync: without it, the catalog root and the meta fields become durable at the second sync, together with the magic (the catalog root is flushed before the magic is written); what a crash in between can leave differs only in torn images (no M2): the magic without the fields or the root, which open reports as a bad checksum or a corrupt root instead of an unfinished creation; inside creation, where a failed open is allowed",
+        "P-PG-3 first creation sync: without it, the catalog root and the meta fields become durable at the second sync, together with the magic (the catalog root is flushed before the magic is written); what a crash in between can leave differs only in torn images (no M2): the magic without the fields or the root, which open reports as a bad checksum or a corrupt root instead of an unfinished creation; inside creation, where a failed open is allowed. On block files (the file store) likewise: until the second sync each sector of the root and the meta page is lost or kept on its own, and an image with the magic but not the root or the fields fails to open, inside creation",
     ),
 ];
 
@@ -1100,10 +1147,23 @@ impl Target for DbTarget {
     fn workload(&self, ctx: &mut Ctx<DbOp>) -> Result<(), String> {
         let options = self.options();
         let e = |what: &str, e: ferrite::Error| format!("{what}: {e}");
-        let set = ctx.create_pool_set(&pmem_options())?;
-        let t = ctx.begin(DbOp::Create);
-        let db = on_pool_set(set, &options, true).map_err(|x| e("create", x))?;
-        ctx.done(t);
+        let db = if self.files {
+            let t = ctx.begin(DbOp::Create);
+            // The log first, as `Database::create` makes them (a page file without its log is
+            // a creation that did not finish).
+            let log = ctx.create_block_file(LOG_FILE)?;
+            let pages = ctx.create_block_file(PAGES_FILE)?;
+            let db = ferrite::internals::database_on_block_files(pages, log, &options, true)
+                .map_err(|x| e("create", x))?;
+            ctx.done(t);
+            db
+        } else {
+            let set = ctx.create_pool_set(&pmem_options())?;
+            let t = ctx.begin(DbOp::Create);
+            let db = on_pool_set(set, &options, true).map_err(|x| e("create", x))?;
+            ctx.done(t);
+            db
+        };
         for tab in Tab::ALL {
             let t = ctx.begin(DbOp::Table(tab));
             db.create_table(tab.schema()).map_err(|x| e("create_table", x))?;
@@ -1214,14 +1274,28 @@ impl Target for DbTarget {
     }
 
     fn recover(&self, image: &CrashImage) -> Result<Recovered, String> {
-        let set = match PoolSet::open_sim(image, &pmem_options()) {
-            Ok(s) => s,
-            Err(ferrite_pmem::Error::Incomplete { .. }) => {
-                return Ok(Recovered::NotCreated("the pool set's creation did not finish".into()));
-            }
-            Err(x) => return Err(format!("the pool set does not open: {x}")),
+        let opened = if self.files {
+            let d = SimDomain::open_block_image(image)
+                .map_err(|x| format!("the block files do not load: {x}"))?;
+            let (Ok(log), Ok(pages)) =
+                (BlockFile::open_sim(&d, LOG_FILE), BlockFile::open_sim(&d, PAGES_FILE))
+            else {
+                return Ok(Recovered::NotCreated("the files' creation did not finish".into()));
+            };
+            ferrite::internals::database_on_block_files(pages, log, &self.options(), false)
+        } else {
+            let set = match PoolSet::open_sim(image, &pmem_options()) {
+                Ok(s) => s,
+                Err(ferrite_pmem::Error::Incomplete { .. }) => {
+                    return Ok(Recovered::NotCreated(
+                        "the pool set's creation did not finish".into(),
+                    ));
+                }
+                Err(x) => return Err(format!("the pool set does not open: {x}")),
+            };
+            on_pool_set(set, &self.options(), false)
         };
-        let db = match on_pool_set(set, &self.options(), false) {
+        let db = match opened {
             Ok(db) => db,
             Err(x) => return Ok(Recovered::NotCreated(format!("the database does not open: {x}"))),
         };

@@ -33,6 +33,19 @@ pub fn database_on_pool_set(
     Ok(Database::from_engine(crate::engine::registry::on_pool_set(set, options, create)?))
 }
 
+/// Runs the paged engine of the file store ([`crate::PagedStore::File`]) on a page file and
+/// a log file, e.g. the crash tester's simulated block files: `create` formats a new database
+/// in the empty files; otherwise it is opened and recovered. Other engines return
+/// `Unsupported`.
+pub fn database_on_block_files(
+    pages: ferrite_pmem::BlockFile,
+    log: ferrite_pmem::BlockFile,
+    options: &Options,
+    create: bool,
+) -> crate::Result<Database> {
+    Ok(Database::from_engine(crate::engine::registry::on_block_files(pages, log, options, create)?))
+}
+
 /// The SOFORT storage core, for tests and tools that work below the `Database` API.
 pub mod sofort {
     pub use crate::engine::sofort::{

@@ -92,7 +92,7 @@ pub use engine::sofort::{LookupHelp, RecoveryMode};
 pub use error::{Error, Result, SchemaError};
 pub use options::{
     Concurrency, DEFAULT_UNFINISHED_TIMEOUT, EngineKind, IndexPlacementOverride, Options,
-    PagedConfig, PagedProtocol, SofortConfig, SofortIndexPlacement, WhileWriting,
+    PagedConfig, PagedProtocol, PagedStore, SofortConfig, SofortIndexPlacement, WhileWriting,
 };
 pub use query::{Direction, Predicate, Projection, Scan};
 pub use schema::{Column, IndexSchema, PRIMARY, TableSchema};

@@ -64,11 +64,45 @@ pub struct PagedConfig {
     pub page_size: usize,
     /// WAL frames after which a commit checkpoints (default 1000, SQLite's; 0: only at close).
     pub checkpoint_frames: u64,
+    /// Where the pages live (default [`PagedStore::Pm`]); chosen at creation, and `open`
+    /// must name the same one.
+    pub store: PagedStore,
+    /// The file store's DRAM page cache, in pages (default 2000, SQLite's classic default;
+    /// 0: no cache). The PM store has none: its pages are read in place.
+    pub cache_pages: usize,
 }
 
 impl Default for PagedConfig {
     fn default() -> Self {
-        PagedConfig { page_size: 4096, checkpoint_frames: 1000 }
+        PagedConfig {
+            page_size: 4096,
+            checkpoint_frames: 1000,
+            store: PagedStore::Pm,
+            cache_pages: 2000,
+        }
+    }
+}
+
+/// Where a paged database keeps its pages and its log (journal or WAL).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum PagedStore {
+    /// Pages resident in a PM pool set, read and written in place; the log is a file of the
+    /// same pool set. The database path is the pool set's directory.
+    #[default]
+    Pm,
+    /// Pages in an ordinary file (`pread`/`pwrite`/`fdatasync`) behind a DRAM page cache of
+    /// [`PagedConfig::cache_pages`] pages; the log is a second file. The database path is a
+    /// directory holding files `pages` and `log`.
+    File,
+}
+
+impl PagedStore {
+    /// The store's name in settings and reports: `pm` or `file`.
+    pub fn name(self) -> &'static str {
+        match self {
+            PagedStore::Pm => "pm",
+            PagedStore::File => "file",
+        }
     }
 }
 
@@ -497,16 +531,21 @@ impl Options {
             }
             EngineKind::Paged { protocol } => {
                 v.push(("paged.protocol".to_owned(), protocol.name().to_owned()));
-                v.push(("paged.store".to_owned(), "pm".to_owned()));
+                v.push(("paged.store".to_owned(), self.paged.store.name().to_owned()));
                 v.push(("paged.page_size".to_owned(), self.paged.page_size.to_string()));
                 if protocol == PagedProtocol::Wal {
                     let every = self.paged.checkpoint_frames.to_string();
                     v.push(("paged.checkpoint_frames".to_owned(), every));
                 }
-                let pm = &self.pmem;
-                v.push(("pmem.segment_size".to_owned(), pm.segment_size_bytes().to_string()));
-                let mode = pm.durability_mode().map_or("detect".to_owned(), |m| format!("{m:?}"));
-                v.push(("pmem.durability".to_owned(), mode));
+                if self.paged.store == PagedStore::File {
+                    v.push(("paged.cache_pages".to_owned(), self.paged.cache_pages.to_string()));
+                } else {
+                    let pm = &self.pmem;
+                    v.push(("pmem.segment_size".to_owned(), pm.segment_size_bytes().to_string()));
+                    let mode =
+                        pm.durability_mode().map_or("detect".to_owned(), |m| format!("{m:?}"));
+                    v.push(("pmem.durability".to_owned(), mode));
+                }
             }
         }
         v

@@ -43,6 +43,21 @@ pub(crate) fn on_pool_set(
     }
 }
 
+/// Runs the engine chosen in `options` on a page file and a log file (the paged engine's
+/// file store; the crash tester's simulated block files). Engines that keep no files return
+/// `Unsupported`.
+pub(crate) fn on_block_files(
+    pages: ferrite_pmem::BlockFile,
+    log: ferrite_pmem::BlockFile,
+    options: &Options,
+    create: bool,
+) -> Result<Arc<dyn Engine>> {
+    match options.engine_kind() {
+        EngineKind::Paged { .. } => paged::engine::on_block_files(pages, log, options, create),
+        kind => Err(Error::Unsupported(format!("the {kind} engine keeps nothing in block files"))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

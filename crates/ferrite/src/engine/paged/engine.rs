@@ -1,6 +1,6 @@
 //! The paged engine behind the `Database` API (`docs/design/paged.md` §9): tables and
 //! secondary indexes as B+-trees ([`super::btree`]) in one pager ([`super::pager`]) over a
-//! commit protocol ([`super::protocol`]) on PM ([`super::store`]).
+//! commit protocol ([`super::protocol`]) on PM or in files ([`super::store`]).
 //!
 //! - A table is a tree keyed by the encoded primary key, with the row ([`super::rows`]) as
 //!   value. A secondary index is a tree keyed by its entry (the encoded index columns, then
@@ -33,13 +33,14 @@ use std::ops::Bound;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 
-use ferrite_pmem::PoolSet;
+use ferrite_pmem::{BlockFile, PoolSet};
 
 use super::btree::BTree;
-use super::pager::{Meta, Pager, ReadView, WriteView};
+use super::pager::{Meta, Pager, ReadView, WriteView, check_protocol};
 use super::pages::{PageNo, PageRead, PageSize};
 use super::protocol::{Protocol, journal::Journal, wal::Wal};
 use super::rows::{self, CatalogEntry};
+use super::store::file::{FileStore, LOG_FILE, PAGES_FILE};
 use super::store::log::LogFile;
 use super::store::pmfile::{PAGES, PmFiles};
 use super::store::{PageStore, PmStore};
@@ -48,43 +49,123 @@ use crate::engine::api::{CommitMode, Engine, EngineTxn};
 use crate::engine::common::index::{diff, entries, same_values_range};
 use crate::engine::common::unique::{duplicate_index, duplicate_pk};
 use crate::error::{Error, Result, SchemaError};
-use crate::options::{EngineKind, Options, PagedProtocol};
+use crate::options::{EngineKind, Options, PagedProtocol, PagedStore};
 use crate::query::{AccessPath, Direction, Filter, LoweredScan, matches_all};
 use crate::schema::Table;
 use crate::value::{Row, Value};
 
-/// Builds the engine for the registry: a pool-set directory at `path`.
+/// Builds the engine for the registry: at `path`, a pool-set directory (PM store) or a
+/// directory of two files (file store), as [`PagedConfig::store`] says.
 pub(crate) fn build(path: &Path, options: &Options, create: bool) -> Result<Arc<dyn Engine>> {
-    let pm = options.pmem_options();
-    let set = if create { PoolSet::create(path, pm)? } else { PoolSet::open(path, pm)? };
-    on_pool_set(set, options, create)
+    match options.paged_config().store {
+        PagedStore::Pm => {
+            let pm = options.pmem_options();
+            let set = if create { PoolSet::create(path, pm)? } else { PoolSet::open(path, pm)? };
+            on_pool_set(set, options, create)
+        }
+        PagedStore::File => {
+            let (pages, log) = (path.join(PAGES_FILE), path.join(LOG_FILE));
+            let (pages, log) = if create {
+                std::fs::create_dir_all(path).map_err(|e| Error::Io {
+                    op: "create the database directory",
+                    at: path.display().to_string(),
+                    source: e,
+                })?;
+                // The log first: a page file without its log is a creation that did not
+                // finish (or a lost log), never taken for a whole database.
+                let log = BlockFile::create(&log)?;
+                (BlockFile::create(&pages)?, log)
+            } else {
+                let pages = BlockFile::open(&pages)?;
+                let log = BlockFile::open(&log).map_err(|e| Error::Corrupted {
+                    what: format!("the page file has no log file beside it: {e}"),
+                    at: path.display().to_string(),
+                })?;
+                (pages, log)
+            };
+            on_block_files(pages, log, options, create)
+        }
+    }
 }
 
-/// Runs the engine on a pre-made pool set (the crash tester's simulated ones).
+/// Runs the engine with its PM store on a pre-made pool set (the crash tester's simulated
+/// ones).
 pub(crate) fn on_pool_set(
     set: PoolSet,
     options: &Options,
     create: bool,
+) -> Result<Arc<dyn Engine>> {
+    expect_store(options, PagedStore::Pm, "a pool set")?;
+    let files = Arc::new(if create { PmFiles::create(set)? } else { PmFiles::open(set)? });
+    let mut head = [0u8; Meta::HEAD];
+    if !create {
+        files.read_at(PAGES, 0, &mut head)?;
+    }
+    let log = LogFile::Pm(files.clone());
+    start(options, create, &head, log, |size| PageStore::Pm(PmStore::new(files, size)))
+}
+
+/// Runs the engine with its file store on the page file `pages` and the log file `log`
+/// (real files, or the crash tester's simulated ones).
+pub(crate) fn on_block_files(
+    pages: BlockFile,
+    log: BlockFile,
+    options: &Options,
+    create: bool,
+) -> Result<Arc<dyn Engine>> {
+    expect_store(options, PagedStore::File, "block files")?;
+    let cfg = options.paged_config();
+    let mut head = [0u8; Meta::HEAD];
+    if !create && pages.read_at(0, &mut head)? < head.len() {
+        return Err(Error::Corrupted {
+            what: "the page file is shorter than a meta page: its creation did not finish".into(),
+            at: "paged file store".into(),
+        });
+    }
+    let log = LogFile::Block(log);
+    start(options, create, &head, log, |size| {
+        PageStore::File(FileStore::new(pages, size, cfg.cache_pages))
+    })
+}
+
+/// `InvalidArgument` unless `options` choose the store `want`, the one `medium` holds.
+fn expect_store(options: &Options, want: PagedStore, medium: &str) -> Result<()> {
+    let chosen = options.paged_config().store;
+    if chosen == want {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument(format!(
+        "{medium} can hold only a paged database of the {} store; the options choose the {} store",
+        want.name(),
+        chosen.name()
+    )))
+}
+
+/// The common part of opening: the page size (from the options at creation, else from the
+/// meta page's `head`), the store, the protocol (checked against the meta page before its
+/// recovery runs), the pager and the catalog.
+fn start(
+    options: &Options,
+    create: bool,
+    head: &[u8],
+    log: LogFile,
+    store: impl FnOnce(PageSize) -> PageStore,
 ) -> Result<Arc<dyn Engine>> {
     let kind = options.engine_kind();
     let EngineKind::Paged { protocol } = kind else {
         return Err(Error::InvalidArgument(format!("{kind} is not a paged engine")));
     };
     let cfg = options.paged_config();
-    let files = Arc::new(if create { PmFiles::create(set)? } else { PmFiles::open(set)? });
-    let size = if create {
-        PageSize::new(cfg.page_size)?
-    } else {
-        let mut head = [0u8; 16];
-        files.read_at(PAGES, 0, &mut head)?;
-        Meta::page_size_of(&head)?
-    };
-    let store = PageStore::Pm(PmStore::new(files.clone(), size));
-    let log = LogFile::Pm(files);
+    let (size, code) =
+        if create { (PageSize::new(cfg.page_size)?, 0) } else { Meta::head_of(head)? };
+    let store = store(size);
     let proto = match protocol {
         PagedProtocol::Journal => Protocol::Journal(Journal::new(store, log)),
         PagedProtocol::Wal => Protocol::Wal(Wal::new(store, log, cfg.checkpoint_frames)),
     };
+    if !create {
+        check_protocol(code, &proto)?;
+    }
     let pager = if create { Pager::create(proto, size)? } else { Pager::open(proto)? };
     let mut catalog = BTreeMap::new();
     {

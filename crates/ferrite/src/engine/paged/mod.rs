@@ -16,7 +16,7 @@
 //!   atomically: the rollback journal and the WAL ([G1]); NVWAL, FASH and FAST *(planned,
 //!   [G2])*. The meta page (page 0) belongs to the pager above them *(planned)*: page count,
 //!   free-page list, catalog root.
-//! - [`store`]: page stores (PM-resident pages in a pool set; *(planned)* a file with a DRAM
+//! - [`store`]: page stores (PM-resident pages in a pool set; pages in a file behind a DRAM
 //!   page cache) and the log files the protocols keep beside them.
 //!
 //! # Invariants

@@ -4,7 +4,8 @@
 //! ```text
 //!  page 0 (meta): magic u64 "FERRPAG1" | version u32 | page size u32 | compat u64 |
 //!                 incompat u64 | page count u64 | free head u32 | free count u32 |
-//!                 catalog root u32 | 0 u32 | commit seq u64 | crc32c u32 (over 8..64) | 0...
+//!                 catalog root u32 | protocol u32 | commit seq u64 | crc32c u32 (over 8..64) |
+//!                 0...   (protocol: 1 rollback journal, 2 WAL; fixed at creation)
 //!  free-list trunk: kind u8 (48) | 0 u8 x3 | next trunk u32 | n u32 | n page numbers u32
 //! ```
 //!
@@ -65,6 +66,8 @@ pub(crate) struct Meta {
     pub catalog_root: PageNo,
     /// Sequence number of the last commit.
     pub seq: u64,
+    /// The commit protocol the database was created with ([`Protocol::code`]).
+    pub protocol: u32,
 }
 
 fn put32(b: &mut [u8], o: usize, v: u32) {
@@ -85,6 +88,28 @@ fn get64(b: &[u8], o: usize) -> u64 {
     u64::from_le_bytes(w)
 }
 
+/// `Incompatible` unless the database was created with `protocol` (code `code` in its meta
+/// page): a log of one protocol read by another would be ignored or misread.
+pub(crate) fn check_protocol(code: u32, protocol: &Protocol) -> Result<()> {
+    let name = |c: u32| match c {
+        1 => "the rollback journal",
+        2 => "the WAL",
+        _ => "an unknown protocol",
+    };
+    if code == protocol.code() {
+        return Ok(());
+    }
+    Err(Error::Incompatible {
+        what: format!(
+            "the database was created with {} (code {code}) and is opened with {}; open it with \
+             the protocol it was created with",
+            name(code),
+            name(protocol.code())
+        ),
+        at: "paged meta page".into(),
+    })
+}
+
 fn corrupt(what: impl Into<String>, page: PageNo) -> Error {
     Error::Corrupted { what: what.into(), at: format!("paged database page {page}") }
 }
@@ -99,6 +124,7 @@ impl Meta {
         put32(&mut b, 40, self.free_head);
         put32(&mut b, 44, self.free_count);
         put32(&mut b, 48, self.catalog_root);
+        put32(&mut b, 52, self.protocol);
         put64(&mut b, 56, self.seq);
         let crc = crc32c::crc32c(&b[8..64]);
         put32(&mut b, 64, crc);
@@ -151,6 +177,7 @@ impl Meta {
             free_count: get32(b, 44),
             catalog_root: get32(b, 48),
             seq: get64(b, 56),
+            protocol: get32(b, 52),
         };
         if m.page_count < 2
             || m.page_count > u64::from(u32::MAX)
@@ -158,23 +185,31 @@ impl Meta {
             || m.catalog_root == META_PAGE
             || u64::from(m.free_head) >= m.page_count
             || u64::from(m.free_count) >= m.page_count
+            || !(1..=2).contains(&m.protocol)
         {
             return Err(corrupt(format!("meta page fields out of range: {m:?}"), META_PAGE));
         }
         Ok(m)
     }
 
-    /// The page size a meta page names (read before the store is built).
-    pub(crate) fn page_size_of(b: &[u8]) -> Result<PageSize> {
-        if b.len() < 16 {
+    /// The page size and protocol code a meta page's first [`Meta::HEAD`] bytes name, read
+    /// before the store and the protocol are built (the protocol's recovery must not run on
+    /// another protocol's log). The fields are checked again, with the checksum, when the
+    /// pager reads the whole page.
+    pub(crate) fn head_of(b: &[u8]) -> Result<(PageSize, u32)> {
+        if b.len() < Meta::HEAD {
             return Err(corrupt("meta page too short", META_PAGE));
         }
         if get64(b, 0) == 0 {
             return Err(corrupt("no magic: the database's creation did not finish", META_PAGE));
         }
-        PageSize::new(get32(b, 12) as usize)
-            .map_err(|_| corrupt(format!("bad page size {}", get32(b, 12)), META_PAGE))
+        let size = PageSize::new(get32(b, 12) as usize)
+            .map_err(|_| corrupt(format!("bad page size {}", get32(b, 12)), META_PAGE))?;
+        Ok((size, get32(b, 52)))
     }
+
+    /// Bytes [`Meta::head_of`] reads.
+    pub(crate) const HEAD: usize = 64;
 }
 
 /// The pager (see the module docs). Shared by the engine and its transactions.
@@ -207,8 +242,14 @@ impl Pager {
             return Err(Error::InvalidArgument("store and pager page sizes differ".into()));
         }
         protocol.recover()?;
-        let meta =
-            Meta { page_count: 2, free_head: 0, free_count: 0, catalog_root: CATALOG_ROOT, seq: 0 };
+        let meta = Meta {
+            page_count: 2,
+            free_head: 0,
+            free_count: 0,
+            catalog_root: CATALOG_ROOT,
+            seq: 0,
+            protocol: protocol.code(),
+        };
         let mut root = vec![0u8; size.bytes()];
         page::init(&mut root, Kind::Leaf, 0)?;
         let store = protocol.store();
@@ -228,6 +269,7 @@ impl Pager {
         let mut b = vec![0u8; size.bytes()];
         protocol.read_page(META_PAGE, &mut b)?;
         let meta = Meta::decode(&b, size)?;
+        check_protocol(meta.protocol, &protocol)?;
         let free = read_free_list(&protocol, size, &meta)?;
         Ok(Arc::new(Pager::with(protocol, size, meta, free)))
     }
@@ -742,7 +784,14 @@ mod tests {
     fn a_bad_meta_page_is_a_typed_error() {
         let dir = TestDir::new("paged-pager-meta");
         let size = PageSize::new(PS).unwrap();
-        let meta = Meta { page_count: 2, free_head: 0, free_count: 0, catalog_root: 1, seq: 0 };
+        let meta = Meta {
+            page_count: 2,
+            free_head: 0,
+            free_count: 0,
+            catalog_root: 1,
+            seq: 0,
+            protocol: 1,
+        };
         let good = meta.encode(size, true);
         assert_eq!(Meta::decode(&good, size).unwrap(), meta);
         let unfinished = meta.encode(size, false);

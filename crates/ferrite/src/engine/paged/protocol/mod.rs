@@ -48,6 +48,14 @@ pub(crate) enum Protocol {
 }
 
 impl Protocol {
+    /// The code the meta page records for this protocol (1 journal, 2 WAL).
+    pub(crate) fn code(&self) -> u32 {
+        match self {
+            Protocol::Journal(_) => 1,
+            Protocol::Wal(_) => 2,
+        }
+    }
+
     /// The page store underneath.
     pub(crate) fn store(&self) -> &PageStore {
         match self {

@@ -34,12 +34,15 @@
 //!   `commit` returns: one log sync per commit.
 //! - P-PG-21 (checkpoint): the checkpointed pages are durable in the store before the log
 //!   restarts.
-//! - P-PG-22: a new header (creation, restart) is written, on the committing thread, before a
-//!   frame of its salt; it becomes durable at the latest with that commit's sync (P-PG-20).
-//!   Until then a crash finds the old header (frames of the new salt fail W1: only the
-//!   unfinished commit is lost; old frames hold what the store already holds, W3) or the new
-//!   one (an empty log); so the restart needs no sync of its own (the mutation check showed
-//!   a dropped sync here undetected, and this is why).
+//! - P-PG-22: a new header (creation, restart) is durable before a frame of its salt is
+//!   written: one log sync per restart. Without it, a crash in the first commit after a
+//!   checkpoint can keep the old header while some of the new frames, written over old ones,
+//!   reach the file: the old chain then breaks at the first overwritten frame, and recovery
+//!   replays the committed prefix before it, **older** images than the store holds (W3),
+//!   over the store: committed transactions vanish. `db-paged-wal-file` found this
+//!   (checkpoints every 16 frames; a block-file crash kept one sector of a new frame);
+//!   an earlier version of this module had dropped the sync because no target then committed
+//!   after a checkpoint.
 //!
 //! # Concurrency
 //! The one writer commits and checkpoints; `read_page` holds the index's read lock while it
@@ -233,13 +236,12 @@ impl Wal {
         Ok(pages.len() as u64)
     }
 
-    /// Writes a new header with `salt` (P-PG-22); the log is then empty. No sync of its own:
-    /// the header is durable at the latest with the first commit of its salt (P-PG-20's sync
-    /// covers it), and until then either header is correct (W1, W3).
+    /// Writes a new header with `salt` and syncs it (P-PG-22); the log is then empty.
     fn restart(&self, st: &mut State, salt: u32) -> Result<()> {
         self.log.ensure(FRAMES)?;
         let h = header(self.store.page_size() as u32, salt);
-        self.log.write_at(0, &h, "P-PG-22")?; // ORDER(P-PG-22): the new header, durable no later than the first commit of its salt
+        self.log.write_at(0, &h, "P-PG-22")?; // ORDER(P-PG-22): the new header, made durable below
+        self.log.sync("P-PG-22")?; // ORDER(P-PG-22): the new header durable before a frame of its salt overwrites an old frame
         *st = State { salt, frames: 0, crc: seed_crc(salt), index: HashMap::new() };
         Ok(())
     }

@@ -1,6 +1,6 @@
 //! Log files: the byte file a protocol keeps beside the pages (the rollback journal, the WAL),
-//! on the same medium as the page store: file [`super::pmfile::LOG`] of the PM files, or
-//! *(planned)* a `BlockFile` beside the database file.
+//! on the same medium as the page store: file [`super::pmfile::LOG`] of the PM files, or a
+//! [`BlockFile`] beside the page file ([`super::file::LOG_FILE`]).
 //!
 //! # Invariants
 //! - L1: a byte written with `write_at` is durable once a later `sync` of this thread
@@ -17,14 +17,18 @@
 
 use std::sync::Arc;
 
+use ferrite_pmem::BlockFile;
+
 use super::pmfile::{LOG, PmFiles};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// A protocol's log file (see the module docs).
 #[derive(Debug)]
 pub(crate) enum LogFile {
     /// File [`LOG`] of the database's PM files.
     Pm(Arc<PmFiles>),
+    /// An ordinary file: its length is the capacity, `ensure` extends it.
+    Block(BlockFile),
 }
 
 impl LogFile {
@@ -32,13 +36,21 @@ impl LogFile {
     pub(crate) fn capacity(&self) -> Result<u64> {
         match self {
             LogFile::Pm(f) => f.capacity(LOG),
+            LogFile::Block(f) => Ok(f.len()?),
         }
     }
 
     /// Grows the file to at least `len` bytes.
+    #[track_caller]
     pub(crate) fn ensure(&self, len: u64) -> Result<()> {
         match self {
             LogFile::Pm(f) => f.ensure(LOG, len),
+            LogFile::Block(f) => {
+                if f.len()? < len {
+                    f.set_len(len)?;
+                }
+                Ok(())
+            }
         }
     }
 
@@ -46,6 +58,15 @@ impl LogFile {
     pub(crate) fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
         match self {
             LogFile::Pm(f) => f.read_at(LOG, off, buf),
+            LogFile::Block(f) => {
+                if f.read_at(off, buf)? < buf.len() {
+                    return Err(Error::Corrupted {
+                        what: format!("{} bytes at {off} lie past the end of the log", buf.len()),
+                        at: "paged log file".into(),
+                    });
+                }
+                Ok(())
+            }
         }
     }
 
@@ -54,6 +75,7 @@ impl LogFile {
     pub(crate) fn write_at(&self, off: u64, data: &[u8], rule: &'static str) -> Result<()> {
         match self {
             LogFile::Pm(f) => f.write_at(LOG, off, data, rule),
+            LogFile::Block(f) => Ok(f.write_at_rule(rule, off, data)?),
         }
     }
 
@@ -65,6 +87,7 @@ impl LogFile {
                 f.sync(rule); // ORDER(P-PG-0): the caller's sync point; its rule says what it orders
                 Ok(())
             }
+            LogFile::Block(f) => Ok(f.sync_rule(rule)?), // ORDER(P-PG-0): the caller's sync point; its rule says what it orders
         }
     }
 }

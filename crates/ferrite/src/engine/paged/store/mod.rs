@@ -5,7 +5,11 @@
 //! - [`PageStore::Pm`]: pages resident in PM ([`pmfile::PmFiles`], file [`pmfile::PAGES`]),
 //!   read by copying them out (never a reference into the mapping, conventions §2) and written
 //!   in place;
-//! - the file store (pages in a `BlockFile` behind a DRAM page cache) *(planned)*.
+//! - [`PageStore::File`]: pages in an ordinary file behind a DRAM page cache with a size
+//!   limit ([`file::FileStore`]; `pread`/`pwrite`/`fdatasync`).
+//!
+//! Both protocols (journal, WAL) run on both stores; a database's log file lives on the
+//! medium of its pages ([`log::LogFile`]).
 //!
 //! # Invariants
 //! - S1: page `n` occupies bytes `[n * page_size, (n + 1) * page_size)` of its file; the page
@@ -23,6 +27,7 @@
 //! `Send + Sync`; reads of different pages and of committed pages proceed concurrently with
 //! the one writer's writes to other pages. Callers never read a page while it is written.
 
+pub(crate) mod file;
 pub(crate) mod log;
 pub(crate) mod pmfile;
 
@@ -30,6 +35,7 @@ use std::sync::Arc;
 
 pub(crate) use super::pages::{PageNo, PageSize};
 use crate::error::{Error, Result};
+use file::FileStore;
 use pmfile::{PAGES, PmFiles};
 
 /// Tests: PM files on a pool set of 256 KiB segments at `path` (created or opened), and a
@@ -75,6 +81,8 @@ impl PmStore {
 pub(crate) enum PageStore {
     /// Pages resident in PM.
     Pm(PmStore),
+    /// Pages in a file behind a DRAM page cache.
+    File(FileStore),
 }
 
 impl PageStore {
@@ -82,6 +90,7 @@ impl PageStore {
     pub(crate) fn page_size(&self) -> usize {
         match self {
             PageStore::Pm(s) => s.page_size,
+            PageStore::File(s) => s.page_size(),
         }
     }
 
@@ -89,13 +98,16 @@ impl PageStore {
     pub(crate) fn capacity(&self) -> Result<u64> {
         match self {
             PageStore::Pm(s) => Ok(s.files.capacity(PAGES)? / s.page_size as u64),
+            PageStore::File(s) => s.capacity(),
         }
     }
 
-    /// Grows the store until it holds pages `0..pages`. Errors: `PoolFull`.
+    /// Grows the store until it holds pages `0..pages`. Errors: `PoolFull` (PM), `Io`.
+    #[track_caller]
     pub(crate) fn ensure(&self, pages: u64) -> Result<()> {
         match self {
             PageStore::Pm(s) => s.files.ensure(PAGES, pages * s.page_size as u64),
+            PageStore::File(s) => s.ensure(pages),
         }
     }
 
@@ -105,6 +117,7 @@ impl PageStore {
         self.check_len(out.len())?;
         match self {
             PageStore::Pm(s) => s.files.read_at(PAGES, s.offset(pgno), out),
+            PageStore::File(s) => s.read_page(pgno, out),
         }
     }
 
@@ -115,6 +128,7 @@ impl PageStore {
         self.check_len(data.len())?;
         match self {
             PageStore::Pm(s) => s.files.write_at(PAGES, s.offset(pgno), data, rule),
+            PageStore::File(s) => s.write_page(pgno, data, rule),
         }
     }
 
@@ -126,6 +140,7 @@ impl PageStore {
                 s.files.sync(rule); // ORDER(P-PG-0): the caller's sync point; its rule says what it orders
                 Ok(())
             }
+            PageStore::File(s) => s.sync(rule), // ORDER(P-PG-0): the caller's sync point; its rule says what it orders
         }
     }
 
