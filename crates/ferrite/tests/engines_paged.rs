@@ -87,8 +87,9 @@ fn count(db: &Database) -> usize {
 }
 
 /// A database opened with another protocol than it was created with is refused before that
-/// protocol's recovery touches the log (regression: a journal open of a WAL database read the
-/// WAL as "no hot journal" and served the last checkpoint, without the WAL's commits).
+/// protocol's recovery touches the log. Before the meta page recorded the protocol, a journal
+/// open of a WAL database found no hot journal in the WAL's log file and went on with the
+/// pages of the last checkpoint, without the WAL's commits (read in the code, not observed).
 #[test]
 fn opening_with_another_protocol_is_refused_and_loses_nothing() {
     for store in [PagedStore::Pm, PagedStore::File] {
