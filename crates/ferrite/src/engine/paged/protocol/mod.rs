@@ -9,6 +9,10 @@
 //!   commit, a DRAM index from page to newest frame, checkpoints).
 //! - [G2]'s NVWAL, FASH and FAST *(planned)*.
 //!
+//! Stores: the journal and the WAL run on both page stores, their log on the medium of the
+//! pages (a PM file of the pool set, or a block file beside the page file); a "sync" is a
+//! fence on PM and an `fdatasync` on a file (`docs/design/paged.md` §2).
+//!
 //! # Invariants
 //! - P1: [`Protocol::read_page`] returns the page as the last durable commit left it (the
 //!   pager keeps older images for older snapshots itself).
