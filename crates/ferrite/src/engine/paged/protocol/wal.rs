@@ -51,6 +51,7 @@ use std::sync::RwLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::Batch;
+use crate::engine::paged::bytes::{put_u32, put_u64, u32_at, u64_at};
 use crate::engine::paged::store::log::LogFile;
 use crate::engine::paged::store::{PageNo, PageStore};
 use crate::error::{Error, Result};
@@ -91,17 +92,13 @@ struct State {
 
 fn header(page_size: u32, salt: u32) -> [u8; HEAD] {
     let mut b = [0u8; HEAD];
-    b[0..8].copy_from_slice(&MAGIC.to_le_bytes());
-    b[8..12].copy_from_slice(&VERSION.to_le_bytes());
-    b[12..16].copy_from_slice(&page_size.to_le_bytes());
-    b[16..20].copy_from_slice(&salt.to_le_bytes());
+    put_u64(&mut b, 0, MAGIC);
+    put_u32(&mut b, 8, VERSION);
+    put_u32(&mut b, 12, page_size);
+    put_u32(&mut b, 16, salt);
     let crc = crc32c::crc32c(&b[8..20]);
-    b[20..24].copy_from_slice(&crc.to_le_bytes());
+    put_u32(&mut b, 20, crc);
     b
-}
-
-fn u32_at(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
 }
 
 /// A frame's checksum, continued from the previous frame's: CRC-32 (IEEE, `crc32fast`), not
@@ -184,12 +181,12 @@ impl Wal {
         for (i, (pgno, image)) in batch.pages.iter().enumerate() {
             let last = i + 1 == batch.pages.len();
             frame[..FRAME_HEAD].fill(0);
-            frame[0..4].copy_from_slice(&pgno.to_le_bytes());
-            frame[4..8].copy_from_slice(&u32::from(last).to_le_bytes());
-            frame[8..12].copy_from_slice(&salt.to_le_bytes());
+            put_u32(&mut frame, 0, *pgno);
+            put_u32(&mut frame, 4, u32::from(last));
+            put_u32(&mut frame, 8, salt);
             frame[FRAME_HEAD..].copy_from_slice(image);
             crc = frame_crc(crc, &frame[..12], image);
-            frame[12..16].copy_from_slice(&crc.to_le_bytes());
+            put_u32(&mut frame, 12, crc);
             let at = FRAMES + (start + i as u64) * stride;
             self.log.write_at(at, &frame, "P-PG-20")?; // ORDER(P-PG-20): a frame, durable at the log sync below
         }
@@ -259,9 +256,7 @@ impl Wal {
             self.restart(&mut st, fresh_salt(0))?;
             return Ok(false);
         }
-        let mut m = [0u8; 8];
-        m.copy_from_slice(&h[0..8]);
-        if u64::from_le_bytes(m) != MAGIC || crc32c::crc32c(&h[8..20]) != u32_at(&h, 20) {
+        if u64_at(&h, 0) != MAGIC || crc32c::crc32c(&h[8..20]) != u32_at(&h, 20) {
             return Err(Error::Corrupted {
                 what: "WAL header: bad magic or checksum".into(),
                 at: "WAL header".into(),
