@@ -567,18 +567,12 @@ mod tests {
 
     use super::*;
     use crate::engine::paged::btree::BTree;
-    use crate::engine::paged::protocol::{journal::Journal, wal::Wal};
-    use crate::engine::paged::store::log::LogFile;
+    use crate::engine::paged::protocol::test_protocol;
 
     const PS: usize = 512;
 
     fn protocol(path: &std::path::Path, create: bool, wal: bool) -> Protocol {
-        let (files, store) = crate::engine::paged::store::test_store(path, create, PS);
-        if wal {
-            Protocol::Wal(Wal::new(store, LogFile::Pm(files), 8))
-        } else {
-            Protocol::Journal(Journal::new(store, LogFile::Pm(files)))
-        }
+        test_protocol(path, create, PS, wal.then_some(8))
     }
 
     fn key(i: u32) -> Vec<u8> {

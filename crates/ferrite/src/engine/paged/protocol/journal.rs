@@ -320,6 +320,57 @@ mod tests {
         }
     }
 
+    /// A crash while a commit writes its journal keeps only part of what it wrote: modelled
+    /// here as every length `cut` (in 8-byte words, PM's unit, M1) of the new journal, with
+    /// the previous commit's journal (its header invalidated, its records of an older nonce)
+    /// still in the bytes after the cut. The store was not touched yet (P-PG-10), so at every
+    /// cut the next open must leave the previous commit's pages: a header that did not
+    /// survive whole is not hot and is ignored (J1); a hot header restores only the records
+    /// of its own nonce with a matching checksum (J3), so neither a record cut in the middle
+    /// nor the older commit's records (whose images predate the previous commit) are written
+    /// back. Never a panic, and the journal is not hot after recovery.
+    #[test]
+    fn a_journal_cut_short_is_ignored_or_rolled_back() {
+        let dir = TestDir::new("paged-journal-cut");
+        let path = dir.join("db");
+        let mut j = open(&path, true);
+        commit(&mut j, &[(0, 1), (1, 1), (2, 1), (3, 1)], 0).unwrap();
+        // The previous commit: journals the four pages (images of fill 1), leaves fill 2.
+        commit(&mut j, &[(0, 2), (1, 2), (2, 2), (3, 2)], 4).unwrap();
+        let full = (RECORDS + 4 * j.stride()) as usize;
+        let mut old = vec![0u8; full];
+        j.log.read_at(0, &mut old).unwrap();
+        j.stop = Some(Stop::JournalSynced);
+        commit(&mut j, &[(0, 9), (1, 9), (2, 9), (3, 9), (4, 9)], 4).unwrap_err();
+        let mut new = vec![0u8; full];
+        j.log.read_at(0, &mut new).unwrap();
+        assert_ne!(old[RECORDS as usize..], new[RECORDS as usize..], "records of another nonce");
+        drop(j);
+        for cut in (0..=full).step_by(8) {
+            let j = open(&path, false);
+            let mut mix = new[..cut].to_vec();
+            mix.extend_from_slice(&old[cut..]);
+            j.log.write_at(0, &mix, "P-PG-0").unwrap();
+            j.log.sync("P-PG-0").unwrap(); // ORDER(P-PG-0): test: the cut journal is what the next open reads
+            drop(j);
+            let mut j = open(&path, false);
+            let hot = j.recover().unwrap();
+            assert_eq!(
+                hot,
+                cut >= 40,
+                "cut {cut}: hot iff the header's fields and checksum survived"
+            );
+            for p in 0..4 {
+                assert_eq!(read(&j, p), 2, "cut {cut}: page {p}");
+            }
+            assert!(!j.recover().unwrap(), "cut {cut}: recovery invalidated the journal");
+        }
+        // The database goes on from the previous commit.
+        let mut j = open(&path, false);
+        commit(&mut j, &[(1, 5)], 4).unwrap();
+        assert_eq!([read(&j, 0), read(&j, 1)], [2, 5]);
+    }
+
     #[test]
     fn a_damaged_record_is_skipped_and_a_damaged_header_is_not_hot() {
         let dir = TestDir::new("paged-journal-bad");

@@ -381,6 +381,62 @@ mod tests {
         assert_eq!(read(&w, 0), 0);
     }
 
+    /// A frame whose checksum word is wrong (its image intact) ends the valid log there
+    /// (W1): for each frame of four commits in turn, recovery keeps exactly the commits that
+    /// end before it, and ignores the rest, later commits whose own frames are intact
+    /// included (the chain breaks). A commit after that recovery continues the log where the
+    /// kept prefix ends, and the ignored frames past it stay ignored at the next open.
+    #[test]
+    fn a_frame_with_a_wrong_checksum_ends_the_log_there() {
+        let dir = TestDir::new("paged-wal-crc");
+        let path = dir.join("db");
+        let commits: [&[(u32, u8)]; 4] =
+            [&[(0, 1), (1, 1)], &[(0, 2), (2, 2)], &[(1, 3), (2, 3), (3, 3)], &[(0, 4)]];
+        let mut w = open(&path, true, 0);
+        for c in commits {
+            commit(&mut w, c);
+        }
+        let stride = w.stride();
+        let mut log = vec![0u8; (FRAMES + 8 * stride) as usize];
+        w.log.read_at(0, &mut log).unwrap();
+        drop(w);
+        for bad in 0..8u64 {
+            let w = open(&path, false, 0);
+            w.log.write_at(0, &log, "P-PG-0").unwrap();
+            let at = FRAMES + bad * stride + 12;
+            let crc = u32_at(&log, at as usize);
+            w.log.write_at(at, &(crc ^ 0x100).to_le_bytes(), "P-PG-0").unwrap();
+            w.log.sync("P-PG-0").unwrap(); // ORDER(P-PG-0): test: the damaged log is what the next open reads
+            drop(w);
+            // The commits that end at or before the bad frame, and what they leave.
+            let (mut kept, mut end, mut want) = (0, 0u64, [0u8; 5]);
+            for c in commits {
+                if end + c.len() as u64 > bad {
+                    break;
+                }
+                end += c.len() as u64;
+                kept += 1;
+                for &(p, v) in c {
+                    want[p as usize] = v;
+                }
+            }
+            let mut w = open(&path, false, 0);
+            assert_eq!(w.frames().unwrap(), end, "bad frame {bad}: {kept} commits kept");
+            for p in 0..4 {
+                assert_eq!(read(&w, p), want[p as usize], "bad frame {bad}: page {p}");
+            }
+            commit(&mut w, &[(3, 5), (4, 5)]);
+            drop(w);
+            let w = open(&path, false, 0);
+            assert_eq!(w.frames().unwrap(), end + 2, "bad frame {bad}: the new commit follows");
+            want[3] = 5;
+            want[4] = 5;
+            for p in 0..5 {
+                assert_eq!(read(&w, p), want[p as usize], "bad frame {bad}: page {p} after");
+            }
+        }
+    }
+
     #[test]
     fn the_log_checkpoints_itself_and_a_damaged_header_is_a_typed_error() {
         let dir = TestDir::new("paged-wal-ckpt");
