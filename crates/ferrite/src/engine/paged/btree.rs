@@ -846,6 +846,7 @@ impl<R: PageRead> Iterator for Cursor<'_, R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::paged::bytes::put_u32;
     use crate::engine::paged::pages::{MemPages, PageSize};
 
     fn store(size: usize) -> MemPages {
@@ -1021,7 +1022,7 @@ mod tests {
         let h = Header::read(&root).unwrap();
         assert_eq!(h.kind, Kind::Interior);
         let mut cyc = root.to_vec();
-        cyc[8..12].copy_from_slice(&t.root().to_le_bytes());
+        put_u32(&mut cyc, 8, t.root());
         p.poke(t.root(), &cyc);
         assert!(matches!(t.check(&p), Err(Error::Corrupted { .. })));
         assert!(matches!(t.get(&p, &key(199)), Err(Error::Corrupted { .. })));
@@ -1043,7 +1044,7 @@ mod tests {
         // Two children naming the same page.
         let mut dup = root.to_vec();
         let second = page::child_at(&root, &h, 1).unwrap();
-        dup[8..12].copy_from_slice(&second.to_le_bytes());
+        put_u32(&mut dup, 8, second);
         p.poke(t.root(), &dup);
         assert!(matches!(t.check(&p), Err(Error::Corrupted { .. })));
         p.rollback();

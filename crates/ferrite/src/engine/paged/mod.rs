@@ -44,6 +44,7 @@
 #![allow(dead_code)]
 
 pub(crate) mod btree;
+pub(crate) mod bytes;
 pub(crate) mod engine;
 pub(crate) mod overflow;
 pub(crate) mod page;

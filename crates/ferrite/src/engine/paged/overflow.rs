@@ -26,6 +26,7 @@
 
 use crate::error::{Error, Result};
 
+use super::bytes::{put_u16, put_u32, u16_at, u32_at};
 use super::pages::{META_PAGE, PageNo, PageRead, PageWrite};
 
 /// Page kind of an overflow page.
@@ -58,8 +59,8 @@ pub(crate) fn write_chain<W: PageWrite>(pages: &mut W, data: &[u8]) -> Result<Pa
         }
         buf.fill(0);
         buf[0] = KIND_OVERFLOW;
-        buf[2..4].copy_from_slice(&(chunk.len() as u16).to_le_bytes());
-        buf[4..8].copy_from_slice(&next.to_le_bytes());
+        put_u16(buf, 2, chunk.len() as u16);
+        put_u32(buf, 4, next);
         buf[OVERFLOW_HEADER..OVERFLOW_HEADER + chunk.len()].copy_from_slice(chunk);
     }
     nos.first().copied().ok_or_else(|| Error::InvalidArgument("empty overflow chain".into()))
@@ -83,8 +84,7 @@ fn walk<R: PageRead>(
         if page.len() != room + OVERFLOW_HEADER {
             return Err(corrupt(format!("page of {} bytes", page.len()), no));
         }
-        let used = u16::from_le_bytes([page[2], page[3]]) as usize;
-        let next = u32::from_le_bytes([page[4], page[5], page[6], page[7]]);
+        let (used, next) = (usize::from(u16_at(&page, 2)), u32_at(&page, 4));
         let want = left.min(room);
         if page[0] != KIND_OVERFLOW || used != want {
             return Err(corrupt(
@@ -167,8 +167,8 @@ mod tests {
         // Wrong length both ways, and a cycle.
         assert!(matches!(read_chain(&p, first, 1300, &mut out), Err(Error::Corrupted { .. })));
         assert!(matches!(read_chain(&p, first, 800, &mut out), Err(Error::Corrupted { .. })));
-        let second = u32::from_le_bytes(p.page(first).unwrap()[4..8].try_into().unwrap());
-        p.page_mut(second).unwrap()[4..8].copy_from_slice(&first.to_le_bytes());
+        let second = u32_at(&p.page(first).unwrap(), 4);
+        put_u32(p.page_mut(second).unwrap(), 4, first);
         assert!(matches!(read_chain(&p, first, 1200, &mut out), Err(Error::Corrupted { .. })));
         p.page_mut(first).unwrap()[0] = 0;
         assert!(matches!(free_chain(&mut p, first, 1200), Err(Error::Corrupted { .. })));

@@ -61,6 +61,7 @@
 
 use crate::error::{Error, Result};
 
+use super::bytes;
 use super::pages::{META_PAGE, PageNo, PageSize};
 
 /// Page kind of a leaf (SQLite's "leaf index" value).
@@ -134,33 +135,27 @@ fn rd8(buf: &[u8], at: usize) -> Result<u8> {
 }
 
 fn rd16(buf: &[u8], at: usize) -> Result<u16> {
-    match buf.get(at..at.wrapping_add(2)) {
-        Some(&[a, b]) => Ok(u16::from_le_bytes([a, b])),
-        _ => Err(corrupt("read past the page end", at)),
-    }
+    bytes::get_u16(buf, at).ok_or_else(|| corrupt("read past the page end", at))
 }
 
 fn rd32(buf: &[u8], at: usize) -> Result<u32> {
-    match buf.get(at..at.wrapping_add(4)) {
-        Some(&[a, b, c, d]) => Ok(u32::from_le_bytes([a, b, c, d])),
-        _ => Err(corrupt("read past the page end", at)),
-    }
+    bytes::get_u32(buf, at).ok_or_else(|| corrupt("read past the page end", at))
 }
 
-fn wr(buf: &mut [u8], at: usize, bytes: &[u8]) -> Result<()> {
-    let end = at.checked_add(bytes.len()).ok_or_else(|| corrupt("write past the page end", at))?;
+fn wr(buf: &mut [u8], at: usize, data: &[u8]) -> Result<()> {
+    let end = at.checked_add(data.len()).ok_or_else(|| corrupt("write past the page end", at))?;
     buf.get_mut(at..end)
         .ok_or_else(|| corrupt("write past the page end", at))?
-        .copy_from_slice(bytes);
+        .copy_from_slice(data);
     Ok(())
 }
 
 fn wr16(buf: &mut [u8], at: usize, v: u16) -> Result<()> {
-    wr(buf, at, &v.to_le_bytes())
+    bytes::set_u16(buf, at, v).ok_or_else(|| corrupt("write past the page end", at))
 }
 
 fn wr32(buf: &mut [u8], at: usize, v: u32) -> Result<()> {
-    wr(buf, at, &v.to_le_bytes())
+    bytes::set_u32(buf, at, v).ok_or_else(|| corrupt("write past the page end", at))
 }
 
 fn slice(buf: &[u8], at: usize, len: usize) -> Result<&[u8]> {
@@ -836,11 +831,11 @@ mod tests {
         assert!(insert_cell(&mut b, 0, &leaf(b"k", b"v")).unwrap());
         // kind, first hole, count, content start, fragments.
         assert_eq!(b[0], KIND_LEAF);
-        assert_eq!(u16::from_le_bytes([b[1], b[2]]), 0);
-        assert_eq!(u16::from_le_bytes([b[3], b[4]]), 1);
-        assert_eq!(u16::from_le_bytes([b[5], b[6]]), 512 - 6);
+        assert_eq!(bytes::u16_at(&b, 1), 0);
+        assert_eq!(bytes::u16_at(&b, 3), 1);
+        assert_eq!(bytes::u16_at(&b, 5), 512 - 6);
         assert_eq!(b[7], 0);
-        assert_eq!(u16::from_le_bytes([b[8], b[9]]), 512 - 6, "offset[0]");
+        assert_eq!(bytes::u16_at(&b, 8), 512 - 6, "offset[0]");
         assert_eq!(&b[506..], &[1, 0, 1, 0, b'k', b'v']);
         let mut big = vec![0u8; 65536];
         init(&mut big, Kind::Interior, 7).unwrap();
@@ -959,17 +954,17 @@ mod tests {
         let cases: Vec<(&str, Damage)> = vec![
             ("kind", Box::new(|b| b[0] = 99)),
             ("count", Box::new(|b| b[3] = 250)),
-            ("content", Box::new(|b| b[5..7].copy_from_slice(&4u16.to_le_bytes()))),
-            ("offset", Box::new(|b| b[8..10].copy_from_slice(&600u16.to_le_bytes()))),
+            ("content", Box::new(|b| bytes::put_u16(b, 5, 4))),
+            ("offset", Box::new(|b| bytes::put_u16(b, 8, 600))),
             ("key order", Box::new(|b| b.copy_within(10..12, 8))),
             (
                 "key length",
                 Box::new(|b| {
-                    let off = u16::from_le_bytes([b[8], b[9]]) as usize;
-                    b[off..off + 2].copy_from_slice(&400u16.to_le_bytes());
+                    let off = usize::from(bytes::u16_at(b, 8));
+                    bytes::put_u16(b, off, 400);
                 }),
             ),
-            ("hole", Box::new(|b| b[1..3].copy_from_slice(&508u16.to_le_bytes()))),
+            ("hole", Box::new(|b| bytes::put_u16(b, 1, 508))),
             ("frag", Box::new(|b| b[7] = 3)),
         ];
         for (what, damage) in cases {

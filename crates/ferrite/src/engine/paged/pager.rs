@@ -38,6 +38,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
+use super::bytes::{put_u32, put_u64, u32_at, u64_at};
 use super::page::{self, Kind};
 use super::pages::{META_PAGE, PageNo, PageRead, PageSize, PageWrite, next_page, writable};
 use super::protocol::{Batch, Protocol};
@@ -70,24 +71,6 @@ pub(crate) struct Meta {
     pub protocol: u32,
 }
 
-fn put32(b: &mut [u8], o: usize, v: u32) {
-    b[o..o + 4].copy_from_slice(&v.to_le_bytes());
-}
-
-fn put64(b: &mut [u8], o: usize, v: u64) {
-    b[o..o + 8].copy_from_slice(&v.to_le_bytes());
-}
-
-fn get32(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
-}
-
-fn get64(b: &[u8], o: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&b[o..o + 8]);
-    u64::from_le_bytes(w)
-}
-
 /// `Incompatible` unless the database was created with `protocol` (code `code` in its meta
 /// page): a log of one protocol read by another would be ignored or misread.
 pub(crate) fn check_protocol(code: u32, protocol: &Protocol) -> Result<()> {
@@ -118,18 +101,18 @@ impl Meta {
     /// The meta page image (the magic included unless `magic` is false).
     fn encode(&self, size: PageSize, magic: bool) -> Vec<u8> {
         let mut b = vec![0u8; size.bytes()];
-        put32(&mut b, 8, VERSION);
-        put32(&mut b, 12, size.bytes() as u32);
-        put64(&mut b, 32, self.page_count);
-        put32(&mut b, 40, self.free_head);
-        put32(&mut b, 44, self.free_count);
-        put32(&mut b, 48, self.catalog_root);
-        put32(&mut b, 52, self.protocol);
-        put64(&mut b, 56, self.seq);
+        put_u32(&mut b, 8, VERSION);
+        put_u32(&mut b, 12, size.bytes() as u32);
+        put_u64(&mut b, 32, self.page_count);
+        put_u32(&mut b, 40, self.free_head);
+        put_u32(&mut b, 44, self.free_count);
+        put_u32(&mut b, 48, self.catalog_root);
+        put_u32(&mut b, 52, self.protocol);
+        put_u64(&mut b, 56, self.seq);
         let crc = crc32c::crc32c(&b[8..64]);
-        put32(&mut b, 64, crc);
+        put_u32(&mut b, 64, crc);
         if magic {
-            put64(&mut b, 0, MAGIC);
+            put_u64(&mut b, 0, MAGIC);
         }
         b
     }
@@ -140,44 +123,44 @@ impl Meta {
         if b.len() < 128 {
             return Err(corrupt("meta page too short", META_PAGE));
         }
-        match get64(b, 0) {
+        match u64_at(b, 0) {
             MAGIC => {}
             0 => {
                 return Err(corrupt("no magic: the database's creation did not finish", META_PAGE));
             }
             _ => return Err(corrupt("not a paged database (bad magic)", META_PAGE)),
         }
-        if crc32c::crc32c(&b[8..64]) != get32(b, 64) {
+        if crc32c::crc32c(&b[8..64]) != u32_at(b, 64) {
             return Err(corrupt("meta page checksum mismatch", META_PAGE));
         }
-        let version = get32(b, 8);
-        if version > VERSION || get64(b, 24) != 0 {
+        let version = u32_at(b, 8);
+        if version > VERSION || u64_at(b, 24) != 0 {
             return Err(Error::Incompatible {
                 what: format!(
                     "paged database version {version}, incompatible flags {:#x} (this build \
                      reads version {VERSION} without flags)",
-                    get64(b, 24)
+                    u64_at(b, 24)
                 ),
                 at: "meta page".into(),
             });
         }
-        if get32(b, 12) as usize != size.bytes() {
+        if u32_at(b, 12) as usize != size.bytes() {
             return Err(corrupt(
                 format!(
                     "meta page says {}-byte pages, the store has {}",
-                    get32(b, 12),
+                    u32_at(b, 12),
                     size.bytes()
                 ),
                 META_PAGE,
             ));
         }
         let m = Meta {
-            page_count: get64(b, 32),
-            free_head: get32(b, 40),
-            free_count: get32(b, 44),
-            catalog_root: get32(b, 48),
-            seq: get64(b, 56),
-            protocol: get32(b, 52),
+            page_count: u64_at(b, 32),
+            free_head: u32_at(b, 40),
+            free_count: u32_at(b, 44),
+            catalog_root: u32_at(b, 48),
+            seq: u64_at(b, 56),
+            protocol: u32_at(b, 52),
         };
         if m.page_count < 2
             || m.page_count > u64::from(u32::MAX)
@@ -200,12 +183,12 @@ impl Meta {
         if b.len() < Meta::HEAD {
             return Err(corrupt("meta page too short", META_PAGE));
         }
-        if get64(b, 0) == 0 {
+        if u64_at(b, 0) == 0 {
             return Err(corrupt("no magic: the database's creation did not finish", META_PAGE));
         }
-        let size = PageSize::new(get32(b, 12) as usize)
-            .map_err(|_| corrupt(format!("bad page size {}", get32(b, 12)), META_PAGE))?;
-        Ok((size, get32(b, 52)))
+        let size = PageSize::new(u32_at(b, 12) as usize)
+            .map_err(|_| corrupt(format!("bad page size {}", u32_at(b, 12)), META_PAGE))?;
+        Ok((size, u32_at(b, 52)))
     }
 
     /// Bytes [`Meta::head_of`] reads.
@@ -397,17 +380,17 @@ fn read_free_list(proto: &Protocol, size: PageSize, meta: &Meta) -> Result<BTree
             return Err(corrupt("free-list trunk out of range or in a cycle", trunk));
         }
         proto.read_page(trunk, &mut b)?;
-        let n = get32(&b, 8) as usize;
+        let n = u32_at(&b, 8) as usize;
         if b[0] != KIND_TRUNK || n > cap {
             return Err(corrupt("not a free-list trunk page", trunk));
         }
         for i in 0..n {
-            let p = get32(&b, TRUNK_HEAD + 4 * i);
+            let p = u32_at(&b, TRUNK_HEAD + 4 * i);
             if p == META_PAGE || u64::from(p) >= meta.page_count || !free.insert(p) {
                 return Err(corrupt(format!("free-list entry {p} out of range or twice"), trunk));
             }
         }
-        trunk = get32(&b, 4);
+        trunk = u32_at(&b, 4);
     }
     if free.len() != meta.free_count as usize {
         return Err(corrupt(
@@ -427,11 +410,11 @@ fn free_trunks(size: PageSize, free: &BTreeSet<PageNo>) -> Vec<(PageNo, Vec<u8>)
         .map(|t| {
             let mut b = vec![0u8; size.bytes()];
             b[0] = KIND_TRUNK;
-            put32(&mut b, 4, if t + 1 < k { all[t + 1] } else { 0 });
+            put_u32(&mut b, 4, if t + 1 < k { all[t + 1] } else { 0 });
             let part = &all[t * cap..((t + 1) * cap).min(all.len())];
-            put32(&mut b, 8, part.len() as u32);
+            put_u32(&mut b, 8, part.len() as u32);
             for (i, p) in part.iter().enumerate() {
-                put32(&mut b, TRUNK_HEAD + 4 * i, *p);
+                put_u32(&mut b, TRUNK_HEAD + 4 * i, *p);
             }
             (all[t], b)
         })
@@ -626,18 +609,12 @@ mod tests {
 
     use super::*;
     use crate::engine::paged::btree::BTree;
-    use crate::engine::paged::protocol::{journal::Journal, wal::Wal};
-    use crate::engine::paged::store::log::LogFile;
+    use crate::engine::paged::protocol::test_protocol;
 
     const PS: usize = 512;
 
     fn protocol(path: &std::path::Path, create: bool, wal: bool) -> Protocol {
-        let (files, store) = crate::engine::paged::store::test_store(path, create, PS);
-        if wal {
-            Protocol::Wal(Wal::new(store, LogFile::Pm(files), 8))
-        } else {
-            Protocol::Journal(Journal::new(store, LogFile::Pm(files)))
-        }
+        test_protocol(path, create, PS, wal.then_some(8))
     }
 
     fn key(i: u32) -> Vec<u8> {
@@ -800,9 +777,9 @@ mod tests {
         bad[33] ^= 1;
         assert!(matches!(Meta::decode(&bad, size), Err(Error::Corrupted { .. })));
         let mut newer = good.clone();
-        put32(&mut newer, 8, VERSION + 1);
+        put_u32(&mut newer, 8, VERSION + 1);
         let crc = crc32c::crc32c(&newer[8..64]);
-        put32(&mut newer, 64, crc);
+        put_u32(&mut newer, 64, crc);
         assert!(matches!(Meta::decode(&newer, size), Err(Error::Incompatible { .. })));
         assert!(matches!(
             Meta::decode(&good, PageSize::new(4096).unwrap()),

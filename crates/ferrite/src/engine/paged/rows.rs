@@ -12,6 +12,7 @@
 //! - `decode(t, encode(r)) == r` for every row `r` that passes `t.check_row`; decoding never
 //!   panics and returns `Corrupted` for bytes no row encodes to (short, long, bad UTF-8).
 
+use super::bytes::{u16_at, u32_at, u64_at};
 use super::pages::PageNo;
 use crate::engine::common::schema_codec;
 use crate::error::{Error, Result};
@@ -53,18 +54,12 @@ pub(crate) fn decode(table: &Table, b: &[u8]) -> Result<Row> {
         *at = end;
         Ok(s)
     };
-    let word = |s: &[u8]| {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(s);
-        w
-    };
     for c in table.schema.columns() {
         let v = match c.ty() {
-            Type::I64 => Value::I64(i64::from_le_bytes(word(take(&mut at, 8)?))),
-            Type::F64 => Value::F64(f64::from_bits(u64::from_le_bytes(word(take(&mut at, 8)?)))),
+            Type::I64 => Value::I64(u64_at(take(&mut at, 8)?, 0) as i64),
+            Type::F64 => Value::F64(f64::from_bits(u64_at(take(&mut at, 8)?, 0))),
             Type::Bytes | Type::Str => {
-                let l = take(&mut at, 4)?;
-                let n = u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize;
+                let n = u32_at(take(&mut at, 4)?, 0) as usize;
                 let bytes = take(&mut at, n)?.to_vec();
                 if c.ty() == Type::Str {
                     Value::Str(
@@ -113,18 +108,12 @@ pub(crate) fn decode_entry(name: &str, b: &[u8]) -> Result<CatalogEntry> {
     if b.len() < 7 || b[0] != 1 {
         return Err(bad("short or of an unknown version"));
     }
-    let root = u32::from_le_bytes([b[1], b[2], b[3], b[4]]);
-    let n = u16::from_le_bytes([b[5], b[6]]) as usize;
+    let (root, n) = (u32_at(b, 1), usize::from(u16_at(b, 5)));
     let schema_at = 7 + 4 * n;
     if b.len() < schema_at {
         return Err(bad("short index list"));
     }
-    let index_roots: Vec<PageNo> = (0..n)
-        .map(|i| {
-            let o = 7 + 4 * i;
-            u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
-        })
-        .collect();
+    let index_roots: Vec<PageNo> = (0..n).map(|i| u32_at(b, 7 + 4 * i)).collect();
     let table = schema_codec::decode(&b[schema_at..])?;
     if table.name() != name || table.indexes.len() != n || root == 0 || index_roots.contains(&0) {
         return Err(bad("does not match its key or its schema"));

@@ -5,6 +5,12 @@
 //!   overflow chains happen all the time), against `std::collections::BTreeMap`. After every
 //!   batch: [`BTree::check`], the whole contents, and the page accounting (every page is in
 //!   the tree or on the free list, and the store grows only when no freed page is left).
+//! - `reopened_through_the_journal_agrees_with_a_btreemap` and `..._wal_...`: the same
+//!   operations through the [`Pager`] on a PM store under each protocol (the WAL with several
+//!   checkpoint intervals), in transactions that commit or are dropped, the pager dropped and
+//!   reopened after every batch (closed first or not: a WAL then recovers from its frames);
+//!   after every batch and every reopen, the tree against the model and the meta page's page
+//!   accounting.
 //! - `random_pages_never_panic` and `damaged_trees_never_panic`: arbitrary bytes given to
 //!   every page accessor, and a valid tree with bytes flipped run through every tree
 //!   operation: errors are allowed, panics and endless loops are not.
@@ -14,14 +20,17 @@
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
+use std::sync::Arc;
 
-use ferrite_pmem::internals::testing::test_seed;
+use ferrite_pmem::internals::testing::{TestDir, test_seed};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 
-use super::btree::BTree;
+use super::btree::{BTree, TreeStats};
 use super::page::{self, Header};
+use super::pager::{Meta, Pager};
 use super::pages::{MemPages, PageRead, PageSize, PageWrite};
+use super::protocol::test_protocol;
 use crate::error::Error;
 use crate::query::Direction;
 
@@ -148,8 +157,12 @@ fn as_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
     b.as_ref().map(Vec::as_slice)
 }
 
-/// The tree's contents, its check, and the page accounting against the model.
-fn verify(t: &BTree, p: &MemPages, model: &Model) -> Result<u64, TestCaseError> {
+/// The tree's check and its whole contents against the model.
+fn check_contents<R: PageRead>(
+    t: &BTree,
+    p: &R,
+    model: &Model,
+) -> Result<TreeStats, TestCaseError> {
     let stats = t.check(p).map_err(|e| TestCaseError::fail(format!("check: {e}")))?;
     prop_assert_eq!(stats.entries, model.len() as u64);
     let all: Vec<(Vec<u8>, Vec<u8>)> = t
@@ -159,6 +172,12 @@ fn verify(t: &BTree, p: &MemPages, model: &Model) -> Result<u64, TestCaseError> 
         .unwrap();
     let want: Vec<(Vec<u8>, Vec<u8>)> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     prop_assert!(all == want, "contents differ from the model");
+    Ok(stats)
+}
+
+/// The tree's contents, its check, and the page accounting against the model.
+fn verify(t: &BTree, p: &MemPages, model: &Model) -> Result<u64, TestCaseError> {
+    let stats = check_contents(t, p, model)?;
     // Every page is the meta page, a tree page, or free: nothing leaks.
     prop_assert_eq!(1 + stats.pages() + u64::from(p.free_count()), u64::from(p.page_count()));
     Ok(stats.pages())
@@ -177,74 +196,92 @@ fn track(p: &MemPages, peak_live: &mut u32) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// Applies one tree operation (not `Commit` or `Rollback`, which belong to the caller's
+/// pages) to `t` in `p` and to the model; `step` runs after every key a `Fill` or `Clear`
+/// changes.
+fn apply<P: PageWrite>(
+    t: &BTree,
+    p: &mut P,
+    op: Op,
+    model: &mut Model,
+    step: &mut dyn FnMut(&P) -> Result<(), TestCaseError>,
+) -> Result<(), TestCaseError> {
+    let max_key = BTree::limits(p).max_key;
+    match op {
+        Op::Insert(k, v) | Op::Put(k, v) if k.len() > max_key => {
+            let r = t.insert(p, &k, &v.bytes());
+            prop_assert!(matches!(r, Err(Error::InvalidArgument(_))), "{:?}", r);
+            let r = t.put(p, &k, &v.bytes());
+            prop_assert!(matches!(r, Err(Error::InvalidArgument(_))), "{:?}", r);
+        }
+        Op::Insert(k, v) => {
+            let fresh = !model.contains_key(&k);
+            prop_assert_eq!(t.insert(p, &k, &v.bytes()).unwrap(), fresh);
+            if fresh {
+                model.insert(k, v.bytes());
+            }
+        }
+        Op::Put(k, v) => {
+            let had = model.insert(k.clone(), v.bytes()).is_some();
+            prop_assert_eq!(t.put(p, &k, &v.bytes()).unwrap(), had);
+        }
+        Op::Delete(k) => {
+            prop_assert_eq!(t.delete(p, &k).unwrap(), model.remove(&k).is_some());
+        }
+        Op::Fill { prefix, n, val, put } => {
+            for i in 0..n {
+                let mut k = prefix.clone();
+                k.push((i >> 8) as u8);
+                k.push(i as u8);
+                let v = Val(val.0 % 200, val.1.wrapping_add(i as u8)).bytes();
+                if put {
+                    let had = model.insert(k.clone(), v.clone()).is_some();
+                    prop_assert_eq!(t.put(p, &k, &v).unwrap(), had);
+                } else {
+                    let fresh = !model.contains_key(&k);
+                    prop_assert_eq!(t.insert(p, &k, &v).unwrap(), fresh);
+                    if fresh {
+                        model.insert(k, v);
+                    }
+                }
+                step(p)?;
+            }
+        }
+        Op::Clear { lo, hi } => {
+            for k in model_scan(model, &lo, &hi, false, usize::MAX) {
+                prop_assert!(t.delete(p, &k).unwrap());
+                model.remove(&k);
+                step(p)?;
+            }
+        }
+        Op::Get(k) => {
+            prop_assert_eq!(t.get(p, &k).unwrap(), model.get(&k).cloned());
+        }
+        Op::Scan { lo, hi, desc, limit } => {
+            let got: Vec<Vec<u8>> = t
+                .range(p, as_ref(&lo), as_ref(&hi), dir(desc))
+                .unwrap()
+                .take(limit)
+                .map(|r| r.unwrap().0)
+                .collect();
+            prop_assert_eq!(got, model_scan(model, &lo, &hi, desc, limit));
+        }
+        Op::Commit | Op::Rollback => {
+            return Err(TestCaseError::fail("commit and rollback are the caller's"));
+        }
+    }
+    Ok(())
+}
+
 fn run(batches: Vec<Vec<Op>>) -> Result<(), TestCaseError> {
     let mut p = MemPages::new(PageSize::new(PAGE).unwrap());
     let t = BTree::create(&mut p).unwrap();
-    let limits = BTree::limits(&p);
     p.commit();
     let (mut model, mut committed) = (Model::new(), Model::new());
     let mut peak_live = p.page_count();
     for batch in batches {
         for op in batch {
             match op {
-                Op::Insert(k, v) | Op::Put(k, v) if k.len() > limits.max_key => {
-                    let r = t.insert(&mut p, &k, &v.bytes());
-                    prop_assert!(matches!(r, Err(Error::InvalidArgument(_))), "{:?}", r);
-                    let r = t.put(&mut p, &k, &v.bytes());
-                    prop_assert!(matches!(r, Err(Error::InvalidArgument(_))), "{:?}", r);
-                }
-                Op::Insert(k, v) => {
-                    let fresh = !model.contains_key(&k);
-                    prop_assert_eq!(t.insert(&mut p, &k, &v.bytes()).unwrap(), fresh);
-                    if fresh {
-                        model.insert(k, v.bytes());
-                    }
-                }
-                Op::Put(k, v) => {
-                    let had = model.insert(k.clone(), v.bytes()).is_some();
-                    prop_assert_eq!(t.put(&mut p, &k, &v.bytes()).unwrap(), had);
-                }
-                Op::Delete(k) => {
-                    prop_assert_eq!(t.delete(&mut p, &k).unwrap(), model.remove(&k).is_some());
-                }
-                Op::Fill { prefix, n, val, put } => {
-                    for i in 0..n {
-                        let mut k = prefix.clone();
-                        k.push((i >> 8) as u8);
-                        k.push(i as u8);
-                        let v = Val(val.0 % 200, val.1.wrapping_add(i as u8)).bytes();
-                        if put {
-                            let had = model.insert(k.clone(), v.clone()).is_some();
-                            prop_assert_eq!(t.put(&mut p, &k, &v).unwrap(), had);
-                        } else {
-                            let fresh = !model.contains_key(&k);
-                            prop_assert_eq!(t.insert(&mut p, &k, &v).unwrap(), fresh);
-                            if fresh {
-                                model.insert(k, v);
-                            }
-                        }
-                        track(&p, &mut peak_live)?;
-                    }
-                }
-                Op::Clear { lo, hi } => {
-                    for k in model_scan(&model, &lo, &hi, false, usize::MAX) {
-                        prop_assert!(t.delete(&mut p, &k).unwrap());
-                        model.remove(&k);
-                        track(&p, &mut peak_live)?;
-                    }
-                }
-                Op::Get(k) => {
-                    prop_assert_eq!(t.get(&p, &k).unwrap(), model.get(&k).cloned());
-                }
-                Op::Scan { lo, hi, desc, limit } => {
-                    let got: Vec<Vec<u8>> = t
-                        .range(&p, as_ref(&lo), as_ref(&hi), dir(desc))
-                        .unwrap()
-                        .take(limit)
-                        .map(|r| r.unwrap().0)
-                        .collect();
-                    prop_assert_eq!(got, model_scan(&model, &lo, &hi, desc, limit));
-                }
                 Op::Commit => {
                     p.commit();
                     committed = model.clone();
@@ -253,6 +290,7 @@ fn run(batches: Vec<Vec<Op>>) -> Result<(), TestCaseError> {
                     p.rollback();
                     model = committed.clone();
                 }
+                op => apply(&t, &mut p, op, &mut model, &mut |p| track(p, &mut peak_live))?,
             }
             track(&p, &mut peak_live)?;
         }
@@ -267,6 +305,87 @@ fn run(batches: Vec<Vec<Op>>) -> Result<(), TestCaseError> {
     t.drop_tree(&mut p).unwrap();
     prop_assert_eq!(p.free_count() + 1, p.page_count());
     Ok(())
+}
+
+/// One batch of the pager test: its operations, whether its last transaction commits (else
+/// it is dropped, which rolls it back), and whether the pager is closed (the WAL
+/// checkpointed) before the reopen that follows, or only dropped (the WAL recovered from its
+/// frames).
+type PagerBatch = (Vec<Op>, bool, bool);
+
+/// The committed state, read through a fresh reader: the tree against the model, and the
+/// page accounting of the meta page (meta page, catalog tree, the tree, free pages).
+fn verify_committed(pager: &Arc<Pager>, t: &BTree, model: &Model) -> Result<Meta, TestCaseError> {
+    let r = pager.begin_read().unwrap();
+    let meta = r.meta();
+    let stats = check_contents(t, &r, model)?;
+    let catalog = BTree::open(meta.catalog_root).check(&r).unwrap().pages();
+    prop_assert_eq!(
+        1 + catalog + stats.pages() + u64::from(meta.free_count),
+        meta.page_count,
+        "pages leaked or counted twice: {:?}",
+        meta
+    );
+    Ok(meta)
+}
+
+/// The B+-tree through the pager on a PM store under a protocol (`wal`: see
+/// [`test_protocol`]): batches of operations in transactions, committed or rolled back, with
+/// the whole pager dropped and reopened after every batch.
+fn run_pager(wal: Option<u64>, batches: Vec<PagerBatch>) -> Result<(), TestCaseError> {
+    let dir = TestDir::new("paged-reopen");
+    let path = dir.join("db");
+    let size = PageSize::new(PAGE).unwrap();
+    let mut pager = Pager::create(test_protocol(&path, true, PAGE, wal), size).unwrap();
+    let mut w = pager.begin_write().unwrap();
+    let t = BTree::create(&mut w).unwrap();
+    w.commit().unwrap();
+    let (mut model, mut committed) = (Model::new(), Model::new());
+    for (ops, commit_last, close) in batches {
+        let mut w = pager.begin_write().unwrap();
+        for op in ops {
+            match op {
+                Op::Commit => {
+                    w.commit().unwrap();
+                    w = pager.begin_write().unwrap();
+                    committed = model.clone();
+                }
+                Op::Rollback => {
+                    drop(w);
+                    w = pager.begin_write().unwrap();
+                    model = committed.clone();
+                }
+                op => apply(&t, &mut w, op, &mut model, &mut |_| Ok(()))?,
+            }
+        }
+        if commit_last {
+            w.commit().unwrap();
+            committed = model.clone();
+        } else {
+            drop(w);
+            model = committed.clone();
+        }
+        let meta = verify_committed(&pager, &t, &committed)?;
+        if close {
+            pager.close().unwrap();
+        }
+        drop(pager);
+        pager = Pager::open(test_protocol(&path, false, PAGE, wal)).unwrap();
+        prop_assert_eq!(pager.meta().unwrap(), meta);
+        verify_committed(&pager, &t, &committed)?;
+    }
+    Ok(())
+}
+
+fn pager_batches() -> impl Strategy<Value = Vec<PagerBatch>> {
+    let batch = (prop::collection::vec(op(), 1..40), any::<bool>(), any::<bool>());
+    prop::collection::vec(batch, 1..8)
+}
+
+/// Fewer cases than the in-memory tests: each one formats a pool set and reopens it.
+fn pager_config() -> Config {
+    let c = config();
+    Config { cases: (c.cases / 4).max(4), ..c }
 }
 
 /// A valid tree of a few hundred entries (some overflowed), committed.
@@ -355,6 +474,20 @@ proptest! {
             p.poke(no, &b);
         }
         exercise(&mut p, t);
+    }
+}
+
+proptest! {
+    #![proptest_config(pager_config())]
+
+    #[test]
+    fn reopened_through_the_journal_agrees_with_a_btreemap(batches in pager_batches()) {
+        run_pager(None, batches)?;
+    }
+
+    #[test]
+    fn reopened_through_the_wal_agrees_with_a_btreemap(every in prop_oneof![Just(0u64), Just(8), Just(64)], batches in pager_batches()) {
+        run_pager(Some(every), batches)?;
     }
 }
 

@@ -45,6 +45,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::Batch;
+use crate::engine::paged::bytes::{put_u32, put_u64, u32_at, u64_at};
 use crate::engine::paged::store::PageStore;
 use crate::engine::paged::store::log::LogFile;
 use crate::error::{Error, Result};
@@ -91,35 +92,29 @@ struct Header {
 impl Header {
     fn encode(&self) -> [u8; HEAD] {
         let mut b = [0u8; HEAD];
-        b[0..8].copy_from_slice(&MAGIC.to_le_bytes());
-        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
-        b[12..16].copy_from_slice(&self.page_size.to_le_bytes());
-        b[16..24].copy_from_slice(&self.pages_before.to_le_bytes());
-        b[24..32].copy_from_slice(&self.nrec.to_le_bytes());
-        b[32..36].copy_from_slice(&self.nonce.to_le_bytes());
+        put_u64(&mut b, 0, MAGIC);
+        put_u32(&mut b, 8, VERSION);
+        put_u32(&mut b, 12, self.page_size);
+        put_u64(&mut b, 16, self.pages_before);
+        put_u64(&mut b, 24, self.nrec);
+        put_u32(&mut b, 32, self.nonce);
         let crc = crc32c::crc32c(&b[8..36]);
-        b[36..40].copy_from_slice(&crc.to_le_bytes());
+        put_u32(&mut b, 36, crc);
         b
     }
 
     /// The header in `b`, if it is hot (J1): magic and checksum match.
     fn decode(b: &[u8; HEAD]) -> Option<(Header, u32)> {
-        let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-        let u64_at = |o: usize| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&b[o..o + 8]);
-            u64::from_le_bytes(w)
-        };
-        if u64_at(0) != MAGIC || crc32c::crc32c(&b[8..36]) != u32_at(36) {
+        if u64_at(b, 0) != MAGIC || crc32c::crc32c(&b[8..36]) != u32_at(b, 36) {
             return None;
         }
         let h = Header {
-            page_size: u32_at(12),
-            pages_before: u64_at(16),
-            nrec: u64_at(24),
-            nonce: u32_at(32),
+            page_size: u32_at(b, 12),
+            pages_before: u64_at(b, 16),
+            nrec: u64_at(b, 24),
+            nonce: u32_at(b, 32),
         };
-        Some((h, u32_at(8)))
+        Some((h, u32_at(b, 8)))
     }
 }
 
@@ -174,9 +169,9 @@ impl Journal {
             self.store.read_page(*pgno, &mut rec[REC_HEAD..])?;
             let crc = record_crc(*pgno, nonce, &rec[REC_HEAD..]);
             rec[..REC_HEAD].fill(0);
-            rec[0..4].copy_from_slice(&pgno.to_le_bytes());
-            rec[8..12].copy_from_slice(&nonce.to_le_bytes());
-            rec[12..16].copy_from_slice(&crc.to_le_bytes());
+            put_u32(&mut rec, 0, *pgno);
+            put_u32(&mut rec, 8, nonce);
+            put_u32(&mut rec, 12, crc);
             let at = RECORDS + i as u64 * self.stride();
             self.log.write_at(at, &rec, "P-PG-10")?; // ORDER(P-PG-10): an original, durable at the journal sync below
         }
@@ -237,9 +232,7 @@ impl Journal {
         let mut restored = 0u64;
         for i in 0..h.nrec.min(room) {
             self.log.read_at(RECORDS + i * self.stride(), &mut rec)?;
-            let pgno = u32::from_le_bytes([rec[0], rec[1], rec[2], rec[3]]);
-            let nonce = u32::from_le_bytes([rec[8], rec[9], rec[10], rec[11]]);
-            let crc = u32::from_le_bytes([rec[12], rec[13], rec[14], rec[15]]);
+            let (pgno, nonce, crc) = (u32_at(&rec, 0), u32_at(&rec, 8), u32_at(&rec, 12));
             // J3: a record of another commit, or torn before the journal sync.
             if nonce != h.nonce || crc != record_crc(pgno, nonce, &rec[REC_HEAD..]) {
                 continue;
@@ -325,6 +318,57 @@ mod tests {
             commit(&mut j, &[(2, 5)], 4).unwrap();
             assert_eq!(read(&j, 2), 5);
         }
+    }
+
+    /// A crash while a commit writes its journal keeps only part of what it wrote: modelled
+    /// here as every length `cut` (in 8-byte words, PM's unit, M1) of the new journal, with
+    /// the previous commit's journal (its header invalidated, its records of an older nonce)
+    /// still in the bytes after the cut. The store was not touched yet (P-PG-10), so at every
+    /// cut the next open must leave the previous commit's pages: a header that did not
+    /// survive whole is not hot and is ignored (J1); a hot header restores only the records
+    /// of its own nonce with a matching checksum (J3), so neither a record cut in the middle
+    /// nor the older commit's records (whose images predate the previous commit) are written
+    /// back. Never a panic, and the journal is not hot after recovery.
+    #[test]
+    fn a_journal_cut_short_is_ignored_or_rolled_back() {
+        let dir = TestDir::new("paged-journal-cut");
+        let path = dir.join("db");
+        let mut j = open(&path, true);
+        commit(&mut j, &[(0, 1), (1, 1), (2, 1), (3, 1)], 0).unwrap();
+        // The previous commit: journals the four pages (images of fill 1), leaves fill 2.
+        commit(&mut j, &[(0, 2), (1, 2), (2, 2), (3, 2)], 4).unwrap();
+        let full = (RECORDS + 4 * j.stride()) as usize;
+        let mut old = vec![0u8; full];
+        j.log.read_at(0, &mut old).unwrap();
+        j.stop = Some(Stop::JournalSynced);
+        commit(&mut j, &[(0, 9), (1, 9), (2, 9), (3, 9), (4, 9)], 4).unwrap_err();
+        let mut new = vec![0u8; full];
+        j.log.read_at(0, &mut new).unwrap();
+        assert_ne!(old[RECORDS as usize..], new[RECORDS as usize..], "records of another nonce");
+        drop(j);
+        for cut in (0..=full).step_by(8) {
+            let j = open(&path, false);
+            let mut mix = new[..cut].to_vec();
+            mix.extend_from_slice(&old[cut..]);
+            j.log.write_at(0, &mix, "P-PG-0").unwrap();
+            j.log.sync("P-PG-0").unwrap(); // ORDER(P-PG-0): test: the cut journal is what the next open reads
+            drop(j);
+            let mut j = open(&path, false);
+            let hot = j.recover().unwrap();
+            assert_eq!(
+                hot,
+                cut >= 40,
+                "cut {cut}: hot iff the header's fields and checksum survived"
+            );
+            for p in 0..4 {
+                assert_eq!(read(&j, p), 2, "cut {cut}: page {p}");
+            }
+            assert!(!j.recover().unwrap(), "cut {cut}: recovery invalidated the journal");
+        }
+        // The database goes on from the previous commit.
+        let mut j = open(&path, false);
+        commit(&mut j, &[(1, 5)], 4).unwrap();
+        assert_eq!([read(&j, 0), read(&j, 1)], [2, 5]);
     }
 
     #[test]

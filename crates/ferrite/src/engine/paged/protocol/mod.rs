@@ -32,6 +32,24 @@ pub(crate) mod wal;
 use super::store::{PageNo, PageStore};
 use crate::error::Result;
 
+/// Tests: a protocol over a PM store of `page_size`-byte pages at `path` (created or opened,
+/// [`super::store::test_store`]): the WAL checkpointing every `wal` frames (`Some(0)`: only
+/// at close), or the rollback journal (`None`). Not recovered yet.
+#[cfg(test)]
+pub(crate) fn test_protocol(
+    path: &std::path::Path,
+    create: bool,
+    page_size: usize,
+    wal: Option<u64>,
+) -> Protocol {
+    use super::store::log::LogFile;
+    let (files, store) = super::store::test_store(path, create, page_size);
+    match wal {
+        Some(every) => Protocol::Wal(wal::Wal::new(store, LogFile::Pm(files), every)),
+        None => Protocol::Journal(journal::Journal::new(store, LogFile::Pm(files))),
+    }
+}
+
 /// One commit as the pager hands it down.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Batch<'a> {

@@ -47,6 +47,7 @@ use std::sync::{RwLock, RwLockReadGuard};
 
 use ferrite_pmem::PoolSet;
 
+use crate::engine::paged::bytes::{put_u32, put_u64, u64_at};
 use crate::error::{Error, Result};
 
 /// The file that holds the PM page store's pages.
@@ -158,13 +159,17 @@ impl PmFiles {
         set.set_segment_size(seg_size);
         let mut slots: [Vec<Option<Chunk>>; FILES] = [vec![None], Vec::new()];
         slots[PAGES][0] = Some(Chunk { global: dir + DIR_BYTES, len: seg0.data_len - DIR_BYTES });
+        // The whole entry table, read once (entry k at byte 8k; entry 0 is unused).
+        let mut table = vec![0u8; (DIR_BYTES - D_ENTRIES) as usize];
+        set.read_into(dir + D_ENTRIES, &mut table)?;
+        let entry_of = |id: u64| u64_at(&table, 8 * id as usize);
         let mut orphans = Vec::new();
         let live = set.segments();
         for seg in live.iter().filter(|s| s.id != 0) {
             if seg.id >= MAX_IDS {
                 return Err(corrupt(format!("segment {} beyond the directory", seg.id)));
             }
-            let entry = load(D_ENTRIES + 8 * seg.id)?;
+            let entry = entry_of(seg.id);
             if entry == 0 {
                 orphans.push(seg.id);
                 continue;
@@ -189,9 +194,11 @@ impl PmFiles {
             }
             list[chunk] = Some(Chunk { global: seg.data_offset, len: seg.data_len });
         }
-        // Entries naming segments that are not live: a segment is never removed (F2).
-        for id in 1..MAX_IDS.min(live.iter().map(|s| s.id + 1).max().unwrap_or(1).max(1) + 64) {
-            if load(D_ENTRIES + 8 * id)? != 0 && !live.iter().any(|s| s.id == id) {
+        // Entries naming segments that are not live: a segment is never removed (F2). Every
+        // entry word is read, however far past the highest live segment it lies.
+        let ids: std::collections::BTreeSet<u64> = live.iter().map(|s| s.id).collect();
+        for id in 1..MAX_IDS {
+            if entry_of(id) != 0 && !ids.contains(&id) {
                 return Err(corrupt(format!("directory names segment {id}, which is missing")));
             }
         }
@@ -335,10 +342,10 @@ fn segment0(set: &PoolSet) -> Result<ferrite_pmem::SegmentInfo> {
 }
 
 fn header_crc(version: u32, seg_size: u64) -> u32 {
-    let mut bytes = [0u8; 12];
-    bytes[..4].copy_from_slice(&version.to_le_bytes());
-    bytes[4..].copy_from_slice(&seg_size.to_le_bytes());
-    crc32c::crc32c(&bytes)
+    let mut b = [0u8; 12];
+    put_u32(&mut b, 0, version);
+    put_u64(&mut b, 4, seg_size);
+    crc32c::crc32c(&b)
 }
 
 #[cfg(test)]
@@ -410,6 +417,25 @@ mod tests {
         drop(files);
         let err = PmFiles::open(PoolSet::open(&path, &opts()).unwrap()).unwrap_err();
         assert!(matches!(err, Error::Corrupted { .. }), "{err}");
+    }
+
+    /// Regression: open used to read the directory's entries only up to the highest live
+    /// segment id + 64, so an entry naming a missing segment further out went unnoticed (and
+    /// the file it names silently lost a chunk). Every entry word is read now.
+    #[test]
+    fn an_entry_naming_a_missing_segment_is_refused_however_far_out() {
+        for id in [1, 65, 1000, MAX_IDS - 1] {
+            let dir = TestDir::new("paged-pmfile-missing");
+            let path = dir.join("db");
+            let files = PmFiles::create(PoolSet::create(&path, &opts()).unwrap()).unwrap();
+            let entry = files.dir + D_ENTRIES + 8 * id;
+            let word = 1 + ((LOG as u64) << 32);
+            files.set.store_u64(entry, word, std::sync::atomic::Ordering::Relaxed).unwrap();
+            files.set.persist(entry, 8).unwrap(); // ORDER(P-PG-2): test: the stray entry is what open reads
+            drop(files);
+            let err = PmFiles::open(PoolSet::open(&path, &opts()).unwrap()).unwrap_err();
+            assert!(matches!(err, Error::Corrupted { .. }), "entry {id}: {err}");
+        }
     }
 
     #[test]
