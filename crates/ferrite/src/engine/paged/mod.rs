@@ -46,6 +46,7 @@
 pub(crate) mod btree;
 pub(crate) mod bytes;
 pub(crate) mod engine;
+pub(crate) mod layout;
 pub(crate) mod overflow;
 pub(crate) mod page;
 pub(crate) mod pager;

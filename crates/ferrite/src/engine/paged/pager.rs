@@ -38,7 +38,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
-use super::bytes::{put_u32, put_u64, u32_at, u64_at};
+use zerocopy::IntoBytes;
+
+use super::bytes::{put_u32, u32_at};
+use super::layout::{self, MetaHead};
 use super::page::{self, Kind};
 use super::pages::{META_PAGE, PageNo, PageRead, PageSize, PageWrite, next_page, writable};
 use super::protocol::{Batch, Protocol};
@@ -100,67 +103,70 @@ fn corrupt(what: impl Into<String>, page: PageNo) -> Error {
 impl Meta {
     /// The meta page image (the magic included unless `magic` is false).
     fn encode(&self, size: PageSize, magic: bool) -> Vec<u8> {
-        let mut b = vec![0u8; size.bytes()];
-        put_u32(&mut b, 8, VERSION);
-        put_u32(&mut b, 12, size.bytes() as u32);
-        put_u64(&mut b, 32, self.page_count);
-        put_u32(&mut b, 40, self.free_head);
-        put_u32(&mut b, 44, self.free_count);
-        put_u32(&mut b, 48, self.catalog_root);
-        put_u32(&mut b, 52, self.protocol);
-        put_u64(&mut b, 56, self.seq);
-        let crc = crc32c::crc32c(&b[8..64]);
-        put_u32(&mut b, 64, crc);
+        let mut h = MetaHead {
+            version: VERSION.into(),
+            page_size: (size.bytes() as u32).into(),
+            page_count: self.page_count.into(),
+            free_head: self.free_head.into(),
+            free_count: self.free_count.into(),
+            catalog_root: self.catalog_root.into(),
+            protocol: self.protocol.into(),
+            seq: self.seq.into(),
+            ..MetaHead::default()
+        };
+        h.crc = crc32c::crc32c(&h.as_bytes()[8..64]).into();
         if magic {
-            put_u64(&mut b, 0, MAGIC);
+            h.magic = MAGIC.into();
         }
+        let mut b = vec![0u8; size.bytes()];
+        b[..size_of::<MetaHead>()].copy_from_slice(h.as_bytes());
         b
     }
 
     /// Reads a meta page. Errors: `Corrupted` (an unfinished creation, another file, a bad
     /// checksum or field), `Incompatible` (a newer version or unknown incompatible flags).
     fn decode(b: &[u8], size: PageSize) -> Result<Meta> {
-        if b.len() < 128 {
+        let Some(h) = layout::read::<MetaHead>(b) else {
             return Err(corrupt("meta page too short", META_PAGE));
-        }
-        match u64_at(b, 0) {
+        };
+        match h.magic.get() {
             MAGIC => {}
             0 => {
                 return Err(corrupt("no magic: the database's creation did not finish", META_PAGE));
             }
             _ => return Err(corrupt("not a paged database (bad magic)", META_PAGE)),
         }
-        if crc32c::crc32c(&b[8..64]) != u32_at(b, 64) {
+        if crc32c::crc32c(&h.as_bytes()[8..64]) != h.crc.get() {
             return Err(corrupt("meta page checksum mismatch", META_PAGE));
         }
-        let version = u32_at(b, 8);
-        if version > VERSION || u64_at(b, 24) != 0 {
+        let version = h.version.get();
+        if version > VERSION || h.incompat.get() != 0 {
             return Err(Error::Incompatible {
                 what: format!(
                     "paged database version {version}, incompatible flags {:#x} (this build \
                      reads version {VERSION} without flags)",
-                    u64_at(b, 24)
+                    h.incompat.get()
                 ),
                 at: "meta page".into(),
             });
         }
-        if u32_at(b, 12) as usize != size.bytes() {
+        if h.page_size.get() as usize != size.bytes() {
             return Err(corrupt(
                 format!(
                     "meta page says {}-byte pages, the store has {}",
-                    u32_at(b, 12),
+                    h.page_size.get(),
                     size.bytes()
                 ),
                 META_PAGE,
             ));
         }
         let m = Meta {
-            page_count: u64_at(b, 32),
-            free_head: u32_at(b, 40),
-            free_count: u32_at(b, 44),
-            catalog_root: u32_at(b, 48),
-            seq: u64_at(b, 56),
-            protocol: u32_at(b, 52),
+            page_count: h.page_count.get(),
+            free_head: h.free_head.get(),
+            free_count: h.free_count.get(),
+            catalog_root: h.catalog_root.get(),
+            seq: h.seq.get(),
+            protocol: h.protocol.get(),
         };
         if m.page_count < 2
             || m.page_count > u64::from(u32::MAX)
@@ -180,19 +186,19 @@ impl Meta {
     /// another protocol's log). The fields are checked again, with the checksum, when the
     /// pager reads the whole page.
     pub(crate) fn head_of(b: &[u8]) -> Result<(PageSize, u32)> {
-        if b.len() < Meta::HEAD {
+        let Some(h) = layout::read::<MetaHead>(b) else {
             return Err(corrupt("meta page too short", META_PAGE));
-        }
-        if u64_at(b, 0) == 0 {
+        };
+        if h.magic.get() == 0 {
             return Err(corrupt("no magic: the database's creation did not finish", META_PAGE));
         }
-        let size = PageSize::new(u32_at(b, 12) as usize)
-            .map_err(|_| corrupt(format!("bad page size {}", u32_at(b, 12)), META_PAGE))?;
-        Ok((size, u32_at(b, 52)))
+        let size = PageSize::new(h.page_size.get() as usize)
+            .map_err(|_| corrupt(format!("bad page size {}", h.page_size.get()), META_PAGE))?;
+        Ok((size, h.protocol.get()))
     }
 
     /// Bytes [`Meta::head_of`] reads.
-    pub(crate) const HEAD: usize = 64;
+    pub(crate) const HEAD: usize = size_of::<MetaHead>();
 }
 
 /// The pager (see the module docs). Shared by the engine and its transactions.

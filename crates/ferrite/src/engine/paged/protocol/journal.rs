@@ -45,7 +45,9 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::Batch;
-use crate::engine::paged::bytes::{put_u32, put_u64, u32_at, u64_at};
+use zerocopy::IntoBytes;
+
+use crate::engine::paged::layout::{self, JournalHead, RecordHead};
 use crate::engine::paged::store::PageStore;
 use crate::engine::paged::store::log::LogFile;
 use crate::error::{Error, Result};
@@ -57,9 +59,9 @@ const VERSION: u32 = 1;
 /// Where the records begin (the header has a sector to itself).
 const RECORDS: u64 = 512;
 /// Bytes before a record's image.
-const REC_HEAD: usize = 64;
+const REC_HEAD: usize = size_of::<RecordHead>();
 /// Bytes of the header that carry fields.
-const HEAD: usize = 48;
+const HEAD: usize = size_of::<JournalHead>();
 
 /// Where a commit stops, to model a crash in unit tests (the crash tester models real ones).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,31 +92,32 @@ struct Header {
 }
 
 impl Header {
-    fn encode(&self) -> [u8; HEAD] {
-        let mut b = [0u8; HEAD];
-        put_u64(&mut b, 0, MAGIC);
-        put_u32(&mut b, 8, VERSION);
-        put_u32(&mut b, 12, self.page_size);
-        put_u64(&mut b, 16, self.pages_before);
-        put_u64(&mut b, 24, self.nrec);
-        put_u32(&mut b, 32, self.nonce);
-        let crc = crc32c::crc32c(&b[8..36]);
-        put_u32(&mut b, 36, crc);
-        b
+    fn encode(&self) -> JournalHead {
+        let mut h = JournalHead {
+            magic: MAGIC.into(),
+            version: VERSION.into(),
+            page_size: self.page_size.into(),
+            pages_before: self.pages_before.into(),
+            nrec: self.nrec.into(),
+            nonce: self.nonce.into(),
+            ..JournalHead::default()
+        };
+        h.crc = crc32c::crc32c(&h.as_bytes()[8..36]).into();
+        h
     }
 
-    /// The header in `b`, if it is hot (J1): magic and checksum match.
-    fn decode(b: &[u8; HEAD]) -> Option<(Header, u32)> {
-        if u64_at(b, 0) != MAGIC || crc32c::crc32c(&b[8..36]) != u32_at(b, 36) {
+    /// The header in `h`, if it is hot (J1): magic and checksum match.
+    fn decode(h: &JournalHead) -> Option<(Header, u32)> {
+        if h.magic.get() != MAGIC || crc32c::crc32c(&h.as_bytes()[8..36]) != h.crc.get() {
             return None;
         }
-        let h = Header {
-            page_size: u32_at(b, 12),
-            pages_before: u64_at(b, 16),
-            nrec: u64_at(b, 24),
-            nonce: u32_at(b, 32),
+        let header = Header {
+            page_size: h.page_size.get(),
+            pages_before: h.pages_before.get(),
+            nrec: h.nrec.get(),
+            nonce: h.nonce.get(),
         };
-        Some((h, u32_at(b, 8)))
+        Some((header, h.version.get()))
     }
 }
 
@@ -167,16 +170,18 @@ impl Journal {
         let mut rec = vec![0u8; REC_HEAD + ps];
         for (i, (pgno, _)) in old.iter().enumerate() {
             self.store.read_page(*pgno, &mut rec[REC_HEAD..])?;
-            let crc = record_crc(*pgno, nonce, &rec[REC_HEAD..]);
-            rec[..REC_HEAD].fill(0);
-            put_u32(&mut rec, 0, *pgno);
-            put_u32(&mut rec, 8, nonce);
-            put_u32(&mut rec, 12, crc);
+            let head = RecordHead {
+                pgno: (*pgno).into(),
+                nonce: nonce.into(),
+                crc: record_crc(*pgno, nonce, &rec[REC_HEAD..]).into(),
+                ..RecordHead::default()
+            };
+            rec[..REC_HEAD].copy_from_slice(head.as_bytes());
             let at = RECORDS + i as u64 * self.stride();
             self.log.write_at(at, &rec, "P-PG-10")?; // ORDER(P-PG-10): an original, durable at the journal sync below
         }
         let header = Header { page_size: ps as u32, pages_before: batch.pages_before, nrec, nonce };
-        self.log.write_at(0, &header.encode(), "P-PG-10")?; // ORDER(P-PG-10): the header makes the journal hot at the sync below
+        self.log.write_at(0, header.encode().as_bytes(), "P-PG-10")?; // ORDER(P-PG-10): the header makes the journal hot at the sync below
         self.log.sync("P-PG-10")?; // ORDER(P-PG-10): originals and header durable before any page is overwritten
         self.stopped(Stop::JournalSynced)?;
 
@@ -207,8 +212,8 @@ impl Journal {
         if self.log.capacity()? < RECORDS {
             return Ok(false);
         }
-        let mut hb = [0u8; HEAD];
-        self.log.read_at(0, &mut hb)?;
+        let mut hb = JournalHead::default();
+        self.log.read_at(0, hb.as_mut_bytes())?;
         let Some((h, version)) = Header::decode(&hb) else { return Ok(false) };
         self.nonce = self.nonce.wrapping_add(h.nonce).wrapping_add(1);
         if version > VERSION {
@@ -232,7 +237,8 @@ impl Journal {
         let mut restored = 0u64;
         for i in 0..h.nrec.min(room) {
             self.log.read_at(RECORDS + i * self.stride(), &mut rec)?;
-            let (pgno, nonce, crc) = (u32_at(&rec, 0), u32_at(&rec, 8), u32_at(&rec, 12));
+            let head = layout::read::<RecordHead>(&rec).unwrap_or_default();
+            let (pgno, nonce, crc) = (head.pgno.get(), head.nonce.get(), head.crc.get());
             // J3: a record of another commit, or torn before the journal sync.
             if nonce != h.nonce || crc != record_crc(pgno, nonce, &rec[REC_HEAD..]) {
                 continue;

@@ -54,7 +54,9 @@ use std::sync::RwLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::Batch;
-use crate::engine::paged::bytes::{put_u32, put_u64, u32_at, u64_at};
+use zerocopy::IntoBytes;
+
+use crate::engine::paged::layout::{self, FrameHead, WalHead};
 use crate::engine::paged::store::log::LogFile;
 use crate::engine::paged::store::{PageNo, PageStore};
 use crate::error::{Error, Result};
@@ -66,9 +68,9 @@ const VERSION: u32 = 1;
 /// Where the frames begin.
 const FRAMES: u64 = 512;
 /// Bytes before a frame's image.
-const FRAME_HEAD: usize = 64;
+const FRAME_HEAD: usize = size_of::<FrameHead>();
 /// Bytes of the header that carry fields.
-const HEAD: usize = 24;
+const HEAD: usize = size_of::<WalHead>();
 /// Default frames between checkpoints (SQLite's auto-checkpoint).
 pub(crate) const DEFAULT_CHECKPOINT_FRAMES: u64 = 1000;
 
@@ -93,15 +95,16 @@ struct State {
     index: HashMap<PageNo, u64>,
 }
 
-fn header(page_size: u32, salt: u32) -> [u8; HEAD] {
-    let mut b = [0u8; HEAD];
-    put_u64(&mut b, 0, MAGIC);
-    put_u32(&mut b, 8, VERSION);
-    put_u32(&mut b, 12, page_size);
-    put_u32(&mut b, 16, salt);
-    let crc = crc32c::crc32c(&b[8..20]);
-    put_u32(&mut b, 20, crc);
-    b
+fn header(page_size: u32, salt: u32) -> WalHead {
+    let mut h = WalHead {
+        magic: MAGIC.into(),
+        version: VERSION.into(),
+        page_size: page_size.into(),
+        salt: salt.into(),
+        ..WalHead::default()
+    };
+    h.crc = crc32c::crc32c(&h.as_bytes()[8..20]).into();
+    h
 }
 
 /// A frame's checksum, continued from the previous frame's: CRC-32 (IEEE, `crc32fast`), not
@@ -183,13 +186,16 @@ impl Wal {
         let mut frame = vec![0u8; FRAME_HEAD + ps];
         for (i, (pgno, image)) in batch.pages.iter().enumerate() {
             let last = i + 1 == batch.pages.len();
-            frame[..FRAME_HEAD].fill(0);
-            put_u32(&mut frame, 0, *pgno);
-            put_u32(&mut frame, 4, u32::from(last));
-            put_u32(&mut frame, 8, salt);
+            let mut head = FrameHead {
+                pgno: (*pgno).into(),
+                commit: u32::from(last).into(),
+                salt: salt.into(),
+                ..FrameHead::default()
+            };
+            crc = frame_crc(crc, &head.as_bytes()[..12], image);
+            head.crc = crc.into();
+            frame[..FRAME_HEAD].copy_from_slice(head.as_bytes());
             frame[FRAME_HEAD..].copy_from_slice(image);
-            crc = frame_crc(crc, &frame[..12], image);
-            put_u32(&mut frame, 12, crc);
             let at = FRAMES + (start + i as u64) * stride;
             self.log.write_at(at, &frame, "P-PG-20")?; // ORDER(P-PG-20): a frame, durable at the log sync below
         }
@@ -237,7 +243,7 @@ impl Wal {
     fn restart(&self, st: &mut State, salt: u32) -> Result<()> {
         self.log.ensure(FRAMES)?;
         let h = header(self.store.page_size() as u32, salt);
-        self.log.write_at(0, &h, "P-PG-22")?; // ORDER(P-PG-22): the new header, made durable below
+        self.log.write_at(0, h.as_bytes(), "P-PG-22")?; // ORDER(P-PG-22): the new header, made durable below
         self.log.sync("P-PG-22")?; // ORDER(P-PG-22): the new header durable before a frame of its salt overwrites an old frame
         *st = State { salt, frames: 0, crc: seed_crc(salt), index: HashMap::new() };
         Ok(())
@@ -249,35 +255,35 @@ impl Wal {
     pub(crate) fn recover(&mut self) -> Result<bool> {
         let ps = self.store.page_size();
         let mut st = self.state.write().map_err(|_| lock_err())?;
-        let mut h = [0u8; HEAD];
+        let mut h = WalHead::default();
         if self.log.capacity()? >= FRAMES {
-            self.log.read_at(0, &mut h)?;
+            self.log.read_at(0, h.as_mut_bytes())?;
         }
-        if h.iter().all(|&b| b == 0) {
+        if h.as_bytes().iter().all(|&b| b == 0) {
             // W4: a new log.
             self.restart(&mut st, fresh_salt(0))?;
             return Ok(false);
         }
-        if u64_at(&h, 0) != MAGIC || crc32c::crc32c(&h[8..20]) != u32_at(&h, 20) {
+        if h.magic.get() != MAGIC || crc32c::crc32c(&h.as_bytes()[8..20]) != h.crc.get() {
             return Err(Error::Corrupted {
                 what: "WAL header: bad magic or checksum".into(),
                 at: "WAL header".into(),
             });
         }
-        let version = u32_at(&h, 8);
+        let version = h.version.get();
         if version > VERSION {
             return Err(Error::Incompatible {
                 what: format!("WAL version {version} (this build reads {VERSION})"),
                 at: "WAL header".into(),
             });
         }
-        if u32_at(&h, 12) as usize != ps {
+        if h.page_size.get() as usize != ps {
             return Err(Error::Corrupted {
-                what: format!("WAL of {}-byte pages in a store of {ps}-byte pages", u32_at(&h, 12)),
+                what: format!("WAL of {}-byte pages in a store of {ps}-byte pages", h.page_size),
                 at: "WAL header".into(),
             });
         }
-        let salt = u32_at(&h, 16);
+        let salt = h.salt.get();
         let stride = self.stride();
         let room = self.log.capacity()?.saturating_sub(FRAMES) / stride;
         let mut frame = vec![0u8; FRAME_HEAD + ps];
@@ -286,16 +292,17 @@ impl Wal {
         let mut index = HashMap::new();
         for i in 0..room {
             self.log.read_at(FRAMES + i * stride, &mut frame)?;
-            if u32_at(&frame, 8) != salt {
+            let head = layout::read::<FrameHead>(&frame).unwrap_or_default();
+            if head.salt.get() != salt {
                 break;
             }
-            let next = frame_crc(crc, &frame[..12], &frame[FRAME_HEAD..]);
-            if next != u32_at(&frame, 12) {
+            let next = frame_crc(crc, &head.as_bytes()[..12], &frame[FRAME_HEAD..]);
+            if next != head.crc.get() {
                 break;
             }
             crc = next;
-            pending.push((u32_at(&frame, 0), i));
-            if u32_at(&frame, 4) == 1 {
+            pending.push((head.pgno.get(), i));
+            if head.commit.get() == 1 {
                 index.extend(pending.drain(..));
                 committed = i + 1;
                 committed_crc = crc;
@@ -310,6 +317,8 @@ impl Wal {
 #[cfg(test)]
 mod tests {
     use ferrite_pmem::internals::testing::TestDir;
+
+    use crate::engine::paged::bytes::u32_at;
 
     use super::*;
 
