@@ -341,6 +341,7 @@ mod tests {
             p999_us: 1.0,
             max_us: 1.0,
             aborts: 0,
+            busy: 0,
             flushes_per_tx: "n/a".into(),
             fences_per_tx: "n/a".into(),
             bytes_per_tx: "n/a".into(),

@@ -61,9 +61,13 @@ pub struct PointResult {
     pub max_us: f64,
     /// Mean.
     pub mean_us: f64,
-    /// Attempts that failed with a retryable error and were run again.
+    /// Attempts that failed with a conflict and were run again.
     pub aborts: u64,
-    /// Latency and aborts per transaction type of the workload (one entry for single-type
+    /// Attempts refused because the engine admits one writer at a time and another was open
+    /// (`Busy`), run again after a back-off; not counted in `aborts`.
+    #[serde(default)]
+    pub busy: u64,
+    /// Latency, aborts and busy retries per transaction type of the workload (one entry for single-type
     /// workloads).
     #[serde(default)]
     pub txn_types: Vec<TxnTypeResult>,
@@ -116,6 +120,7 @@ impl PointResult {
             max_us: 0.0,
             mean_us: 0.0,
             aborts: 0,
+            busy: 0,
             txn_types: Vec::new(),
             flushes_per_tx: None,
             fences_per_tx: None,
@@ -151,8 +156,11 @@ pub struct TxnTypeResult {
     pub name: String,
     /// Committed transactions of the type.
     pub txns: u64,
-    /// Attempts of the type that failed with a retryable error and were run again.
+    /// Attempts of the type that failed with a conflict and were run again.
     pub aborts: u64,
+    /// Attempts of the type refused as busy and run again.
+    #[serde(default)]
+    pub busy: u64,
     /// Latency percentiles, µs, from the first attempt to the commit.
     pub p50_us: f64,
     /// 99th percentile.
@@ -254,8 +262,11 @@ pub struct CsvRow {
     pub p999_us: f64,
     /// max µs.
     pub max_us: f64,
-    /// Aborts.
+    /// Aborts (conflicts).
     pub aborts: u64,
+    /// Busy retries (absent in files written before the column existed).
+    #[serde(default)]
+    pub busy: u64,
     /// Flushes per transaction, or `n/a`.
     pub flushes_per_tx: String,
     /// Fences per transaction, or `n/a`.
@@ -295,6 +306,7 @@ impl CsvRow {
             p999_us: r.p999_us,
             max_us: r.max_us,
             aborts: r.aborts,
+            busy: r.busy,
             flushes_per_tx: opt(r.flushes_per_tx, 3),
             fences_per_tx: opt(r.fences_per_tx, 3),
             bytes_per_tx: opt(r.bytes_per_tx, 1),
@@ -417,6 +429,7 @@ pub fn table(report: &Report) -> String {
             "p99 us",
             "p99.9 us",
             "aborts",
+            "busy",
             "flush/tx",
             "fence/tx",
             "B/tx",
@@ -469,6 +482,7 @@ pub fn table(report: &Report) -> String {
             us(r.p99_us),
             us(r.p999_us),
             r.aborts.to_string(),
+            r.busy.to_string(),
             opt(r.flushes_per_tx, 1),
             opt(r.fences_per_tx, 1),
             opt(r.bytes_per_tx, 0),
@@ -479,13 +493,13 @@ pub fn table(report: &Report) -> String {
 }
 
 /// The per-transaction-type table of the points whose workload has more than one type (TATP,
-/// TPC-C): committed transactions, their share of the point, latency percentiles and aborts
-/// per type. `None` when no point has types.
+/// TPC-C): committed transactions, their share of the point, latency percentiles, aborts and
+/// busy retries per type. `None` when no point has types.
 pub fn types_table(report: &Report) -> Option<String> {
     let mut rows = vec![
         [
             "workload", "engine", "thr", "inj ns", "type", "txns", "share", "p50 us", "p99 us",
-            "p99.9 us", "aborts",
+            "p99.9 us", "aborts", "busy",
         ]
         .iter()
         .map(|s| (*s).to_owned())
@@ -512,6 +526,7 @@ pub fn types_table(report: &Report) -> Option<String> {
                 us(t.p99_us),
                 us(t.p999_us),
                 t.aborts.to_string(),
+                t.busy.to_string(),
             ]);
         }
     }

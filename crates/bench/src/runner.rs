@@ -5,8 +5,11 @@
 //! Measured per point: committed transactions and operations over the timed phase (throughput
 //! is transactions over the longest worker's elapsed time), per-transaction latency from the
 //! first attempt to the successful commit (HDR histogram, 3 significant digits), aborts
-//! (attempts that failed with a retryable error and were run again), the same latency and aborts
-//! per transaction type of the workload, and for Ferrite engines
+//! (attempts that failed with a conflict and were run again), busy retries (attempts refused
+//! because another thread's read-write transaction was open, on an engine that admits one writer
+//! at a time and refuses a second, as the paged engine does; run again after a back-off,
+//! `back_off`), the same latency, aborts and busy retries per transaction type of the workload,
+//! and for Ferrite engines
 //! the persistence counters of `ferrite::pmem::Counters` summed over the workers' timed phases
 //! (flushes, fences, bytes stored, injected ns per transaction). Baselines get no counters
 //! (`None`, printed `n/a`), and run only at zero injected latency.
@@ -43,17 +46,53 @@ impl Progress for NoProgress {}
 /// that does exceed it fills a PMDK pool and reports "full").
 const OPS_PER_SEC_BOUND: f64 = 1.5e6;
 
-/// Most attempts of one transaction before the point fails.
+/// Most attempts of one transaction before the point fails, if it has also been retried for
+/// [`MIN_RETRY_TIME`].
 const MAX_ATTEMPTS: u64 = 100_000;
+
+/// A transaction that fails [`MAX_ATTEMPTS`] times within this time is still retried: a writer
+/// that holds a busy engine for long (a big OLTP transaction, a descheduled thread) must not fail
+/// the point.
+const MIN_RETRY_TIME: Duration = Duration::from_secs(10);
+
+/// Busy retries in a row that only yield the CPU before the worker starts sleeping.
+const BUSY_SPINS: u64 = 16;
+
+/// Longest back-off sleep after a busy retry.
+const BUSY_MAX_SLEEP: Duration = Duration::from_micros(256);
+
+/// What a worker does before running a transaction again after its `failed`-th failed attempt
+/// in a row. After a conflict it yields (the conflicting transaction has committed or will
+/// soon). After a busy refusal it yields for [`BUSY_SPINS`] attempts, then sleeps 1, 2, 4 …
+/// µs up to [`BUSY_MAX_SLEEP`]: the writer it waits for needs the CPU, and on a machine with
+/// fewer cores than workers, workers that only yield keep the writer off the CPU.
+fn back_off(busy: bool, failed: u64) {
+    if !busy || failed <= BUSY_SPINS {
+        std::thread::yield_now();
+    } else {
+        let shift = (failed - BUSY_SPINS - 1).min(8) as u32;
+        std::thread::sleep(Duration::from_micros(1 << shift).min(BUSY_MAX_SLEEP));
+    }
+}
+
+/// One committed transaction: its type, operations, and the attempts before it that failed
+/// with a conflict (`aborts`) or were refused as busy (`busy`).
+struct Committed {
+    ty: usize,
+    ops: u64,
+    aborts: u64,
+    busy: u64,
+}
 
 struct WorkerOut {
     txns: u64,
     ops: u64,
     aborts: u64,
+    busy: u64,
     elapsed: Duration,
     hist: Histogram<u64>,
-    /// Per transaction type: latency and aborts.
-    per_type: Vec<(Histogram<u64>, u64)>,
+    /// Per transaction type: latency, aborts and busy retries.
+    per_type: Vec<(Histogram<u64>, u64, u64)>,
     counters: Counters,
     stopped_early: bool,
     report: WorkerReport,
@@ -185,36 +224,44 @@ pub fn run_point(spec: &RunSpec, p: &Point, dir: &Path, progress: &dyn Progress)
                 let (instance, barrier, failed, measuring, n_types) =
                     (instance.as_ref(), &barrier, &failed, &measuring, txn_types.len().max(1));
                 s.spawn(move || -> Result<WorkerOut, OpError> {
-                    let mut aborts = 0u64;
-                    // Returns the committed transaction's type, operations and aborted attempts.
-                    let run_one =
-                        |th: &mut dyn Thread,
-                         aborts: &mut u64|
-                         -> Result<Option<(usize, u64, u64)>, OpError> {
-                            let Some(ty) = th.plan() else {
-                                return Ok(None);
-                            };
-                            let mut attempts = 0u64;
-                            loop {
-                                match th.execute() {
-                                    Ok(ops) => {
-                                        th.committed();
-                                        return Ok(Some((ty.min(n_types - 1), ops, attempts)));
-                                    }
-                                    Err(OpError::Retryable(e)) => {
-                                        *aborts += 1;
-                                        attempts += 1;
-                                        if attempts >= MAX_ATTEMPTS {
-                                            return Err(OpError::Engine(format!(
-                                                "a transaction failed {attempts} times: {e}"
-                                            )));
-                                        }
-                                        std::thread::yield_now();
-                                    }
-                                    Err(e) => return Err(e),
-                                }
-                            }
+                    // Runs the next planned transaction to its commit, retrying conflicts and
+                    // busy refusals; `None` when the worker has nothing left to do.
+                    let run_one = |th: &mut dyn Thread| -> Result<Option<Committed>, OpError> {
+                        let Some(ty) = th.plan() else {
+                            return Ok(None);
                         };
+                        let (mut aborts, mut busy) = (0u64, 0u64);
+                        let mut first_failure: Option<Instant> = None;
+                        loop {
+                            match th.execute() {
+                                Ok(ops) => {
+                                    th.committed();
+                                    let ty = ty.min(n_types - 1);
+                                    return Ok(Some(Committed { ty, ops, aborts, busy }));
+                                }
+                                Err(e) if e.is_retryable() => {
+                                    let is_busy = matches!(e, OpError::Busy(_));
+                                    if is_busy {
+                                        busy += 1;
+                                    } else {
+                                        aborts += 1;
+                                    }
+                                    let attempts = aborts + busy;
+                                    let since = *first_failure.get_or_insert_with(Instant::now);
+                                    if attempts >= MAX_ATTEMPTS && since.elapsed() >= MIN_RETRY_TIME
+                                    {
+                                        return Err(OpError::Engine(format!(
+                                            "a transaction failed {attempts} times ({busy} \
+                                             busy) in {:.1} s: {e}",
+                                            since.elapsed().as_secs_f64()
+                                        )));
+                                    }
+                                    back_off(is_busy, if is_busy { busy } else { aborts });
+                                }
+                                Err(e) => return Err(e),
+                            }
+                        }
+                    };
                     // Phase 1: session and warm-up (errors still reach the barrier).
                     let pre = (|| -> Result<_, OpError> {
                         let mut th = instance.thread(t)?;
@@ -223,7 +270,7 @@ pub fn run_point(spec: &RunSpec, p: &Point, dir: &Path, progress: &dyn Progress)
                             Warmup::Duration(d) => {
                                 let end = Instant::now() + d;
                                 while Instant::now() < end && !failed.load(Ordering::Relaxed) {
-                                    if run_one(th.as_mut(), &mut aborts)?.is_none() {
+                                    if run_one(th.as_mut())?.is_none() {
                                         exhausted = true;
                                         break;
                                     }
@@ -231,7 +278,7 @@ pub fn run_point(spec: &RunSpec, p: &Point, dir: &Path, progress: &dyn Progress)
                             }
                             Warmup::Txns(n) => {
                                 for _ in 0..share(n, p.threads, t) {
-                                    if run_one(th.as_mut(), &mut aborts)?.is_none() {
+                                    if run_one(th.as_mut())?.is_none() {
                                         exhausted = true;
                                         break;
                                     }
@@ -251,10 +298,9 @@ pub fn run_point(spec: &RunSpec, p: &Point, dir: &Path, progress: &dyn Progress)
                     }
                     // Phase 2: timed.
                     let mut hist = new_hist();
-                    let mut per_type: Vec<(Histogram<u64>, u64)> =
-                        (0..n_types).map(|_| (new_hist(), 0)).collect();
-                    let (mut txns, mut ops) = (0u64, 0u64);
-                    aborts = 0;
+                    let mut per_type: Vec<(Histogram<u64>, u64, u64)> =
+                        (0..n_types).map(|_| (new_hist(), 0, 0)).collect();
+                    let (mut txns, mut ops, mut aborts, mut busy) = (0u64, 0u64, 0u64, 0u64);
                     let mut stopped_early = exhausted;
                     let c0 = Counters::snapshot();
                     let start = Instant::now();
@@ -272,18 +318,21 @@ pub fn run_point(spec: &RunSpec, p: &Point, dir: &Path, progress: &dyn Progress)
                             break;
                         }
                         let t0 = Instant::now();
-                        let r = run_one(th.as_mut(), &mut aborts);
+                        let r = run_one(th.as_mut());
                         end = Instant::now();
                         match r {
-                            Ok(Some((ty, n, failed_attempts))) => {
+                            Ok(Some(c)) => {
                                 let ns = u64::try_from(end.duration_since(t0).as_nanos())
                                     .unwrap_or(u64::MAX)
                                     .max(1);
                                 hist.saturating_record(ns);
-                                per_type[ty].0.saturating_record(ns);
-                                per_type[ty].1 += failed_attempts;
+                                per_type[c.ty].0.saturating_record(ns);
+                                per_type[c.ty].1 += c.aborts;
+                                per_type[c.ty].2 += c.busy;
+                                aborts += c.aborts;
+                                busy += c.busy;
                                 txns += 1;
-                                ops += n;
+                                ops += c.ops;
                             }
                             Ok(None) => stopped_early = true,
                             Err(e) => {
@@ -300,6 +349,7 @@ pub fn run_point(spec: &RunSpec, p: &Point, dir: &Path, progress: &dyn Progress)
                         txns,
                         ops,
                         aborts,
+                        busy,
                         elapsed,
                         hist,
                         per_type,
@@ -337,21 +387,23 @@ pub fn run_point(spec: &RunSpec, p: &Point, dir: &Path, progress: &dyn Progress)
     }
 
     let mut hist = new_hist();
-    let mut per_type: Vec<(Histogram<u64>, u64)> =
-        (0..txn_types.len().max(1)).map(|_| (new_hist(), 0)).collect();
+    let mut per_type: Vec<(Histogram<u64>, u64, u64)> =
+        (0..txn_types.len().max(1)).map(|_| (new_hist(), 0, 0)).collect();
     let mut counters = Counters::default();
     let mut elapsed = Duration::ZERO;
     for w in &workers {
         let _ = hist.add(&w.hist);
-        for (sum, (h, a)) in per_type.iter_mut().zip(&w.per_type) {
+        for (sum, (h, a, b)) in per_type.iter_mut().zip(&w.per_type) {
             let _ = sum.0.add(h);
             sum.1 += a;
+            sum.2 += b;
         }
         counters = counters + w.counters;
         elapsed = elapsed.max(w.elapsed);
         result.txns += w.txns;
         result.ops += w.ops;
         result.aborts += w.aborts;
+        result.busy += w.busy;
     }
     if workers.iter().any(|w| w.stopped_early) {
         result.notes.push(
@@ -375,12 +427,13 @@ pub fn run_point(spec: &RunSpec, p: &Point, dir: &Path, progress: &dyn Progress)
         result.txn_types = txn_types
             .iter()
             .zip(&per_type)
-            .map(|(name, (h, aborts))| {
+            .map(|(name, (h, aborts, busy))| {
                 let us = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
                 TxnTypeResult {
                     name: (*name).to_owned(),
                     txns: h.len(),
                     aborts: *aborts,
+                    busy: *busy,
                     p50_us: us(0.50),
                     p99_us: us(0.99),
                     p999_us: us(0.999),

@@ -1,8 +1,9 @@
 //! Crash targets `db-<engine>`: a persistent engine behind the public `Database` API, on a
 //! simulated pool set, checked against the reference engine as the model ([E1]).
 //!
-//! One target per persistent [`EngineKind`] ([`targets`]), so every engine (SOFORT now, the
-//! paged engine's commit protocols later) is crash-tested by the same workload and check.
+//! One target per persistent [`EngineKind`] ([`targets`]), so every engine (SOFORT, the paged
+//! engine under each commit protocol: `db-paged-journal`, `db-paged-wal`) is crash-tested by
+//! the same workload and check.
 //!
 //! **Workload** (seeded): the database is created on the tester's pool set
 //! (`ferrite::internals::database_on_pool_set(set, &options, true)`), two tables are created

@@ -17,6 +17,13 @@ use ferrite_pmem::internals::testing::TestDir;
 /// A safety cap on seconds; the image budgets are what bound the runs.
 const SAFETY: Duration = Duration::from_secs(600);
 
+/// The persistent engines whose targets this file runs: all but the paged engine, whose
+/// `db-paged-*` targets `tests/paged.rs` runs with budgets of their own (exhaustive, nested and
+/// mutation runs), so that CI does not run them twice.
+fn engines() -> impl Iterator<Item = EngineKind> {
+    EngineKind::persistent().filter(|k| !EngineKind::PAGED.contains(k))
+}
+
 fn cfg(dir: &TestDir, budget: u64) -> Config {
     Config {
         out_dir: dir.path().to_path_buf(),
@@ -49,9 +56,7 @@ fn every_persistent_engine_has_a_db_target() {
 #[test]
 fn small_workload_passes_exhaustively() {
     let dir = TestDir::new("crashtest-db-exhaustive");
-    let targets = EngineKind::persistent()
-        .map(|kind| DbTarget::with_txns(kind, 6))
-        .chain([DbTarget::instant(6)]);
+    let targets = engines().map(|kind| DbTarget::with_txns(kind, 6)).chain([DbTarget::instant(6)]);
     for t in targets {
         let t = Arc::new(t);
         let r = ferrite_crashtest::explore(
@@ -77,9 +82,8 @@ fn small_workload_passes_exhaustively() {
 #[ignore = "minutes long: run with --ignored (see the doc comment)"]
 fn every_persist_site_of_the_db_targets_is_needed() {
     let dir = TestDir::new("crashtest-db-mutate");
-    let targets = EngineKind::persistent()
-        .map(|kind| DbTarget::with_txns(kind, 30))
-        .chain([DbTarget::instant(30)]);
+    let targets =
+        engines().map(|kind| DbTarget::with_txns(kind, 30)).chain([DbTarget::instant(30)]);
     for t in targets {
         // The registered workload shortened to 30 transactions, few nested crashes: a site
         // whose loss goes undetected (the benign ones) costs a whole run, which must finish.

@@ -71,19 +71,22 @@ fn small_workload_passes_exhaustively() {
 }
 
 /// Sampled crash points with a quarter of the recoveries crashed again (the hot-journal
-/// rollback and the WAL scan crashed in the middle), bounded by an image budget: no failure
-/// in what was explored.
+/// rollback and the WAL scan crashed in the middle) and two corrupted images per crash point
+/// (which must give typed errors, never panics), bounded by an image budget: no failure in
+/// what was explored. (This is also the smoke run of the registered `db-paged-*` targets, which
+/// `tests/tester.rs` leaves to this file.)
 #[test]
 fn nested_crashes_inside_recovery_find_no_failure() {
     let dir = TestDir::new("crashtest-paged-nested");
     for t in targets(12) {
         let r = ferrite_crashtest::explore(
             t.clone(),
-            &Config { nested_rate: 0.25, ..cfg(&dir, 6_000) },
+            &Config { nested_rate: 0.25, corrupt_samples: 2, ..cfg(&dir, 6_000) },
         );
         eprint!("{r}");
         assert!(!r.failed(), "{r}");
         assert!(r.images >= 500, "{r}");
+        assert!(r.nested_images > 0 && r.corrupt_images > 0, "{r}");
     }
 }
 

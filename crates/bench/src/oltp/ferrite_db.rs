@@ -371,6 +371,10 @@ mod tests {
             match r {
                 // SOFORT reports a conflict at the write instead (retryable too).
                 Err(OpError::Retryable(e)) => retryable += usize::from(e.contains("at commit")),
+                // An engine with one writer at a time refuses the second `begin` (retryable).
+                Err(OpError::Busy(_)) => {
+                    assert_eq!(kind.concurrency().writers, ferrite::WhileWriting::Busy, "{kind}")
+                }
                 // An engine whose insert sees the committed key refuses it at the write.
                 Ok(()) => {}
                 Err(e) => panic!("{kind}: {e}"),

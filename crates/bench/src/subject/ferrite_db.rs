@@ -123,9 +123,11 @@ pub(crate) fn info(options: &Options, setup: &SubjectSetup) -> SubjectInfo {
     }
 }
 
-/// A Ferrite error as an operation error (retryable, full, or other).
+/// A Ferrite error as an operation error (busy, retryable, full, or other).
 pub(crate) fn engine_err(e: Error) -> OpError {
-    if e.is_retryable() {
+    if matches!(e, Error::Busy(_)) {
+        OpError::Busy(e.to_string())
+    } else if e.is_retryable() {
         OpError::Retryable(e.to_string())
     } else if matches!(e, Error::PoolFull { .. }) {
         OpError::Full(e.to_string())

@@ -5,7 +5,8 @@
 //! connection, a reader handle) and runs transactions through it: [`Session::run`] executes a
 //! body against [`Ops`] (`get`, `insert`, `update`, `delete`, `scan`, `count`) in one
 //! transaction, committing when the body returns `Ok` and rolling back otherwise. A retryable
-//! failure ([`OpError::Retryable`]) means the runner may run the whole body again.
+//! failure ([`OpError::Retryable`], a conflict; [`OpError::Busy`], another writer is open on an
+//! engine that admits one at a time) means the runner may run the whole body again.
 //!
 //! Engines are named by [`EngineId`]: every Ferrite [`EngineKind`] (so a new Ferrite engine
 //! shows up here with no change), the SOFORT engine with its indexes in PM
@@ -40,9 +41,14 @@ pub enum TxnKind {
 /// Why an operation or a transaction failed.
 #[derive(Debug, thiserror::Error)]
 pub enum OpError {
-    /// A conflict or a busy engine: running the whole transaction again may succeed.
+    /// A conflict: running the whole transaction again may succeed.
     #[error("retryable: {0}")]
     Retryable(String),
+    /// The engine admits one read-write transaction at a time and another one is open
+    /// (`ferrite::WhileWriting::Busy`, SQLite's `SQLITE_BUSY`): running the whole transaction
+    /// again once it ends may succeed. The runner counts these apart from conflict aborts.
+    #[error("busy: {0}")]
+    Busy(String),
     /// The engine ran out of space.
     #[error("{0}")]
     Full(String),
@@ -52,9 +58,18 @@ pub enum OpError {
     Engine(String),
 }
 
+impl OpError {
+    /// Whether running the whole transaction again may succeed (a conflict or a busy engine).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, OpError::Retryable(_) | OpError::Busy(_))
+    }
+}
+
 impl From<ferrite_baselines::Error> for OpError {
     fn from(e: ferrite_baselines::Error) -> Self {
-        if e.is_retryable() {
+        if matches!(e, ferrite_baselines::Error::Busy(_)) {
+            OpError::Busy(e.to_string())
+        } else if e.is_retryable() {
             OpError::Retryable(e.to_string())
         } else if matches!(e, ferrite_baselines::Error::Full { .. }) {
             OpError::Full(e.to_string())

@@ -456,19 +456,19 @@ pub(crate) fn load_records(
     Ok(())
 }
 
-/// Runs `f` until it does not fail with a retryable error (at most 10 000 times).
+/// Runs `f` until it does not fail with a retryable error (a conflict or a busy engine; at
+/// most 10 000 times).
 pub(crate) fn retry<T>(mut f: impl FnMut() -> Result<T, OpError>) -> Result<T, OpError> {
     let mut tries = 0;
     loop {
         match f() {
-            Err(OpError::Retryable(e)) if tries < 10_000 => {
+            Err(e) if e.is_retryable() && tries < 10_000 => {
                 tries += 1;
                 if tries > 100 {
                     std::thread::sleep(std::time::Duration::from_micros(100));
                 } else {
                     std::thread::yield_now();
                 }
-                let _ = e;
             }
             other => return other,
         }

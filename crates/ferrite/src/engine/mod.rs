@@ -15,9 +15,8 @@
 //!   secondary-index maintenance. Engines may use it; it uses no engine.
 //! - [`reference`]: the in-memory reference engine (the conformance suite's oracle).
 //! - `sofort/`: the SOFORT column store.
-//! - [`paged`] *(in progress)*: the slotted-page B+-tree of the paged engine and its page
-//!   interface; the engine itself, with its commit protocols under `paged/protocol/`, is
-//!   planned.
+//! - [`paged`]: the paged engine, a slotted-page B+-tree with its commit protocols under
+//!   `paged/protocol/` (rollback journal, WAL).
 //!
 //! Adding an engine: a module here implementing [`Engine`] + [`EngineTxn`], a variant of
 //! [`crate::EngineKind`] (one arm in its `info`), and one line in [`registry::open`]. The

@@ -1,4 +1,4 @@
-//! The paged engine *(in progress)*: every table and every secondary index is a B+-tree of
+//! The paged engine: every table and every secondary index is a B+-tree of
 //! slotted pages, in the way of SQLite, so that the commit protocols of the FAST/FASH and
 //! NVWAL papers (spec `fast-fash-nvwal.md`) and the classic rollback journal and WAL can run
 //! under the same tree.
@@ -14,8 +14,8 @@
 //!   allocates and frees page numbers. [`pages::MemPages`] implements it in DRAM for tests.
 //! - [`protocol`]: the commit protocols that make a transaction's dirty pages durable
 //!   atomically: the rollback journal and the WAL ([G1]); NVWAL, FASH and FAST *(planned,
-//!   [G2])*. The meta page (page 0) belongs to the pager above them *(planned)*: page count,
-//!   free-page list, catalog root.
+//!   [G2])*. The meta page (page 0) belongs to the pager above them ([`pager`]): page count,
+//!   free-page list, catalog root, protocol.
 //! - [`store`]: page stores (PM-resident pages in a pool set; pages in a file behind a DRAM
 //!   page cache) and the log files the protocols keep beside them.
 //!
@@ -32,15 +32,17 @@
 //!   changed; the caller rolls the transaction back (as SQLite's statement rollback does).
 //!
 //! # Ordering (durability)
-//! None yet: the tree writes only private page copies. The commit protocols will carry the
-//! `P-PG-n` rules of `docs/design/persistence.md`.
+//! The tree writes only private page copies; the commit protocols carry the `P-PG-n` rules
+//! of `docs/design/persistence.md` ([`protocol`]).
 //!
 //! # Concurrency
 //! One writer per page view (`&mut`); readers share immutable page handles, so a snapshot's
 //! pages stay unchanged while a writer copies them (spec §2.1: a single writer, as SQLite).
 
-// Nothing outside this module calls the tree yet: the engine that uses it (catalog, page
-// stores, commit protocols) lands in a later change. Remove this once it does.
+// Items without a caller yet: page operations [G2]'s in-place protocols need (hole
+// rebuilding, `set_right`, the leaf-record limit for FAST's cap), `drop_tree` (no table drop
+// in the API yet), the page cache's statistics (for reports), and `MemPages`, the tests' page
+// store. Remove this once [G2] lands and the rest is wired or deleted.
 #![allow(dead_code)]
 
 pub(crate) mod btree;
