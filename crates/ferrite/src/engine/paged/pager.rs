@@ -340,9 +340,17 @@ impl Pager {
                 return Ok(img.clone());
             }
         }
-        let mut b = vec![0u8; self.size.bytes()];
-        proto.read_page(no, &mut b)?;
-        Ok(b.into())
+        // Read straight into the shared buffer: collecting a `repeat_n` (exact length) into an
+        // `Arc<[u8]>` allocates it once, so the page is copied once, out of the store (a `Vec`
+        // turned into an `Arc` was a second 4 KiB copy per read, most of a read-only YCSB
+        // transaction's time in a profile; `docs/benchmarks.md`, "Paged engine I").
+        let mut b: Arc<[u8]> = std::iter::repeat_n(0u8, self.size.bytes()).collect();
+        let Some(buf) = Arc::get_mut(&mut b) else {
+            // A fresh Arc has no other owner; this branch is never taken.
+            return Err(Error::Poisoned);
+        };
+        proto.read_page(no, buf)?;
+        Ok(b)
     }
 
     fn end_reader(&self, seq: u64) {
