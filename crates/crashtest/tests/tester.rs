@@ -246,7 +246,7 @@ impl Target for Misbehaving {
         for i in 1..=4 {
             let t = ctx.begin(Step(i));
             p.store_u64(0, i, Ordering::Release).map_err(|e| e.to_string())?;
-            p.persist(0, 8).map_err(|e| e.to_string())?;
+            p.persist(0, 8).map_err(|e| e.to_string())?; // ORDER(P-T-1): a test target's step durable before it is done
             ctx.done(t);
         }
         Ok(())
@@ -341,8 +341,8 @@ impl Target for Redundant {
         for i in 1..=4 {
             let t = ctx.begin(Step(i));
             p.store_u64(0, i, Ordering::Release).map_err(|e| e.to_string())?;
-            p.persist_rule("P-SELF-1", 0, 8).map_err(|e| e.to_string())?;
-            p.persist_rule("P-SELF-2", 0, 8).map_err(|e| e.to_string())?;
+            p.persist_rule("P-SELF-1", 0, 8).map_err(|e| e.to_string())?; // ORDER(P-SELF-1): a test target's first named persist
+            p.persist_rule("P-SELF-2", 0, 8).map_err(|e| e.to_string())?; // ORDER(P-SELF-2): the same line again, under a second rule
             ctx.done(t);
         }
         Ok(())
@@ -490,9 +490,9 @@ impl Target for RecoveryMissingFence {
         if p.load_u64(MARK, Ordering::Acquire).map_err(e)? != n {
             p.store_u64(CACHE, n, Ordering::Relaxed).map_err(e)?;
             p.store_u64(MARK, n, Ordering::Release).map_err(e)?;
-            p.flush(CACHE, 8).map_err(e)?;
-            p.flush(MARK, 8).map_err(e)?;
-            p.fence(); // BUG: the marker needs its own epoch after the cache word
+            p.flush(CACHE, 8).map_err(e)?; // ORDER(P-T-2): the seeded defect's cache word, fenced below
+            p.flush(MARK, 8).map_err(e)?; // ORDER(P-T-2): the marker, wrongly in the same epoch
+            p.fence(); // ORDER(P-T-2): BUG: the marker needs its own epoch after the cache word
         }
         Ok((n, p.load_u64(CACHE, Ordering::Acquire).map_err(e)?))
     }

@@ -212,7 +212,7 @@ pub fn leave_interrupted_key_block_work(
     set.store_u64(leaf, u64::from_le_bytes(fp2), Ordering::Relaxed).unwrap();
     set.store_u64(leaf + ferrite::fptree::L_BITMAP, (bm & !0b11) | (1 << 5), Ordering::Release)
         .unwrap();
-    set.persist(leaf, ferrite::fptree::VAR_LEAF_SIZE).unwrap();
+    set.persist(leaf, ferrite::fptree::VAR_LEAF_SIZE).unwrap(); // ORDER(P-T-3): the interrupted state a test leaves durable
     model.insert(kept.clone(), 7);
     (kept, lost)
 }
