@@ -71,8 +71,14 @@ impl PmStore {
         PmStore { files, page_size: page_size.bytes() }
     }
 
-    fn offset(&self, pgno: PageNo) -> u64 {
+    /// Byte offset of page `pgno` in file [`PAGES`].
+    pub(crate) fn offset(&self, pgno: PageNo) -> u64 {
         u64::from(pgno) * self.page_size as u64
+    }
+
+    /// The PM files underneath (byte-granular access for the in-place protocols).
+    pub(crate) fn files(&self) -> &Arc<PmFiles> {
+        &self.files
     }
 }
 

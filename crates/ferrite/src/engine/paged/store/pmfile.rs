@@ -327,6 +327,61 @@ impl PmFiles {
         Ok(())
     }
 
+    /// Stores `data` at `off` of `file` without starting write-back (a lazy write: durable
+    /// after a later [`PmFiles::flush_at`] of its lines and a sync, or whenever the cache
+    /// evicts them). Errors: `Corrupted` past the capacity.
+    pub(crate) fn store_at(&self, file: usize, off: u64, data: &[u8]) -> Result<()> {
+        for (g, n, at) in self.pieces(file, off, data.len() as u64)? {
+            self.set.write_bytes(g, &data[at..at + n as usize])?;
+        }
+        Ok(())
+    }
+
+    /// Starts write-back of the lines overlapping `[off, off + len)` of `file` (the caller's
+    /// rule `rule`); durable after the next [`PmFiles::sync`] on this thread.
+    #[track_caller]
+    pub(crate) fn flush_at(
+        &self,
+        file: usize,
+        off: u64,
+        len: u64,
+        rule: &'static str,
+    ) -> Result<()> {
+        for (g, n, _) in self.pieces(file, off, len)? {
+            self.set.flush_rule(rule, g, n)?; // ORDER(P-PG-0): write-back starts here; the caller's rule orders it by its sync
+        }
+        Ok(())
+    }
+
+    /// The aligned 8-byte store `value` at `off` of `file` (M1: failure-atomic), not yet
+    /// flushed: a commit word. Errors: `Corrupted` past the capacity or for an unaligned `off`.
+    pub(crate) fn store_word(&self, file: usize, off: u64, value: u64) -> Result<()> {
+        let pieces = self.pieces(file, off, 8)?;
+        match pieces.as_slice() {
+            [(g, 8, _)] if g % 8 == 0 => {
+                Ok(self.set.store_u64(*g, value, std::sync::atomic::Ordering::Release)?)
+            }
+            _ => Err(Error::Corrupted {
+                what: format!("an 8-byte word at {off} of PM file {file} is not aligned"),
+                at: self.set.dir().display().to_string(),
+            }),
+        }
+    }
+
+    /// Loads the aligned 8-byte word at `off` of `file`.
+    pub(crate) fn load_word(&self, file: usize, off: u64) -> Result<u64> {
+        let pieces = self.pieces(file, off, 8)?;
+        match pieces.as_slice() {
+            [(g, 8, _)] if g % 8 == 0 => {
+                Ok(self.set.load_u64(*g, std::sync::atomic::Ordering::Acquire)?)
+            }
+            _ => Err(Error::Corrupted {
+                what: format!("an 8-byte word at {off} of PM file {file} is not aligned"),
+                at: self.set.dir().display().to_string(),
+            }),
+        }
+    }
+
     /// Fences: every write of this thread is durable when it returns (the caller's `rule`).
     #[track_caller]
     pub(crate) fn sync(&self, rule: &'static str) {
