@@ -61,27 +61,33 @@ fn pmem_options() -> ferrite_pmem::Options {
     ferrite_pmem::Options::default().layout("crashtest-db").segment_size(SEG)
 }
 
-/// The two tables of the workload.
+/// The tables of the workload: two always, a third for the appending targets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Tab {
     /// `account(id i64, owner str, balance i64)`, index `by_owner(owner)`.
     Account,
     /// `item(id i64, code str, tag i64, payload bytes)`, unique `by_code(code)`, `by_tag(tag)`.
     Item,
+    /// `note(id i64, body bytes)`, no index: rows appended one per transaction with growing
+    /// ids, by the targets that append (FASH, FAST: [`DbTarget::appends`]), so that a
+    /// transaction changes one leaf at the end of its offset array (FAST's 8-byte commit).
+    Note,
 }
 
 impl Tab {
     const ALL: [Tab; 2] = [Tab::Account, Tab::Item];
+    const WITH_NOTE: [Tab; 3] = [Tab::Account, Tab::Item, Tab::Note];
 
     fn name(self) -> &'static str {
         match self {
             Tab::Account => "account",
             Tab::Item => "item",
+            Tab::Note => "note",
         }
     }
 
     fn parse(s: &str) -> Option<Tab> {
-        Tab::ALL.into_iter().find(|t| t.name() == s)
+        Tab::WITH_NOTE.into_iter().find(|t| t.name() == s)
     }
 
     fn schema(self) -> TableSchema {
@@ -100,6 +106,10 @@ impl Tab {
                 .primary_key("id")
                 .unique_index("by_code", ["code"])
                 .index("by_tag", ["tag"]),
+            Tab::Note => TableSchema::new("note")
+                .column("id", Type::I64)
+                .column("body", Type::Bytes)
+                .primary_key("id"),
         }
     }
 
@@ -107,6 +117,7 @@ impl Tab {
         match self {
             Tab::Account => &["id", "owner", "balance"],
             Tab::Item => &["id", "code", "tag", "payload"],
+            Tab::Note => &["id", "body"],
         }
     }
 }
@@ -314,6 +325,12 @@ pub struct DbTarget {
     /// The paged engine on its file store (`db-paged-journal-file`, `db-paged-wal-file`):
     /// see [`DbTarget::paged_files`].
     files: bool,
+    /// A third of the transactions append one row to table `note` instead (FASH and FAST:
+    /// [`Tab::Note`]).
+    appends: bool,
+    /// `db-paged-fast-m2`: FAST with the same-line variant, declaring axiom M2
+    /// ([`DbTarget::fast_same_line`]).
+    same_line: bool,
 }
 
 /// Model ids of the continuable target: transaction `id` is `id * STMT_IDS`, statement `k`
@@ -390,6 +407,8 @@ impl DbTarget {
             placement: SofortIndexPlacement::Dram,
             past: false,
             files: false,
+            appends: matches!(kind.name(), "paged-fash" | "paged-fast"),
+            same_line: false,
         }
     }
 
@@ -409,6 +428,8 @@ impl DbTarget {
             placement: SofortIndexPlacement::Dram,
             past: false,
             files: false,
+            appends: false,
+            same_line: false,
         }
     }
 
@@ -427,6 +448,8 @@ impl DbTarget {
             placement: SofortIndexPlacement::Dram,
             past: false,
             files: false,
+            appends: false,
+            same_line: false,
         }
     }
 
@@ -447,6 +470,8 @@ impl DbTarget {
             placement,
             past: false,
             files: false,
+            appends: false,
+            same_line: false,
         }
     }
 
@@ -473,6 +498,8 @@ impl DbTarget {
             placement,
             past: false,
             files: false,
+            appends: false,
+            same_line: false,
         }
     }
 
@@ -493,6 +520,8 @@ impl DbTarget {
             placement: SofortIndexPlacement::Dram,
             past: true,
             files: false,
+            appends: false,
+            same_line: false,
         }
     }
 
@@ -507,6 +536,23 @@ impl DbTarget {
             files: true,
             ..DbTarget::with_txns(kind, txns)
         }
+    }
+
+    /// `db-paged-fast-m2`: FAST whose medium is declared to keep axiom M2
+    /// ([`ferrite::PagedConfig::same_line_order`]): in-place bytes on the commit word's line
+    /// persist with the word's one flush. The target declares M2, so lines are not torn.
+    pub fn fast_same_line(txns: u64) -> DbTarget {
+        let kind = EngineKind::Paged { protocol: ferrite::PagedProtocol::Fast };
+        DbTarget {
+            name: target_name(kind, "-m2"),
+            same_line: true,
+            ..DbTarget::with_txns(kind, txns)
+        }
+    }
+
+    /// The tables of the workload.
+    fn tables(&self) -> &'static [Tab] {
+        if self.appends { &Tab::WITH_NOTE } else { &Tab::ALL }
     }
 
     fn options(&self) -> Options {
@@ -525,6 +571,7 @@ impl DbTarget {
             store: if self.files { ferrite::PagedStore::File } else { ferrite::PagedStore::Pm },
             cache_pages: FILE_CACHE,
             checkpoint_frames: 16,
+            same_line_order: self.same_line,
             ..Default::default()
         };
         Options::new().engine(self.kind).pmem(pmem_options()).paged(paged).sofort(
@@ -1101,7 +1148,7 @@ impl Target for DbTarget {
         }
     }
     fn axioms(&self) -> Axioms {
-        Axioms { m2: relies_on_m2(self.kind) }
+        Axioms { m2: relies_on_m2(self.kind) || self.same_line }
     }
     fn rules(&self) -> &'static [&'static str] {
         match self.kind.name() {
@@ -1165,7 +1212,7 @@ impl Target for DbTarget {
             ctx.done(t);
             db
         };
-        for tab in Tab::ALL {
+        for &tab in self.tables() {
             let t = ctx.begin(DbOp::Table(tab));
             db.create_table(tab.schema()).map_err(|x| e("create_table", x))?;
             ctx.done(t);
@@ -1182,7 +1229,18 @@ impl Target for DbTarget {
                 ctx.done(t);
             }
             let mut w = mirror.clone();
-            let writes = gen_writes(&mut rng, &mut w);
+            let writes = if self.appends && rng.next_u64().is_multiple_of(3) {
+                // One row appended at the end of `note`: a single-leaf transaction.
+                let next =
+                    mirror.get(&Tab::Note).and_then(|m| m.keys().last()).map_or(0, |k| k + 1);
+                let body: Vec<u8> =
+                    (0..rng.next_u64() % 40).map(|_| rng.next_u64() as u8).collect();
+                let wr = Write::Insert(Tab::Note, vec![Value::I64(next), Value::Bytes(body)]);
+                wr.apply_mirror(&mut w);
+                vec![wr]
+            } else {
+                gen_writes(&mut rng, &mut w)
+            };
             let mid = if self.continuable { id * STMT_IDS } else { id };
             if self.continuable && rng.next_u64().is_multiple_of(3) {
                 let mut tx = db.begin_continuable().map_err(|x| e("begin_continuable", x))?;
@@ -1253,10 +1311,10 @@ impl Target for DbTarget {
             ctx.done(t);
         }
         // The engine agrees with the workload's own mirror before any crash.
-        let names: Vec<String> = Tab::ALL.iter().map(|t| t.name().to_owned()).collect();
+        let names: Vec<String> = self.tables().iter().map(|t| t.name().to_owned()).collect();
         let mut r = db.begin_read().map_err(|x| e("begin_read", x))?;
         let got = contents(&mut r, &names).map_err(|x| e("scan", x))?;
-        let want = mirror_contents(&mirror, &Tab::ALL);
+        let want = mirror_contents(&mirror, self.tables());
         if got != want {
             return Err(format!(
                 "before any crash, the database differs from the workload: {}",

@@ -44,14 +44,23 @@ pub enum PagedProtocol {
     /// SQLite's write-ahead log: changed pages appended as frames, one sync per commit,
     /// checkpoints into the pages every [`PagedConfig::checkpoint_frames`] frames and at close.
     Wal,
+    /// FASH (failure-atomic slotted paging with slot-header logging): pages in PM changed in
+    /// place, records written only into free space, the changed slot headers through a small
+    /// redo log with an 8-byte commit mark. PM store only.
+    Fash,
+    /// FAST: FASH, plus the commit of a transaction whose header change fits one aligned
+    /// 8-byte word by storing that word (no log). PM store only.
+    Fast,
 }
 
 impl PagedProtocol {
-    /// Stable lower-case name (`journal`, `wal`).
+    /// Stable lower-case name (`journal`, `wal`, `fash`, `fast`).
     pub fn name(self) -> &'static str {
         match self {
             PagedProtocol::Journal => "journal",
             PagedProtocol::Wal => "wal",
+            PagedProtocol::Fash => "fash",
+            PagedProtocol::Fast => "fast",
         }
     }
 }
@@ -70,6 +79,11 @@ pub struct PagedConfig {
     /// The file store's DRAM page cache, in pages (default 2000, SQLite's classic default;
     /// 0: no cache). The PM store has none: its pages are read in place.
     pub cache_pages: usize,
+    /// Whether the PM medium keeps axiom M2 (stores to one cache line become durable in
+    /// program order; `docs/design/persistence.md`). Default false: Intel and AMD document
+    /// only 8-byte atomicity. When true, FAST persists in-place bytes that share a line with
+    /// its commit word with the word's one flush (`docs/design/paged.md` §8).
+    pub same_line_order: bool,
 }
 
 impl Default for PagedConfig {
@@ -79,6 +93,7 @@ impl Default for PagedConfig {
             checkpoint_frames: 1000,
             store: PagedStore::Pm,
             cache_pages: 2000,
+            same_line_order: false,
         }
     }
 }
@@ -123,12 +138,16 @@ impl EngineKind {
         EngineKind::Reference,
         EngineKind::Paged { protocol: PagedProtocol::Journal },
         EngineKind::Paged { protocol: PagedProtocol::Wal },
+        EngineKind::Paged { protocol: PagedProtocol::Fash },
+        EngineKind::Paged { protocol: PagedProtocol::Fast },
     ];
 
     /// The paged engine under each of its protocols.
     pub const PAGED: &'static [EngineKind] = &[
         EngineKind::Paged { protocol: PagedProtocol::Journal },
         EngineKind::Paged { protocol: PagedProtocol::Wal },
+        EngineKind::Paged { protocol: PagedProtocol::Fash },
+        EngineKind::Paged { protocol: PagedProtocol::Fast },
     ];
 
     /// Every engine this build knows (the same as [`EngineKind::ALL`]).
@@ -164,6 +183,8 @@ impl EngineKind {
                 name: match protocol {
                     PagedProtocol::Journal => "paged-journal",
                     PagedProtocol::Wal => "paged-wal",
+                    PagedProtocol::Fash => "paged-fash",
+                    PagedProtocol::Fast => "paged-fast",
                 },
                 persistent: true,
                 concurrency: Concurrency {
@@ -538,6 +559,10 @@ impl Options {
                 if protocol == PagedProtocol::Wal {
                     let every = self.paged.checkpoint_frames.to_string();
                     v.push(("paged.checkpoint_frames".to_owned(), every));
+                }
+                if protocol == PagedProtocol::Fast {
+                    let m2 = self.paged.same_line_order.to_string();
+                    v.push(("paged.same_line_order".to_owned(), m2));
                 }
                 if self.paged.store == PagedStore::File {
                     v.push(("paged.cache_pages".to_owned(), self.paged.cache_pages.to_string()));

@@ -17,8 +17,9 @@
 //!   allow, and both fit (records are at most 3/8 of a page, [`Limits`]). A leaf split
 //!   promotes the shortest prefix of the right half's first key that still separates the
 //!   halves (suffix truncation). On a split the new page takes the lower half and the old
-//!   page keeps the upper half (rewritten as a fresh image), so the parent only gains one
-//!   record: its pointer to the old page stays valid and none of its records changes.
+//!   page keeps the upper half in place (its records stay where they are and only its offset
+//!   array loses the lower half's, spec §2.3.6), so the parent only gains one record: its
+//!   pointer to the old page stays valid and none of its records changes.
 //! - T5: after a delete (or a shrinking update), a non-root page using under a quarter of its
 //!   bytes merges with a sibling under the same parent if both fit one page (the left page's
 //!   records move into the right one; the left page is freed and its parent record
@@ -298,7 +299,7 @@ impl BTree {
             }
             let l = pages.allocate()?;
             split.write_left(pages.page_mut(l)?, h.kind)?;
-            split.write_right(pages.page_mut(no)?, h.kind)?;
+            split.keep_right(pages.page_mut(no)?, h.kind, i)?;
             let parent = path.pop().ok_or_else(|| corrupt("non-root page without a parent", no))?;
             let sep = page::encode_interior(l, &split.sep);
             if page::insert_cell(pages.page_mut(parent.no)?, parent.idx, &sep)? {
@@ -577,6 +578,27 @@ impl Split {
     fn write_right(&self, buf: &mut [u8], kind: Kind) -> Result<()> {
         let refs: Vec<&[u8]> = self.right.iter().map(Vec::as_slice).collect();
         page::build(buf, kind, &refs, self.right_right)
+    }
+
+    /// Makes `buf`, the page that split (its records before the insert of record `i`), the
+    /// right page in place (spec §2.3.6): the records that moved left (or up) leave its offset
+    /// array, the rest stay where they are, and the inserted record joins if it belongs
+    /// right. So the in-place protocols change only its header (and write the new record
+    /// into free space). Falls back to a fresh image if the record does not fit.
+    fn keep_right(&self, buf: &mut [u8], kind: Kind, i: usize) -> Result<()> {
+        let boundary = self.left.len() + usize::from(kind == Kind::Interior);
+        let gone = boundary - usize::from(i < boundary);
+        page::drop_first(buf, gone)?;
+        if i >= boundary {
+            let cell = self.right.get(i - boundary).ok_or_else(|| Error::Corrupted {
+                what: "split lost its new record".into(),
+                at: "b-tree split".into(),
+            })?;
+            if !page::insert_cell(buf, i - boundary, cell)? {
+                return self.write_right(buf, kind);
+            }
+        }
+        Ok(())
     }
 }
 

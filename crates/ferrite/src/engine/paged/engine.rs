@@ -38,7 +38,7 @@ use ferrite_pmem::{BlockFile, PoolSet};
 use super::btree::BTree;
 use super::pager::{Meta, Pager, ReadView, WriteView, check_protocol};
 use super::pages::{PageNo, PageRead, PageSize};
-use super::protocol::{Protocol, journal::Journal, wal::Wal};
+use super::protocol::{Protocol, fash::Fash, journal::Journal, wal::Wal};
 use super::rows::{self, CatalogEntry};
 use super::store::file::{FileStore, LOG_FILE, PAGES_FILE};
 use super::store::log::LogFile;
@@ -162,6 +162,8 @@ fn start(
     let proto = match protocol {
         PagedProtocol::Journal => Protocol::Journal(Journal::new(store, log)),
         PagedProtocol::Wal => Protocol::Wal(Wal::new(store, log, cfg.checkpoint_frames)),
+        PagedProtocol::Fash => Protocol::Fash(Fash::new(store, false, false)?),
+        PagedProtocol::Fast => Protocol::Fash(Fash::new(store, true, cfg.same_line_order)?),
     };
     if !create {
         check_protocol(code, &proto)?;

@@ -103,6 +103,34 @@ pub(crate) struct FrameHead {
 }
 const _: () = assert!(size_of::<FrameHead>() == 64);
 
+/// The slot-header log's header (FASH/FAST, `protocol/fash.rs`; the log file's first line).
+/// `commit` is the commit mark, written alone with one aligned 8-byte store: 0 = nothing to
+/// redo, else the `seq` of the entries that follow. The CRC32C covers bytes 8..24 (`seq`,
+/// `count`, `bytes`) and the `bytes` bytes of entries from offset 64.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+pub(crate) struct ShLogHead {
+    pub commit: U64,
+    pub seq: U64,
+    pub count: U32,
+    pub bytes: U32,
+    pub crc: U32,
+    pub _zero: U32,
+}
+const _: () = assert!(size_of::<ShLogHead>() == 32);
+
+/// One entry of the slot-header log: `len` bytes for page `page` at byte `offset` follow,
+/// padded to a multiple of 8.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+pub(crate) struct ShEntryHead {
+    pub page: U32,
+    pub offset: U32,
+    pub len: U32,
+    pub _zero: U32,
+}
+const _: () = assert!(size_of::<ShEntryHead>() == 16);
+
 /// The head `T` at the start of `b`, copied out; `None` if `b` is shorter than `T`.
 pub(crate) fn read<T: FromBytes>(b: &[u8]) -> Option<T> {
     T::read_from_prefix(b).ok().map(|(t, _)| t)
@@ -125,6 +153,9 @@ mod tests {
         assert_eq!(offset_of!(WalHead, salt), 16);
         assert_eq!(offset_of!(FrameHead, crc), 12);
         assert_eq!(offset_of!(RecordHead, crc), 12);
+        assert_eq!(offset_of!(ShLogHead, seq), 8);
+        assert_eq!(offset_of!(ShLogHead, crc), 24);
+        assert_eq!(offset_of!(ShEntryHead, len), 8);
         // Little-endian on any host.
         let h = WalHead { salt: U32::new(0x0102_0304), ..Default::default() };
         assert_eq!(&h.as_bytes()[16..20], &[4, 3, 2, 1]);

@@ -538,11 +538,18 @@ pub(crate) fn used_bytes(buf: &[u8], h: &Header) -> Result<usize> {
 }
 
 /// Finds `len` bytes of free space, leaving at least `reserve` bytes of gap for the offset
-/// array; updates `h` (not yet written back). First fit in the hole chain (taking the hole's
-/// tail), then the gap.
+/// array; updates `h` (not yet written back). The gap first, then first fit in the hole chain
+/// (taking the hole's tail). The gap comes first for the in-place protocols (FASH/FAST): a
+/// hole may be a record the committed page still references (one this transaction deleted
+/// or moved), while the gap of a page was free before the transaction too, unless the
+/// transaction shrank the page's offset array or content area.
 fn alloc(buf: &mut [u8], h: &mut Header, len: usize, reserve: usize) -> Result<Option<usize>> {
     if h.gap() < reserve {
         return Ok(None);
+    }
+    if h.gap() >= len + reserve {
+        h.content -= len;
+        return Ok(Some(h.content));
     }
     let mut prev: Option<usize> = None;
     for (at, size) in holes(buf, h)? {
@@ -566,10 +573,6 @@ fn alloc(buf: &mut [u8], h: &mut Header, len: usize, reserve: usize) -> Result<O
         }
         h.frag += rest;
         return Ok(Some(at + rest));
-    }
-    if h.gap() >= len + reserve {
-        h.content -= len;
-        return Ok(Some(h.content));
     }
     Ok(None)
 }
@@ -665,6 +668,35 @@ pub(crate) fn replace_cell(buf: &mut [u8], i: usize, cell: &[u8]) -> Result<bool
         return Err(corrupt("no room for a replacement after removal", H_CONTENT));
     }
     Ok(true)
+}
+
+/// Removes records `0..k` from the offset array and leaves every other record where it is
+/// (a split's old page keeps its upper records in place, spec §2.3.6); the removed records'
+/// bytes become free space ([`rebuild_holes`]).
+pub(crate) fn drop_first(buf: &mut [u8], k: usize) -> Result<()> {
+    let mut h = Header::read(buf)?;
+    if k > h.count {
+        return Err(corrupt(format!("dropping {k} of {} records", h.count), H_COUNT));
+    }
+    let at = h.header_len();
+    buf.copy_within(at + 2 * k..h.slots_end(), at);
+    h.count -= k;
+    h.write(buf)?;
+    rebuild_holes(buf)
+}
+
+/// The byte ranges `(offset, length)` of a well-formed page that its header makes
+/// meaningful: the header with the offset array, every record, and the first four bytes of
+/// every hole (the chain's `next | size`). Every other byte is scratch (spec §2.1's
+/// visibility rule): changing it changes nothing the page says. Sorted by offset, not
+/// overlapping. `Corrupted` for a page [`check`] refuses.
+pub(crate) fn referenced(buf: &[u8]) -> Result<Vec<(usize, usize)>> {
+    let h = check(buf)?;
+    let mut out = vec![(0, h.slots_end())];
+    out.extend(record_extents(buf, &h)?);
+    out.extend(holes(buf, &h)?.into_iter().map(|(at, _)| (at, MIN_HOLE)));
+    out.sort_unstable();
+    Ok(out)
 }
 
 /// The page's records, in key order (copies).
@@ -887,14 +919,16 @@ mod tests {
 
     #[test]
     fn small_leftovers_become_fragments() {
+        // 29 records of 15 bytes (+ 2 for the offset) leave a gap of 11 bytes in 512 - 8.
         let mut b = page(512);
-        for k in 0..3u8 {
+        for k in 0..29u8 {
             assert!(insert_cell(&mut b, k as usize, &leaf(&[k], &[0; 10])).unwrap());
         }
-        remove_cell(&mut b, 1).unwrap(); // a 15-byte hole
-        assert!(replace_cell(&mut b, 0, &leaf(&[0], &[0; 8])).unwrap()); // takes 13 of it
+        assert_eq!(Header::read(&b).unwrap().gap(), 11);
+        remove_cell(&mut b, 1).unwrap(); // a 15-byte hole; the gap grows to 13
+        assert!(replace_cell(&mut b, 0, &leaf(&[0], &[0; 9])).unwrap()); // takes 14 of the hole
         let h = check(&b).unwrap();
-        assert_eq!(h.frag, 2);
+        assert_eq!(h.frag, 1);
     }
 
     #[test]

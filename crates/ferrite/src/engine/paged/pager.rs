@@ -80,6 +80,8 @@ pub(crate) fn check_protocol(code: u32, protocol: &Protocol) -> Result<()> {
     let name = |c: u32| match c {
         1 => "the rollback journal",
         2 => "the WAL",
+        3 => "FASH",
+        4 => "FAST",
         _ => "an unknown protocol",
     };
     if code == protocol.code() {
@@ -125,7 +127,7 @@ impl Meta {
 
     /// Reads a meta page. Errors: `Corrupted` (an unfinished creation, another file, a bad
     /// checksum or field), `Incompatible` (a newer version or unknown incompatible flags).
-    fn decode(b: &[u8], size: PageSize) -> Result<Meta> {
+    pub(crate) fn decode(b: &[u8], size: PageSize) -> Result<Meta> {
         let Some(h) = layout::read::<MetaHead>(b) else {
             return Err(corrupt("meta page too short", META_PAGE));
         };
@@ -174,7 +176,7 @@ impl Meta {
             || m.catalog_root == META_PAGE
             || u64::from(m.free_head) >= m.page_count
             || u64::from(m.free_count) >= m.page_count
-            || !(1..=2).contains(&m.protocol)
+            || !(1..=5).contains(&m.protocol)
         {
             return Err(corrupt(format!("meta page fields out of range: {m:?}"), META_PAGE));
         }
@@ -435,6 +437,14 @@ fn free_trunks(size: PageSize, free: &BTreeSet<PageNo>) -> Vec<(PageNo, Vec<u8>)
         .collect()
 }
 
+/// The free pages of `free` that hold none of its list ([`free_trunks`] puts the list on the
+/// first pages of the set): what a commit may overwrite without the committed state noticing.
+fn spare_pages(size: PageSize, free: &BTreeSet<PageNo>) -> BTreeSet<PageNo> {
+    let cap = (size.bytes() - TRUNK_HEAD) / 4;
+    let trunks = free.len().div_ceil(cap);
+    free.iter().skip(trunks).copied().collect()
+}
+
 /// A reader's view: the snapshot of the last commit before it began (G4).
 #[derive(Debug)]
 pub(crate) struct ReadView {
@@ -542,7 +552,12 @@ impl WriteView {
                 v
             };
             let images: Vec<(PageNo, &[u8])> = pages.iter().map(|(n, p)| (*n, &p[..])).collect();
-            proto.commit(&Batch { pages: &images, pages_before: self.meta.page_count })?;
+            let spare = spare_pages(size, &committed_free);
+            proto.commit(&Batch {
+                pages: &images,
+                pages_before: self.meta.page_count,
+                spare: &spare,
+            })?;
             let mut st = pager.state()?;
             for (no, img) in keep {
                 st.old.entry(no).or_default().push((meta.seq, img));

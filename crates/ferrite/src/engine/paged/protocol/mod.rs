@@ -7,7 +7,9 @@
 //!   sync, invalidate the journal).
 //! - [`wal`]: SQLite's WAL (frames with a checksum chain and a commit frame, one log sync per
 //!   commit, a DRAM index from page to newest frame, checkpoints).
-//! - [G2]'s NVWAL, FASH and FAST *(planned)*.
+//! - [`fash`]: FASH and FAST (pages in PM written in place, the slot headers' changes through
+//!   a redo log with an 8-byte commit mark, or FAST's commit of one 8-byte header word).
+//! - [G2]'s NVWAL *(planned)*.
 //!
 //! Stores: the journal and the WAL run on both page stores, their log on the medium of the
 //! pages (a PM file of the pool set, or a block file beside the page file); a "sync" is a
@@ -26,8 +28,11 @@
 //! One writer at a time calls `commit`, `recover` and `checkpoint`; `read_page` may run on
 //! other threads concurrently with a commit only for pages the commit does not change.
 
+pub(crate) mod fash;
 pub(crate) mod journal;
 pub(crate) mod wal;
+
+use std::collections::BTreeSet;
 
 use super::store::{PageNo, PageStore};
 use crate::error::Result;
@@ -58,6 +63,11 @@ pub(crate) struct Batch<'a> {
     pub pages: &'a [(PageNo, &'a [u8])],
     /// Pages in the database before the commit (pages at or past it are new).
     pub pages_before: u64,
+    /// Pages below `pages_before` that the committed state does not reference: free pages
+    /// that hold no part of the committed free list. Their bytes are scratch, so the in-place
+    /// protocols (FASH/FAST) write them directly (as they do pages at or past
+    /// `pages_before`).
+    pub spare: &'a BTreeSet<PageNo>,
 }
 
 /// A commit protocol over a page store (see the module docs).
@@ -67,6 +77,8 @@ pub(crate) enum Protocol {
     Journal(journal::Journal),
     /// The write-ahead log.
     Wal(wal::Wal),
+    /// FASH or FAST: pages in PM, written in place, slot headers logged.
+    Fash(fash::Fash),
 }
 
 impl Protocol {
@@ -75,6 +87,13 @@ impl Protocol {
         match self {
             Protocol::Journal(_) => 1,
             Protocol::Wal(_) => 2,
+            Protocol::Fash(f) => {
+                if f.is_fast() {
+                    4
+                } else {
+                    3
+                }
+            }
         }
     }
 
@@ -83,6 +102,7 @@ impl Protocol {
         match self {
             Protocol::Journal(j) => j.store(),
             Protocol::Wal(w) => w.store(),
+            Protocol::Fash(f) => f.store(),
         }
     }
 
@@ -91,6 +111,7 @@ impl Protocol {
         match self {
             Protocol::Journal(j) => j.store().read_page(pgno, out),
             Protocol::Wal(w) => w.read_page(pgno, out),
+            Protocol::Fash(f) => f.store().read_page(pgno, out),
         }
     }
 
@@ -99,6 +120,7 @@ impl Protocol {
         match self {
             Protocol::Journal(j) => j.commit(batch),
             Protocol::Wal(w) => w.commit(batch),
+            Protocol::Fash(f) => f.commit(batch),
         }
     }
 
@@ -108,6 +130,7 @@ impl Protocol {
         match self {
             Protocol::Journal(j) => j.recover(),
             Protocol::Wal(w) => w.recover(),
+            Protocol::Fash(f) => f.recover(),
         }
     }
 
@@ -115,7 +138,7 @@ impl Protocol {
     /// journal keeps nothing). Called at close.
     pub(crate) fn checkpoint(&mut self) -> Result<()> {
         match self {
-            Protocol::Journal(_) => Ok(()),
+            Protocol::Journal(_) | Protocol::Fash(_) => Ok(()),
             Protocol::Wal(w) => w.checkpoint().map(|_| ()),
         }
     }
