@@ -572,6 +572,9 @@ impl DbTarget {
             cache_pages: FILE_CACHE,
             checkpoint_frames: 16,
             same_line_order: self.same_line,
+            // FASH and FAST on 512-byte pages: the small workload splits leaves and interior
+            // pages, merges them and writes overflow chains, each through the in-place paths.
+            page_size: if self.appends { 512 } else { 4096 },
             ..Default::default()
         };
         Options::new().engine(self.kind).pmem(pmem_options()).paged(paged).sofort(

@@ -260,12 +260,63 @@ impl BTree {
             Err(i) => {
                 drop(buf);
                 let cell = make_cell(pages, &limits, key, value)?;
+                if pages.defrag_by_copy() && self.insert_by_copy(pages, &path, leaf, i, &cell)? {
+                    return Ok(false);
+                }
                 if !page::insert_cell(pages.page_mut(leaf)?, i, &cell)? {
                     self.split_insert(pages, path, leaf, i, cell)?;
                 }
                 Ok(false)
             }
         }
+    }
+
+    /// Copy-on-write defragmentation (spec §2.3.8): if record `cell` fits leaf `leaf` only
+    /// after compacting it, the leaf's records and the new one are written to a new page, the
+    /// parent's pointer is moved to it (a new record in the parent's free space, or the
+    /// right-most child in its header), and the leaf is freed; no record of the committed
+    /// leaf moves. Returns whether it did so: not for the root (its number is fixed, T1), nor
+    /// when the record fits as it is or not even after compaction, nor when the parent has no
+    /// room for the repointed record.
+    fn insert_by_copy<W: PageWrite>(
+        &self,
+        pages: &mut W,
+        path: &[Frame],
+        leaf: PageNo,
+        i: usize,
+        cell: &[u8],
+    ) -> Result<bool> {
+        let Some(parent) = path.last().copied() else { return Ok(false) };
+        let buf = fetch(pages, leaf)?;
+        let h = Header::read(&buf)?;
+        if page::fits_as_is(&buf, cell.len())? || page::free_bytes(&buf, &h)? < cell.len() + 2 {
+            return Ok(false);
+        }
+        let mut cells = page::cells(&buf, &h)?;
+        drop(buf);
+        if i > cells.len() {
+            return Err(corrupt(format!("insert at {i} of {} records", cells.len()), leaf));
+        }
+        cells.insert(i, cell.to_vec());
+        let refs: Vec<&[u8]> = cells.iter().map(Vec::as_slice).collect();
+        let copy = pages.allocate()?;
+        page::build(pages.page_mut(copy)?, h.kind, &refs, h.right)?;
+        let pbuf = pages.page_mut(parent.no)?;
+        let ph = Header::read(pbuf)?;
+        if parent.idx < ph.count {
+            let key = page::interior_cell(pbuf, &ph, parent.idx)?.key.to_vec();
+            if page::interior_cell(pbuf, &ph, parent.idx)?.child != leaf {
+                return Err(corrupt("the path's parent does not point to the leaf", parent.no));
+            }
+            if !page::replace_cell(pbuf, parent.idx, &page::encode_interior(copy, &key))? {
+                pages.free(copy)?;
+                return Ok(false);
+            }
+        } else {
+            page::set_right(pbuf, copy)?;
+        }
+        pages.free(leaf)?;
+        Ok(true)
     }
 
     /// Inserts `cell` as record `i` of page `no`, which has no room for it: splits the page
@@ -877,6 +928,47 @@ mod tests {
 
     fn key(i: u32) -> Vec<u8> {
         format!("key{i:06}").into_bytes()
+    }
+
+    /// Copy-on-write defragmentation (spec §2.3.8): a record that fits a non-root leaf only
+    /// after compaction goes with the leaf's records to a new page; the parent points there and
+    /// the old leaf, unchanged, is freed.
+    #[test]
+    fn a_scattered_leaf_is_copied_not_compacted() {
+        let mut p = store(512);
+        p.cow = true;
+        let t = BTree::create(&mut p).unwrap();
+        let mut next = 0;
+        let mut put = |p: &mut MemPages, k: u32, len: usize| {
+            t.insert(p, &key(k), &vec![k as u8; len]).unwrap()
+        };
+        while page::Header::read(&p.page(t.root()).unwrap()).unwrap().kind == Kind::Leaf {
+            put(&mut p, next, 30);
+            next += 1;
+        }
+        let right = |p: &MemPages| page::Header::read(&p.page(t.root()).unwrap()).unwrap().right;
+        let leaf = right(&p);
+        // Append to the right leaf until its gap is nearly used up (44-byte records).
+        while page::fits_as_is(&p.page(leaf).unwrap(), 2 * 44).unwrap() {
+            put(&mut p, next, 30);
+            next += 1;
+        }
+        assert_eq!(right(&p), leaf, "no split yet");
+        // Two holes of one record each, apart.
+        assert!(t.delete(&mut p, &key(next - 2)).unwrap());
+        assert!(t.delete(&mut p, &key(next - 4)).unwrap());
+        let buf = p.page(leaf).unwrap();
+        let h = page::Header::read(&buf).unwrap();
+        let big = 70; // a 84-byte record: wider than either hole and the gap, not their sum
+        assert!(!page::fits_as_is(&buf, big + 14).unwrap());
+        assert!(page::free_bytes(&buf, &h).unwrap() >= big + 16);
+        drop(buf);
+        put(&mut p, next, big);
+        let copy = right(&p);
+        assert_ne!(copy, leaf, "the parent points to the copy");
+        assert!(p.page(leaf).is_err(), "the old leaf is free");
+        assert_eq!(t.get(&p, &key(next)).unwrap(), Some(vec![next as u8; big]));
+        t.check(&p).unwrap();
     }
 
     fn scan(

@@ -34,7 +34,7 @@ pub(crate) struct MetaHead {
     pub free_head: U32,
     pub free_count: U32,
     pub catalog_root: U32,
-    /// 1 rollback journal, 2 WAL.
+    /// 1 rollback journal, 2 WAL, 3 FASH, 4 FAST.
     pub protocol: U32,
     pub seq: U64,
     /// CRC32C of bytes 8..64.

@@ -624,6 +624,14 @@ pub(crate) fn insert_cell(buf: &mut [u8], i: usize, cell: &[u8]) -> Result<bool>
     Ok(true)
 }
 
+/// Whether a record of `len` bytes (and its offset) fits the page's gap or one of its holes
+/// as it is, without compacting the page.
+pub(crate) fn fits_as_is(buf: &[u8], len: usize) -> Result<bool> {
+    let mut h = Header::read(buf)?;
+    let mut copy = buf.to_vec();
+    Ok(alloc(&mut copy, &mut h, len, 2)?.is_some())
+}
+
 /// Removes record `i`; its bytes become free space.
 pub(crate) fn remove_cell(buf: &mut [u8], i: usize) -> Result<()> {
     let mut h = Header::read(buf)?;

@@ -305,14 +305,19 @@ impl Pager {
                 "another read-write transaction is open (one writer at a time)".into(),
             ));
         }
-        let (meta, free) = match self.state() {
-            Ok(st) => (st.meta, st.free.clone()),
+        let begun = self
+            .state()
+            .map(|st| (st.meta, st.free.clone()))
+            .and_then(|(meta, free)| Ok((meta, free, self.protocol()?.writes_in_place())));
+        let (meta, free, cow) = match begun {
+            Ok(b) => b,
             Err(e) => {
                 self.writer.store(false, Ordering::Release);
                 return Err(e);
             }
         };
         Ok(WriteView {
+            cow,
             pager: self.clone(),
             count: meta.page_count,
             meta,
@@ -485,6 +490,8 @@ impl PageRead for ReadView {
 #[derive(Debug)]
 pub(crate) struct WriteView {
     pager: Arc<Pager>,
+    /// Defragment by copying (the protocol writes pages in place).
+    cow: bool,
     meta: Meta,
     count: u64,
     free: BTreeSet<PageNo>,
@@ -629,6 +636,10 @@ impl PageWrite for WriteView {
         self.dirty.remove(&no);
         self.free.insert(no);
         Ok(())
+    }
+
+    fn defrag_by_copy(&self) -> bool {
+        self.cow
     }
 }
 

@@ -115,6 +115,13 @@ pub(crate) trait PageWrite: PageRead {
     /// one while an older snapshot can still read it. [`MemPages`] keeps committed images
     /// apart from the dirty set, so it reuses freed pages at once.
     fn free(&mut self, no: PageNo) -> Result<()>;
+
+    /// Whether a page that would need compacting is copied to a new page instead (spec
+    /// §2.3.8, copy-on-write defragmentation): true where writes reach the committed pages in
+    /// place (FASH/FAST), so that no record the committed page references moves.
+    fn defrag_by_copy(&self) -> bool {
+        false
+    }
 }
 
 /// The writable bytes of a dirty page's buffer: the buffer itself when nobody else holds it,
@@ -163,6 +170,8 @@ pub(crate) struct MemPages {
     /// The committed free list and count, for [`MemPages::rollback`].
     committed_free: BTreeSet<PageNo>,
     committed_count: u32,
+    /// What [`PageWrite::defrag_by_copy`] answers (tests of the copy-on-write path).
+    pub(crate) cow: bool,
 }
 
 impl MemPages {
@@ -177,6 +186,7 @@ impl MemPages {
             count: 1,
             committed_free: BTreeSet::new(),
             committed_count: 1,
+            cow: false,
         }
     }
 
@@ -278,6 +288,10 @@ impl PageWrite for MemPages {
         self.dirty.remove(&no);
         self.free.insert(no);
         Ok(())
+    }
+
+    fn defrag_by_copy(&self) -> bool {
+        self.cow
     }
 }
 

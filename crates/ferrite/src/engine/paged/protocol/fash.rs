@@ -188,11 +188,10 @@ impl Fash {
                 return Err(Error::InvalidArgument(format!("a page image of {} bytes", img.len())));
             }
             let fresh = u64::from(no) >= batch.pages_before || batch.spare.contains(&no);
-            if u64::from(no) < batch.pages_before {
-                self.store.read_page(no, &mut old)?;
-            } else {
-                old.fill(0);
-            }
+            // What the page holds now, also for a page past the old count: it may hold bytes
+            // of a transaction that did not commit, so only a comparison with them tells
+            // which bytes to write (`commit` grew the store to hold every page).
+            self.store.read_page(no, &mut old)?;
             if no == META_PAGE && only_seq_changed(&old, img, size) {
                 continue;
             }
@@ -593,6 +592,21 @@ mod tests {
             assert_eq!(read(&f, 1), leaf(&[1, 2, 3, 4]));
             assert_eq!(read(&f, 2), leaf(&[5, 7]));
         }
+    }
+
+    /// Regression (found by `db-paged-fash` on 512-byte pages): a page past the old page
+    /// count was diffed against zeros, but it may hold the bytes of a transaction that did
+    /// not commit; where the new image had a zero byte, the stale byte stayed.
+    #[test]
+    fn a_new_page_over_stale_bytes_gets_its_whole_image() {
+        let dir = TestDir::new("fash-stale");
+        let mut f = fash(&dir.join("p"), true, true);
+        base(&mut f);
+        f.store().ensure(4).unwrap();
+        f.files().unwrap().store_at(PAGES, f.page_off(3), &[0xab; PS]).unwrap();
+        let p3 = leaf(&[9]);
+        commit(&mut f, &[(3, p3.clone())], 3);
+        assert_eq!(read(&f, 3), p3);
     }
 
     #[test]

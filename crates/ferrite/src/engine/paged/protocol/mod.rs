@@ -97,6 +97,12 @@ impl Protocol {
         }
     }
 
+    /// Whether commits write into the committed pages in place (FASH, FAST): the tree then
+    /// defragments a page by copying it to a new page ([`super::pages::PageWrite::defrag_by_copy`]).
+    pub(crate) fn writes_in_place(&self) -> bool {
+        matches!(self, Protocol::Fash(_))
+    }
+
     /// The page store underneath.
     pub(crate) fn store(&self) -> &PageStore {
         match self {
