@@ -8,6 +8,13 @@
 //! labelled "baseline, 0 ns") when it had more than one latency, with `<workload>-p99-latency.svg`
 //! beside it (p99 transaction latency in µs over injected latency, the same lines). The x axis
 //! names the latency model (per barrier or per flushed line) when the run used one.
+//!
+//! Across workloads: when the run had a micro-benchmark at more than one size (`insert1`,
+//! `insert8`, …, `insert512`), `<kind>-per-txn-flushes.svg` (lines flushed per transaction
+//! over operations per transaction, log–log, one line per Ferrite engine at one thread and no
+//! injected latency; baselines have no counts) and `<kind>-per-txn-throughput.svg`
+//! (operations/s over operations per transaction, log–log, every engine), as the FAST paper's
+//! Figure 10.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -134,7 +141,118 @@ pub fn plots_from_rows(rows: &[CsvRow], out_dir: &Path) -> Result<Vec<PathBuf>, 
             }
         }
     }
+    files.extend(per_txn_plots(&rows, out_dir)?);
     Ok(files)
+}
+
+/// Operations per transaction of a micro-benchmark workload name (`insert8` → `("insert", 8)`).
+fn micro_size(w: &str) -> Option<(&str, u32)> {
+    ["insert", "update", "delete"]
+        .into_iter()
+        .find_map(|k| w.strip_prefix(k).and_then(|n| n.parse().ok()).map(|n| (k, n)))
+}
+
+/// The log–log sweeps over operations per transaction (module docs).
+fn per_txn_plots(rows: &[&CsvRow], out_dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let mut files = Vec::new();
+    for kind in ["insert", "update", "delete"] {
+        let mine: Vec<(u32, &CsvRow)> = rows
+            .iter()
+            .filter_map(|r| micro_size(&r.workload).filter(|m| m.0 == kind).map(|m| (m.1, *r)))
+            .filter(|(_, r)| r.threads == 1 && r.latency_ns == 0)
+            .collect();
+        let mut sizes: Vec<u32> = mine.iter().map(|m| m.0).collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        if sizes.len() < 2 {
+            continue;
+        }
+        for (suffix, y_desc) in
+            [("flushes", "lines flushed per transaction"), ("throughput", "operations/s")]
+        {
+            let mut by: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+            for (n, r) in &mine {
+                let y = match suffix {
+                    "flushes" => match r.flushes_per_tx.parse::<f64>() {
+                        Ok(v) => v,
+                        Err(_) => continue,
+                    },
+                    _ => r.ops_per_s,
+                };
+                if y > 0.0 {
+                    by.entry(r.label.clone()).or_default().push((f64::from(*n), y));
+                }
+            }
+            let series: Vec<(String, Vec<(f64, f64)>)> = by
+                .into_iter()
+                .map(|(l, mut pts)| {
+                    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    (l, pts)
+                })
+                .collect();
+            if series.is_empty() {
+                continue;
+            }
+            let path = out_dir.join(format!("{kind}-per-txn-{suffix}.svg"));
+            let title = format!("{kind}: {y_desc} over {kind}s per transaction (log-log)");
+            draw_log_log(&path, &title, &format!("{kind}s per transaction"), y_desc, &series)?;
+            files.push(path);
+        }
+    }
+    Ok(files)
+}
+
+/// A log–log line plot of `series` (every value positive).
+fn draw_log_log(
+    path: &Path,
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| format!("plot {}: {e}", path.display());
+    let pts = series.iter().flat_map(|s| s.1.iter());
+    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+    for &(x, y) in pts {
+        (x0, x1, y0, y1) = (x0.min(x), x1.max(x), y0.min(y), y1.max(y));
+    }
+    let root = SVGBackend::new(path, (960, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(90)
+        .build_cartesian_2d((x0 / 1.5..x1 * 1.5).log_scale(), (y0 / 1.5..y1 * 1.5).log_scale())
+        .map_err(|x| e(&x))?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .y_label_formatter(&|v| si(*v))
+        .draw()
+        .map_err(|x| e(&x))?;
+    for (i, (name, pts)) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let style = color.stroke_width(2);
+        chart
+            .draw_series(LineSeries::new(pts.clone(), style))
+            .map_err(|x| e(&x))?
+            .label(name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+        chart
+            .draw_series(pts.iter().map(|&(x, y)| Circle::new((x, y), 3, color.filled())))
+            .map_err(|x| e(&x))?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(|x| e(&x))?;
+    root.present().map_err(|x| e(&x))
 }
 
 /// What a plot's y axis shows.
@@ -383,6 +501,31 @@ mod tests {
         assert!(files[2].ends_with("w-p99-latency.svg"), "{files:?}");
         assert!(p99.iter().any(|t| t == "p99 latency (µs)"), "{p99:?}");
         assert!(p99.iter().any(|t| t == "LMDB t2 (baseline, 0 ns)"), "{p99:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn inserts_per_transaction_are_plotted_log_log_with_counts_of_ferrite_engines_only() {
+        let dir = std::env::temp_dir().join(format!("ferrite-plot-per-txn-{}", std::process::id()));
+        let mut rows = Vec::new();
+        for n in [1u32, 8, 64, 512] {
+            let mut f = row("Ferrite fash", "ferrite", 1, 0, 1000.0 / f64::from(n));
+            f.workload = format!("insert{n}");
+            f.flushes_per_tx = format!("{:.1}", 7.0 * f64::from(n));
+            let mut b = row("SQLite", "baseline", 1, 0, 500.0 / f64::from(n));
+            b.workload = format!("insert{n}");
+            rows.extend([f, b]);
+        }
+        let files = plots_from_rows(&rows, &dir).unwrap();
+        let names: Vec<String> =
+            files.iter().map(|f| f.file_name().unwrap().to_string_lossy().into_owned()).collect();
+        assert_eq!(names, ["insert-per-txn-flushes.svg", "insert-per-txn-throughput.svg"]);
+        let fl = texts(&files[0]);
+        assert!(fl.iter().any(|t| t == "Ferrite fash"), "{fl:?}");
+        assert!(!fl.iter().any(|t| t == "SQLite"), "baselines have no counts: {fl:?}");
+        assert!(fl.iter().any(|t| t == "inserts per transaction"), "{fl:?}");
+        let th = texts(&files[1]);
+        assert!(th.iter().any(|t| t == "SQLite") && th.iter().any(|t| t == "Ferrite fash"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
