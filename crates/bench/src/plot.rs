@@ -463,6 +463,7 @@ mod tests {
             flushes_per_tx: "n/a".into(),
             fences_per_tx: "n/a".into(),
             bytes_per_tx: "n/a".into(),
+            commit_us_per_tx: "n/a".into(),
             checks: "ok".into(),
             params: String::new(),
         }

@@ -79,6 +79,10 @@ pub struct PointResult {
     pub bytes_per_tx: Option<f64>,
     /// Injected latency per transaction, ns.
     pub injected_ns_per_tx: Option<f64>,
+    /// Time inside the engine's commit protocol per transaction, µs (engines that report it:
+    /// the paged engine, `Counters::commit_ns`).
+    #[serde(default)]
+    pub commit_us_per_tx: Option<f64>,
     /// Loading time, seconds (untimed).
     pub load_seconds: f64,
     /// The workload's consistency checks.
@@ -126,6 +130,7 @@ impl PointResult {
             fences_per_tx: None,
             bytes_per_tx: None,
             injected_ns_per_tx: None,
+            commit_us_per_tx: None,
             load_seconds: 0.0,
             checks: Vec::new(),
             notes: Vec::new(),
@@ -273,10 +278,17 @@ pub struct CsvRow {
     pub fences_per_tx: String,
     /// Bytes per transaction, or `n/a`.
     pub bytes_per_tx: String,
+    /// µs inside the commit protocol per transaction, or `n/a` (absent in older files).
+    #[serde(default = "not_available")]
+    pub commit_us_per_tx: String,
     /// `ok`, `FAILED` or `error`.
     pub checks: String,
     /// Workload parameters, `k=v;k=v`.
     pub params: String,
+}
+
+fn not_available() -> String {
+    "n/a".into()
 }
 
 fn opt(v: Option<f64>, digits: usize) -> String {
@@ -310,6 +322,7 @@ impl CsvRow {
             flushes_per_tx: opt(r.flushes_per_tx, 3),
             fences_per_tx: opt(r.fences_per_tx, 3),
             bytes_per_tx: opt(r.bytes_per_tx, 1),
+            commit_us_per_tx: opt(r.commit_us_per_tx, 3),
             checks: if r.error.is_some() {
                 "error".into()
             } else if r.ok() {

@@ -446,6 +446,9 @@ pub fn run_point(spec: &RunSpec, p: &Point, dir: &Path, progress: &dyn Progress)
             result.fences_per_tx = per(counters.fences);
             result.bytes_per_tx = per(counters.bytes_stored + counters.nt_bytes);
             result.injected_ns_per_tx = per(counters.injected_ns);
+            if counters.commit_ns > 0 {
+                result.commit_us_per_tx = per(counters.commit_ns).map(|ns| ns / 1000.0);
+            }
         }
     } else {
         result.notes.push("no transaction committed in the timed phase".into());

@@ -51,6 +51,10 @@ pub struct Counters {
     pub file_bytes_written: u64,
     /// Block-file syncs (`BlockFile::sync`: `fdatasync`, or a simulated sync).
     pub syncs: u64,
+    /// Nanoseconds an engine spent inside its commit protocol, as the engine reports them
+    /// ([`Counters::add_commit_ns`]; the paged engine's protocols do), so that a benchmark
+    /// can compare the cost of commit protocols apart from the rest of a transaction.
+    pub commit_ns: u64,
 }
 
 impl Counters {
@@ -69,7 +73,14 @@ impl Counters {
             injected_ns: c.injected_ns.get(),
             file_bytes_written: c.file_bytes_written.get(),
             syncs: c.syncs.get(),
+            commit_ns: c.commit_ns.get(),
         })
+    }
+
+    /// Adds `ns` nanoseconds to this thread's [`Counters::commit_ns`] (called by an engine
+    /// around its commit protocol).
+    pub fn add_commit_ns(ns: u64) {
+        bump(|l| &l.commit_ns, ns);
     }
 
     /// Lines written back by any flush instruction.
@@ -100,6 +111,7 @@ impl Counters {
             injected_ns: f(self.injected_ns, o.injected_ns),
             file_bytes_written: f(self.file_bytes_written, o.file_bytes_written),
             syncs: f(self.syncs, o.syncs),
+            commit_ns: f(self.commit_ns, o.commit_ns),
         }
     }
 }
@@ -133,6 +145,7 @@ struct Local {
     injected_ns: Cell<u64>,
     file_bytes_written: Cell<u64>,
     syncs: Cell<u64>,
+    commit_ns: Cell<u64>,
 }
 
 thread_local! {
@@ -150,6 +163,7 @@ thread_local! {
             injected_ns: Cell::new(0),
             file_bytes_written: Cell::new(0),
             syncs: Cell::new(0),
+            commit_ns: Cell::new(0),
         }
     };
 }

@@ -560,11 +560,13 @@ impl WriteView {
             };
             let images: Vec<(PageNo, &[u8])> = pages.iter().map(|(n, p)| (*n, &p[..])).collect();
             let spare = spare_pages(size, &committed_free);
+            let started = std::time::Instant::now();
             proto.commit(&Batch {
                 pages: &images,
                 pages_before: self.meta.page_count,
                 spare: &spare,
             })?;
+            ferrite_pmem::Counters::add_commit_ns(started.elapsed().as_nanos() as u64);
             let mut st = pager.state()?;
             for (no, img) in keep {
                 st.old.entry(no).or_default().push((meta.seq, img));
