@@ -697,9 +697,14 @@ pub(crate) fn drop_first(buf: &mut [u8], k: usize) -> Result<()> {
 /// meaningful: the header with the offset array, every record, and the first four bytes of
 /// every hole (the chain's `next | size`). Every other byte is scratch (spec §2.1's
 /// visibility rule): changing it changes nothing the page says. Sorted by offset, not
-/// overlapping. `Corrupted` for a page [`check`] refuses.
+/// overlapping. `Corrupted` for a page whose header, offsets or hole chain do not describe
+/// extents inside it (the full [`check`] is not repeated: the caller read the page through it,
+/// and only the extents matter here).
 pub(crate) fn referenced(buf: &[u8]) -> Result<Vec<(usize, usize)>> {
-    let h = check(buf)?;
+    let h = Header::read(buf)?;
+    if h.slots_end() > h.content || h.content > buf.len() {
+        return Err(corrupt("header past the content area", H_CONTENT));
+    }
     let mut out = vec![(0, h.slots_end())];
     out.extend(record_extents(buf, &h)?);
     out.extend(holes(buf, &h)?.into_iter().map(|(at, _)| (at, MIN_HOLE)));

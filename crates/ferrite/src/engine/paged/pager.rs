@@ -318,6 +318,7 @@ impl Pager {
         };
         Ok(WriteView {
             cow,
+            originals: BTreeMap::new(),
             pager: self.clone(),
             count: meta.page_count,
             meta,
@@ -492,6 +493,9 @@ pub(crate) struct WriteView {
     pager: Arc<Pager>,
     /// Defragment by copying (the protocol writes pages in place).
     cow: bool,
+    /// With `cow`: the committed image of every page this transaction changed, as it was read
+    /// (the protocol compares the new image with it instead of reading the store again).
+    originals: BTreeMap<PageNo, Arc<[u8]>>,
     meta: Meta,
     count: u64,
     free: BTreeSet<PageNo>,
@@ -515,6 +519,7 @@ impl WriteView {
     /// when it aborts the whole transaction).
     pub(crate) fn discard(&mut self) -> Result<()> {
         self.dirty.clear();
+        self.originals.clear();
         self.count = self.meta.page_count;
         self.free = self.pager.state()?.free.clone();
         Ok(())
@@ -565,6 +570,7 @@ impl WriteView {
                 pages: &images,
                 pages_before: self.meta.page_count,
                 spare: &spare,
+                committed: &self.originals,
             })?;
             ferrite_pmem::Counters::add_commit_ns(started.elapsed().as_nanos() as u64);
             let mut st = pager.state()?;
@@ -621,6 +627,10 @@ impl PageWrite for WriteView {
         self.live(no)?;
         if !self.dirty.contains_key(&no) {
             let img = self.pager.committed(no, None)?;
+            if self.cow {
+                // Kept apart: `writable` below then copies the page before the first write.
+                self.originals.entry(no).or_insert_with(|| img.clone());
+            }
             self.dirty.insert(no, img);
         }
         let slot = self.dirty.get_mut(&no).ok_or_else(|| corrupt("dirty page vanished", no))?;

@@ -182,7 +182,7 @@ impl Fash {
         let ps = self.store.page_size();
         let size = PageSize::new(ps)?;
         let mut plan = Plan::default();
-        let mut old = vec![0u8; ps];
+        let mut scratch = vec![0u8; ps];
         for &(no, img) in batch.pages {
             if img.len() != ps {
                 return Err(Error::InvalidArgument(format!("a page image of {} bytes", img.len())));
@@ -190,9 +190,16 @@ impl Fash {
             let fresh = u64::from(no) >= batch.pages_before || batch.spare.contains(&no);
             // What the page holds now, also for a page past the old count: it may hold bytes
             // of a transaction that did not commit, so only a comparison with them tells
-            // which bytes to write (`commit` grew the store to hold every page).
-            self.store.read_page(no, &mut old)?;
-            if no == META_PAGE && only_seq_changed(&old, img, size) {
+            // which bytes to write (`commit` grew the store to hold every page). The pager
+            // hands over the committed images it read; other pages are read here.
+            let old: &[u8] = match batch.committed.get(&no) {
+                Some(o) if o.len() == ps => o,
+                _ => {
+                    self.store.read_page(no, &mut scratch)?;
+                    &scratch
+                }
+            };
+            if no == META_PAGE && only_seq_changed(old, img, size) {
                 continue;
             }
             let referenced: Vec<(usize, usize)> = if fresh {
@@ -202,10 +209,10 @@ impl Fash {
             } else {
                 // A page that is not a well-formed slotted page (an overflow page, a free-list
                 // trunk) is referenced whole.
-                page::referenced(&old).unwrap_or_else(|_| vec![(0, ps)])
+                page::referenced(old).unwrap_or_else(|_| vec![(0, ps)])
             };
             let mut logged: Vec<(usize, usize)> = Vec::new();
-            for (a, b) in diff_runs(&old, img) {
+            for (a, b) in diff_runs(old, img) {
                 split_run(a, b, &referenced, &mut |x, y, inside| {
                     if inside {
                         match logged.last_mut() {
@@ -460,10 +467,15 @@ fn parse_entries(b: &[u8], count: u32, page_size: usize) -> Result<Vec<(PageNo, 
 fn diff_runs(old: &[u8], new: &[u8]) -> Vec<(usize, usize)> {
     let mut runs = Vec::new();
     let n = old.len().min(new.len());
+    let word = |b: &[u8], i: usize| u64::from_ne_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
     let mut i = 0;
     while i < n {
-        // Skip equal 8-byte chunks quickly.
-        if i % 8 == 0 && i + 8 <= n && old[i..i + 8] == new[i..i + 8] {
+        // Skip equal 64-byte blocks, then equal 8-byte words, quickly.
+        if i % 64 == 0 && i + 64 <= n && old[i..i + 64] == new[i..i + 64] {
+            i += 64;
+            continue;
+        }
+        if i % 8 == 0 && i + 8 <= n && word(old, i) == word(new, i) {
             i += 8;
             continue;
         }
@@ -558,7 +570,13 @@ mod tests {
 
     fn commit(f: &mut Fash, pages: &[(PageNo, Vec<u8>)], before: u64) {
         let refs: Vec<(PageNo, &[u8])> = pages.iter().map(|(n, p)| (*n, &p[..])).collect();
-        f.commit(&Batch { pages: &refs, pages_before: before, spare: &BTreeSet::new() }).unwrap();
+        f.commit(&Batch {
+            pages: &refs,
+            pages_before: before,
+            spare: &BTreeSet::new(),
+            committed: &Default::default(),
+        })
+        .unwrap();
     }
 
     fn read(f: &Fash, no: PageNo) -> Vec<u8> {
@@ -616,7 +634,12 @@ mod tests {
         base(&mut f);
         let (p1, p2) = (leaf(&[0, 1, 3]), leaf(&[2, 5, 7]));
         let refs: Vec<(PageNo, &[u8])> = vec![(1, &p1[..]), (2, &p2[..])];
-        let batch = Batch { pages: &refs, pages_before: 3, spare: &BTreeSet::new() };
+        let batch = Batch {
+            pages: &refs,
+            pages_before: 3,
+            spare: &BTreeSet::new(),
+            committed: &Default::default(),
+        };
         let plan = f.plan(&batch).unwrap();
         assert!(!plan.logged.is_empty());
         f.log_and_mark(&plan).unwrap(); // the crash: after the commit mark, before the checkpoint
@@ -640,7 +663,12 @@ mod tests {
             base(&mut f);
             let p1 = leaf(&[0, 1, 3]);
             let refs: Vec<(PageNo, &[u8])> = vec![(1, &p1[..])];
-            let batch = Batch { pages: &refs, pages_before: 3, spare: &BTreeSet::new() };
+            let batch = Batch {
+                pages: &refs,
+                pages_before: 3,
+                spare: &BTreeSet::new(),
+                committed: &Default::default(),
+            };
             let plan = f.plan(&batch).unwrap();
             f.log_and_mark(&plan).unwrap();
             let files = f.files().unwrap();

@@ -284,7 +284,12 @@ mod tests {
     fn commit(j: &mut Journal, pages: &[(u32, u8)], before: u64) -> Result<()> {
         let images: Vec<(u32, Vec<u8>)> = pages.iter().map(|&(p, f)| (p, page(f))).collect();
         let refs: Vec<(u32, &[u8])> = images.iter().map(|(p, v)| (*p, v.as_slice())).collect();
-        j.commit(&Batch { pages: &refs, pages_before: before, spare: &Default::default() })
+        j.commit(&Batch {
+            pages: &refs,
+            pages_before: before,
+            spare: &Default::default(),
+            committed: &Default::default(),
+        })
     }
 
     #[test]

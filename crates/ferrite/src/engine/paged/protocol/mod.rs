@@ -32,7 +32,8 @@ pub(crate) mod fash;
 pub(crate) mod journal;
 pub(crate) mod wal;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use super::store::{PageNo, PageStore};
 use crate::error::Result;
@@ -68,6 +69,10 @@ pub(crate) struct Batch<'a> {
     /// protocols (FASH/FAST) write them directly (as they do pages at or past
     /// `pages_before`).
     pub spare: &'a BTreeSet<PageNo>,
+    /// For some of the batch's pages, the image the committed state holds in the store (the
+    /// pager keeps them for the in-place protocols, which compare against them; a page not
+    /// here is read from the store).
+    pub committed: &'a BTreeMap<PageNo, Arc<[u8]>>,
 }
 
 /// A commit protocol over a page store (see the module docs).

@@ -345,7 +345,13 @@ mod tests {
     fn commit(w: &mut Wal, pages: &[(u32, u8)]) {
         let images: Vec<(u32, Vec<u8>)> = pages.iter().map(|&(p, f)| (p, vec![f; PS])).collect();
         let refs: Vec<(u32, &[u8])> = images.iter().map(|(p, v)| (*p, v.as_slice())).collect();
-        w.commit(&Batch { pages: &refs, pages_before: 0, spare: &Default::default() }).unwrap();
+        w.commit(&Batch {
+            pages: &refs,
+            pages_before: 0,
+            spare: &Default::default(),
+            committed: &Default::default(),
+        })
+        .unwrap();
     }
 
     #[test]

@@ -272,9 +272,9 @@ impl PmFiles {
 
     /// Splits `[off, off + len)` of `file` into pieces `(global offset, piece length, offset
     /// in the caller's buffer)`. Errors: `Corrupted` when the range passes the capacity.
-    fn pieces(&self, file: usize, off: u64, len: u64) -> Result<Vec<(u64, u64, usize)>> {
+    fn pieces(&self, file: usize, off: u64, len: u64) -> Result<Pieces> {
         let chunks = self.chunks()?;
-        let mut out = Vec::with_capacity(1);
+        let mut out = Pieces::default();
         let (mut pos, mut done, mut base) = (off, 0u64, 0u64);
         for c in chunks[file].iter() {
             if done == len {
@@ -356,10 +356,9 @@ impl PmFiles {
     /// The aligned 8-byte store `value` at `off` of `file` (M1: failure-atomic), not yet
     /// flushed: a commit word. Errors: `Corrupted` past the capacity or for an unaligned `off`.
     pub(crate) fn store_word(&self, file: usize, off: u64, value: u64) -> Result<()> {
-        let pieces = self.pieces(file, off, 8)?;
-        match pieces.as_slice() {
-            [(g, 8, _)] if g % 8 == 0 => {
-                Ok(self.set.store_u64(*g, value, std::sync::atomic::Ordering::Release)?)
+        match self.pieces(file, off, 8)?.single() {
+            Some((g, 8, _)) if g % 8 == 0 => {
+                Ok(self.set.store_u64(g, value, std::sync::atomic::Ordering::Release)?)
             }
             _ => Err(Error::Corrupted {
                 what: format!("an 8-byte word at {off} of PM file {file} is not aligned"),
@@ -370,10 +369,9 @@ impl PmFiles {
 
     /// Loads the aligned 8-byte word at `off` of `file`.
     pub(crate) fn load_word(&self, file: usize, off: u64) -> Result<u64> {
-        let pieces = self.pieces(file, off, 8)?;
-        match pieces.as_slice() {
-            [(g, 8, _)] if g % 8 == 0 => {
-                Ok(self.set.load_u64(*g, std::sync::atomic::Ordering::Acquire)?)
+        match self.pieces(file, off, 8)?.single() {
+            Some((g, 8, _)) if g % 8 == 0 => {
+                Ok(self.set.load_u64(g, std::sync::atomic::Ordering::Acquire)?)
             }
             _ => Err(Error::Corrupted {
                 what: format!("an 8-byte word at {off} of PM file {file} is not aligned"),
@@ -386,6 +384,39 @@ impl PmFiles {
     #[track_caller]
     pub(crate) fn sync(&self, rule: &'static str) {
         self.set.fence_rule(rule); // ORDER(P-PG-0): the caller's sync point; its rule says what it orders
+    }
+}
+
+/// The pieces of one access: `(global offset, length, offset in the caller's buffer)`. Most
+/// accesses lie in one chunk; the first piece is held inline, so they allocate nothing.
+#[derive(Debug, Default)]
+struct Pieces {
+    head: Option<(u64, u64, usize)>,
+    rest: Vec<(u64, u64, usize)>,
+}
+
+impl Pieces {
+    fn push(&mut self, p: (u64, u64, usize)) {
+        if self.head.is_none() {
+            self.head = Some(p);
+        } else {
+            self.rest.push(p);
+        }
+    }
+
+    /// The only piece, if there is exactly one.
+    fn single(&self) -> Option<(u64, u64, usize)> {
+        if self.rest.is_empty() { self.head } else { None }
+    }
+}
+
+impl IntoIterator for Pieces {
+    type Item = (u64, u64, usize);
+    type IntoIter =
+        std::iter::Chain<std::option::IntoIter<Self::Item>, std::vec::IntoIter<Self::Item>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.head.into_iter().chain(self.rest)
     }
 }
 
