@@ -5,7 +5,7 @@
 //!  page 0 (meta): magic u64 "FERRPAG1" | version u32 | page size u32 | compat u64 |
 //!                 incompat u64 | page count u64 | free head u32 | free count u32 |
 //!                 catalog root u32 | protocol u32 | commit seq u64 | crc32c u32 (over 8..64) |
-//!                 0...   (protocol: 1 rollback journal, 2 WAL; fixed at creation)
+//!                 0...   (protocol: 1 rollback journal, 2 WAL, 5 NVWAL; fixed at creation)
 //!  free-list trunk: kind u8 (48) | 0 u8 x3 | next trunk u32 | n u32 | n page numbers u32
 //! ```
 //!
@@ -80,6 +80,7 @@ pub(crate) fn check_protocol(code: u32, protocol: &Protocol) -> Result<()> {
     let name = |c: u32| match c {
         1 => "the rollback journal",
         2 => "the WAL",
+        5 => "NVWAL",
         _ => "an unknown protocol",
     };
     if code == protocol.code() {
@@ -174,7 +175,7 @@ impl Meta {
             || m.catalog_root == META_PAGE
             || u64::from(m.free_head) >= m.page_count
             || u64::from(m.free_count) >= m.page_count
-            || !(1..=2).contains(&m.protocol)
+            || !matches!(m.protocol, 1 | 2 | 5)
         {
             return Err(corrupt(format!("meta page fields out of range: {m:?}"), META_PAGE));
         }

@@ -7,7 +7,10 @@
 //!   sync, invalidate the journal).
 //! - [`wal`]: SQLite's WAL (frames with a checksum chain and a commit frame, one log sync per
 //!   commit, a DRAM index from page to newest frame, checkpoints).
-//! - [G2]'s NVWAL, FASH and FAST *(planned)*.
+//! - [`nvwal`]: NVWAL (spec §4): diff frames in a PM heap of blocks, lazy synchronization
+//!   (two fences per commit), a DRAM index from page to its committed image, checkpoints.
+//!   PM store only.
+//! - [G2]'s FASH and FAST *(planned)*.
 //!
 //! Stores: the journal and the WAL run on both page stores, their log on the medium of the
 //! pages (a PM file of the pool set, or a block file beside the page file); a "sync" is a
@@ -27,6 +30,7 @@
 //! other threads concurrently with a commit only for pages the commit does not change.
 
 pub(crate) mod journal;
+pub(crate) mod nvwal;
 pub(crate) mod wal;
 
 use super::store::{PageNo, PageStore};
@@ -67,14 +71,18 @@ pub(crate) enum Protocol {
     Journal(journal::Journal),
     /// The write-ahead log.
     Wal(wal::Wal),
+    /// NVWAL.
+    Nvwal(nvwal::Nvwal),
 }
 
 impl Protocol {
-    /// The code the meta page records for this protocol (1 journal, 2 WAL).
+    /// The code the meta page records for this protocol (1 journal, 2 WAL, 5 NVWAL; 3 and 4
+    /// are FASH's and FAST's).
     pub(crate) fn code(&self) -> u32 {
         match self {
             Protocol::Journal(_) => 1,
             Protocol::Wal(_) => 2,
+            Protocol::Nvwal(_) => 5,
         }
     }
 
@@ -83,6 +91,7 @@ impl Protocol {
         match self {
             Protocol::Journal(j) => j.store(),
             Protocol::Wal(w) => w.store(),
+            Protocol::Nvwal(n) => n.store(),
         }
     }
 
@@ -91,6 +100,7 @@ impl Protocol {
         match self {
             Protocol::Journal(j) => j.store().read_page(pgno, out),
             Protocol::Wal(w) => w.read_page(pgno, out),
+            Protocol::Nvwal(n) => n.read_page(pgno, out),
         }
     }
 
@@ -99,6 +109,7 @@ impl Protocol {
         match self {
             Protocol::Journal(j) => j.commit(batch),
             Protocol::Wal(w) => w.commit(batch),
+            Protocol::Nvwal(n) => n.commit(batch),
         }
     }
 
@@ -108,15 +119,17 @@ impl Protocol {
         match self {
             Protocol::Journal(j) => j.recover(),
             Protocol::Wal(w) => w.recover(),
+            Protocol::Nvwal(n) => n.recover(),
         }
     }
 
-    /// Moves what the protocol keeps outside the store into it (WAL: a checkpoint; the
-    /// journal keeps nothing). Called at close.
+    /// Moves what the protocol keeps outside the store into it (WAL, NVWAL: a checkpoint;
+    /// the journal keeps nothing). Called at close.
     pub(crate) fn checkpoint(&mut self) -> Result<()> {
         match self {
             Protocol::Journal(_) => Ok(()),
             Protocol::Wal(w) => w.checkpoint().map(|_| ()),
+            Protocol::Nvwal(n) => n.checkpoint().map(|_| ()),
         }
     }
 }
