@@ -332,7 +332,7 @@ fn target_name(kind: EngineKind, suffix: &'static str) -> &'static str {
 /// One `db-<kind>` target per persistent engine of this build, SOFORT's siblings:
 /// `db-sofort-continue`, `db-sofort-instant`, and with every index in PM `db-sofort-hybrid`,
 /// `db-sofort-persistent`; and the paged engine on its file store, `db-paged-journal-file`
-/// and `db-paged-wal-file`.
+/// and `db-paged-wal-file` (NVWAL, PM only, has none).
 pub fn targets() -> Vec<Box<dyn DynTarget>> {
     let mut v: Vec<Box<dyn DynTarget>> = EngineKind::persistent()
         .map(|k| Box::new(Arc::new(DbTarget::new(k))) as Box<dyn DynTarget>)
@@ -349,9 +349,11 @@ pub fn targets() -> Vec<Box<dyn DynTarget>> {
     }
     v.push(Box::new(Arc::new(DbTarget::continuable_with(TXNS, SofortIndexPlacement::Dram, true))));
     v.push(Box::new(Arc::new(DbTarget::past(TXNS))));
+    // NVWAL runs on the PM store only (its log lives in PM): no file target.
     v.extend(
         EngineKind::PAGED
             .iter()
+            .filter(|k| k.name() != "paged-nvwal")
             .map(|&k| Box::new(Arc::new(DbTarget::paged_files(k, TXNS))) as Box<dyn DynTarget>),
     );
     v
