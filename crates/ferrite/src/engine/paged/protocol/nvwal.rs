@@ -65,16 +65,18 @@
 //! - P-PG-40 (creation): the header fields and block 0's head line (in use, no link) are
 //!   durable before the magic, and the magic before the log is used.
 //! - P-PG-41: a commit's frames are durable before its commit mark is stored. Lazy: stored
-//!   without flushes, then all flushed, one fence (Algorithm 1 lines 22-28); eager: each
-//!   frame flushed and fenced as it is stored; checksum: never flushed (relaxed durability).
+//!   without flushes, then all written back (contiguous frames' lines once), one fence
+//!   (Algorithm 1 lines 22-28); eager: each frame flushed and fenced as it is stored;
+//!   checksum: never flushed (relaxed durability; only links and new head lines are).
 //! - P-PG-42: the commit mark is durable before `commit` returns (lines 31-35). The commit
 //!   point. (Checksum mode: it flushes the whole frame head, mark and checksum.)
-//! - P-PG-43: a new block's link (in its predecessor's head line) and its own head line (in
-//!   use, no link) are flushed when it is allocated and become durable at the P-PG-41 fence,
-//!   before the commit mark. Not ordered between themselves (Algorithm 1 fences between the
-//!   link and the in-use flag, lines 8-13, because Heapo trusts in-use blocks): N4's
-//!   recovery frees an in-use block no link reaches and cuts a link to a block not in use, so
-//!   either order repairs, and a separate fence would order nothing recovery needs.
+//! - P-PG-43: a new block's link (in its predecessor's head line) and its own head line
+//!   (pending, then in use with no link: stored, then written back with the block's first
+//!   frame) are written back before the P-PG-41 fence, so both are durable before the commit
+//!   mark. Not ordered between themselves (Algorithm 1 fences between the link and the in-use
+//!   flag, lines 8-13, because Heapo trusts in-use blocks): N4's recovery frees an in-use
+//!   block no link reaches and cuts a link to a block not in use, so either order repairs,
+//!   and a fence of their own would order nothing recovery needs.
 //! - P-PG-44 (checkpoint): the checkpointed pages are durable in the store before the
 //!   generation changes (N5).
 //! - P-PG-45 (checkpoint): the new generation is durable before any frame of it is stored.
@@ -121,6 +123,9 @@ const HDR: u64 = size_of::<NvwalFrameHead>() as u64;
 const HEAD: u64 = size_of::<NvwalHead>() as u64;
 /// Offset of the header's generation word (gen | crc).
 const GEN_WORD: u64 = 24;
+/// A cache line (chunks of PM files start at page boundaries, so file offsets and PM lines
+/// agree).
+const LINE: u64 = 64;
 /// Block states.
 const FREE: u64 = 0;
 const PENDING: u64 = u64::from_le_bytes(*b"NVBLKPND");
@@ -180,6 +185,20 @@ fn header(page_size: u32, block_size: u32, generation: u32) -> NvwalHead {
 fn fresh_gen() -> u32 {
     let t = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
     (t as u32 & 0xFFFF_FF00).max(0x100)
+}
+
+/// `ranges` (ascending within a block) with adjacent or overlapping ones merged, widened to whole lines, so
+/// that each line is written back once.
+fn coalesce(ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    for &(at, len) in ranges {
+        let (a, e) = (at / LINE * LINE, (at + len).div_ceil(LINE) * LINE);
+        match out.last_mut() {
+            Some((pa, pn)) if *pa <= a && a <= *pa + *pn => *pn = (*pn).max(e - *pa),
+            _ => out.push((a, e - a)),
+        }
+    }
+    out
 }
 
 /// The range `[lo, hi]` of bytes where `a` and `b` differ, if any.
@@ -324,8 +343,13 @@ impl Nvwal {
         let generation = self.st.generation;
         let mut chk = self.st.chk;
         let mut off = self.st.off;
+        let eager = self.sync == NvwalSync::Eager;
+        // Byte ranges to write back (lazy): frames, a new block's head line with its first
+        // frame; and the links to new blocks.
         let mut stored: Vec<(u64, u64)> = Vec::with_capacity(logged.len() + 1);
+        let mut links: Vec<u64> = Vec::new();
         let mut last = 0u64;
+        let mut fresh = false;
         let mut buf = Vec::with_capacity(ps + 2 * HDR as usize);
         // Algorithm 1 lines 1-20: copy every frame (no flush in lazy and checksum modes).
         for &(pgno, lo, len, img) in &logged {
@@ -334,34 +358,54 @@ impl Nvwal {
                 if self.block_size - off >= HDR {
                     let at = self.block(self.tail()) + off;
                     chk = self.store_frame(&mut buf, at, generation, SKIP, 0, &[], chk)?;
+                    if eager {
+                        self.files.flush_at(LOG, at, HDR, "P-PG-41")?; // ORDER(P-PG-41): eager: the skip frame written back before the next frame
+                        self.files.sync("P-PG-41"); // ORDER(P-PG-41): eager: the skip frame durable before the next frame
+                    }
                     stored.push((at, HDR));
                 }
-                self.allocate()?;
-                off = BLOCK_HEAD;
+                let link = self.allocate()?;
+                if eager {
+                    self.files.flush_at(LOG, link, 8, "P-PG-43")?; // ORDER(P-PG-43): eager: the link to the new block, durable at the next frame's fence
+                } else {
+                    links.push(link);
+                }
+                (off, fresh) = (BLOCK_HEAD, true);
             }
             let at = self.block(self.tail()) + off;
             chk = self.store_frame(&mut buf, at, generation, pgno, lo, &img[lo..lo + len], chk)?;
-            stored.push((at, total));
-            last = at;
-            off += total;
-        }
-        match self.sync {
-            NvwalSync::Lazy => {
-                // Lines 22-28: one batch of flushes, one fence.
-                for &(at, len) in &stored {
-                    self.files.flush_at(LOG, at, len, "P-PG-41")?; // ORDER(P-PG-41): every frame written back before the commit mark is stored
-                }
-                self.files.sync("P-PG-41"); // ORDER(P-PG-41): the frames (and new blocks' lines, P-PG-43) durable before the commit mark
+            // A new block's head line (P-PG-43) is written back with its first frame.
+            let range = if fresh { (at - BLOCK_HEAD, total + BLOCK_HEAD) } else { (at, total) };
+            if fresh && self.sync == NvwalSync::Checksum {
+                links.push(at - BLOCK_HEAD);
             }
-            NvwalSync::Eager => {
-                for &(at, len) in &stored {
-                    self.files.flush_at(LOG, at, len, "P-PG-41")?; // ORDER(P-PG-41): eager: this frame written back before the next one
-                    self.files.sync("P-PG-41"); // ORDER(P-PG-41): eager: this frame durable before the next one and the commit mark
+            if eager {
+                self.files.flush_at(LOG, range.0, range.1, "P-PG-41")?; // ORDER(P-PG-41): eager: this frame written back as soon as it is copied
+                self.files.sync("P-PG-41"); // ORDER(P-PG-41): eager: this frame durable before the next one and the commit mark
+            }
+            stored.push(range);
+            (last, off, fresh) = (at, off + total, false);
+        }
+        if !eager {
+            // Lines 22-28 (lazy): one batch of write-backs, contiguous frames' lines once; a
+            // link on a line of them is written back with them. (Checksum mode: the links and
+            // new head lines only, so that the chain can reach later commits.)
+            let lazy = self.sync == NvwalSync::Lazy;
+            let lines = if lazy { coalesce(&stored) } else { Vec::new() };
+            for &link in &links {
+                if !lines.iter().any(|&(a, n)| a <= link && link < a + n) {
+                    self.files.flush_at(LOG, link, 8, "P-PG-43")?; // ORDER(P-PG-43): the link to a new block, durable at the frames' fence
                 }
             }
-            // §4.4: frames reach PM when the cache evicts them; the chain verifies them.
-            _ => {}
         }
+        if self.sync == NvwalSync::Lazy {
+            for &(at, len) in &coalesce(&stored) {
+                self.files.flush_at(LOG, at, len, "P-PG-41")?; // ORDER(P-PG-41): every frame written back before the commit mark is stored
+            }
+            self.files.sync("P-PG-41"); // ORDER(P-PG-41): the frames (and new blocks' lines, P-PG-43) durable before the commit mark
+        }
+        // Checksum mode (§4.4): frames reach PM when the cache evicts them; the chain
+        // verifies them at recovery.
         // Lines 29-35: the commit mark, one aligned word (M1).
         self.files.store_word(LOG, last, mark(chk))?;
         let span = if self.sync == NvwalSync::Checksum { HDR } else { 8 };
@@ -414,9 +458,10 @@ impl Nvwal {
     }
 
     /// Allocates a block and appends it to the list (Algorithm 1 lines 6-13; P-PG-43): taken
-    /// pending, linked from the list's last block, marked in use; both head lines flushed,
-    /// durable at the frames' fence.
-    fn allocate(&mut self) -> Result<()> {
+    /// pending, linked from the list's last block, marked in use. Returns the link's offset.
+    /// Nothing is flushed here: the caller writes the link back, and the new head line with
+    /// the block's first frame, before the frames' fence.
+    fn allocate(&mut self) -> Result<u64> {
         let prev = self.tail();
         let b = match self.st.free.pop_first() {
             Some(b) => b,
@@ -432,10 +477,8 @@ impl Nvwal {
         self.files.store_word(LOG, at + 8, 0)?;
         self.files.store_word(LOG, link, u64::from(b) + 1)?;
         self.files.store_word(LOG, at, IN_USE)?;
-        self.files.flush_at(LOG, link, 8, "P-PG-43")?; // ORDER(P-PG-43): the link to the new block, durable at the frames' fence
-        self.files.flush_at(LOG, at, 16, "P-PG-43")?; // ORDER(P-PG-43): the new block in use with no link, durable at the frames' fence
         self.st.list.push(b);
-        Ok(())
+        Ok(link)
     }
 
     /// Copies every logged page's committed image into the store and syncs it (P-PG-44),
