@@ -1100,6 +1100,40 @@ mod tests {
         assert!(matches!(err, Error::Corrupted { .. }), "{err}");
     }
 
+    /// Why P-PG-45 persists the new generation before any frame of it is stored: an image
+    /// that keeps the old generation in the header but one line of a new frame written over
+    /// an old frame past the old generation's first commit replays the old log up to there,
+    /// an older state than the checkpoint left in the store: commit B is lost.
+    #[test]
+    fn a_lost_generation_word_replays_an_older_prefix() {
+        let dir = TestDir::new("paged-nvwal-gen");
+        let path = dir.join("db");
+        let mut w = open(&path, true, 0, NvwalSync::Lazy);
+        commit(&mut w, &[(0, 1), (1, 1)]); // A: frames at block 0 + 64 and + 608
+        commit(&mut w, &[(0, 2)]); // B: a whole-page diff at 1152
+        let cap = w.files.capacity(LOG).unwrap() as usize;
+        let mut old = vec![0u8; cap];
+        w.files.read_at(LOG, 0, &mut old).unwrap();
+        w.checkpoint().unwrap(); // the store holds B: page 0 = 2
+        commit(&mut w, &[(5, 5), (6, 6), (7, 7)]); // C: frames at 64, 608, 1152
+        let mut new = vec![0u8; cap];
+        w.files.read_at(LOG, 0, &mut new).unwrap();
+        drop(w);
+        // The crash image: the old log (old generation word) but one line of C's third frame.
+        let line = BLOCKS as usize + 1152 + 64;
+        let mut image = old.clone();
+        image[line..line + 64].copy_from_slice(&new[line..line + 64]);
+        let w = open(&path, false, 0, NvwalSync::Lazy);
+        poke(&w, 0, &image);
+        drop(w);
+        let w = open(&path, false, 0, NvwalSync::Lazy);
+        assert_eq!(w.frames(), 2, "the old generation's commit A is replayed");
+        assert_eq!(read(&w, 0), 1, "page 0 as of A, though the store holds B's 2: B is lost");
+        let mut stored = vec![0u8; PS];
+        w.store.read_page(0, &mut stored).unwrap();
+        assert_eq!(stored[0], 2);
+    }
+
     #[test]
     fn the_eager_variant_commits_the_same_log() {
         let dir = TestDir::new("paged-nvwal-eager");
