@@ -134,3 +134,35 @@ fn journal_and_wal_single_inserts_make_exact_persist_counts() {
         db.close().expect("close");
     }
 }
+
+/// NVWAL's eager and checksum variants, one insert in steady state, placed as in
+/// `nvwal_commits_make_exact_persist_counts` step 2: the meta frame (48 bytes) at 4192 of the
+/// second block, the leaf frame (32 + 1496 bytes) right after it, at 4240.
+#[test]
+fn nvwal_variants_make_exact_persist_counts() {
+    for (sync, want) in [
+        // Eager: each frame written back and fenced as it is copied, then the mark: 3 fences;
+        // [4192, 4240) = lines 65-66 (2), [4240, 5768) = lines 66-90 (25, line 66 again),
+        // the mark 1.
+        (ferrite::NvwalSync::Eager, (3, 2 + 25 + 1)),
+        // Checksum: no frame written back; the commit frame's head [4240, 4272) (mark and
+        // checksum), one line, one fence.
+        (ferrite::NvwalSync::Checksum, (1, 1)),
+    ] {
+        let dir = TestDir::new("paged-counts-nvwal-variants");
+        let path = dir.join("db");
+        let opts = || {
+            let o = options(PagedProtocol::Nvwal);
+            let cfg = PagedConfig { nvwal_sync: sync, ..o.paged_config() };
+            o.paged(cfg)
+        };
+        let db = Database::create(&path, opts()).expect("create");
+        kv(&db);
+        insert(&db, 0..20);
+        db.close().expect("close");
+        let db = Database::open(&path, opts()).expect("open");
+        insert(&db, 20..21);
+        assert_eq!(counts(&db, 21..22), want, "{sync:?}");
+        db.close().expect("close");
+    }
+}

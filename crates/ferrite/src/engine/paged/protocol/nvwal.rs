@@ -68,6 +68,13 @@
 //!   without flushes, then all written back (contiguous frames' lines once), one fence
 //!   (Algorithm 1 lines 22-28); eager: each frame flushed and fenced as it is stored;
 //!   checksum: never flushed (relaxed durability; only links and new head lines are).
+//!   The lazy fence is kept as Algorithm 1 has it, but it is not needed for crash
+//!   consistency here: without it the frames and the mark become durable at the mark's fence,
+//!   and an image with the mark but a missing frame fails the checksum chain (the mark is
+//!   bound to the checksum that chains every frame), so the unacknowledged commit is dropped.
+//!   The mutation check confirms it (`PAGED_BENIGN` in `crates/crashtest/src/db.rs`). The
+//!   fence buys that recovery rejects a torn commit by construction rather than by a 64-bit
+//!   checksum; dropping it would make a commit cost one fence.
 //! - P-PG-42: the commit mark is durable before `commit` returns (lines 31-35). The commit
 //!   point. (Checksum mode: it flushes the whole frame head, mark and checksum.)
 //! - P-PG-43: a new block's link (in its predecessor's head line) and its own head line
@@ -83,6 +90,8 @@
 //!   Frames are stored lazily and the cache may write them back at any time; a new frame
 //!   over an old one under the old generation would break the old chain there, and recovery
 //!   would replay an older committed prefix than the store holds (WAL's P-PG-22 hazard).
+//!   The sampled crash run does not reach that image; the unit test
+//!   `a_lost_generation_word_replays_an_older_prefix` builds it and shows the loss.
 //! - Recovery persists nothing: its repairs (cut links, freed blocks) are stores without
 //!   flushes, redone by the next recovery if lost, and the next allocation overwrites the one
 //!   link that can point past the end.
@@ -880,10 +889,10 @@ mod tests {
         let mut log = vec![0u8; cap as usize];
         w.files.read_at(LOG, 0, &mut log).unwrap();
         drop(w);
-        for bad in 0..8usize {
+        for (bad, &head) in heads.iter().enumerate() {
             let w = open(&path, false, 0, NvwalSync::Lazy);
             w.files.write_at(LOG, 0, &log, "P-PG-0").unwrap();
-            let at = heads[bad] + 24;
+            let at = head + 24;
             let mut word = [0u8; 8];
             word.copy_from_slice(&log[at as usize..at as usize + 8]);
             word[0] ^= 0x10;
