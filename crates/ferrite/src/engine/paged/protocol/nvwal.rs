@@ -475,9 +475,13 @@ impl Nvwal {
         let b = match self.st.free.pop_first() {
             Some(b) => b,
             None => {
+                // Grow by whole segments: the blocks they add past `b` are free (zero).
                 let b = self.st.blocks;
                 self.files.ensure(LOG, self.block(b) + self.block_size)?;
-                self.st.blocks += 1;
+                let now = u32::try_from((self.files.capacity(LOG)? - BLOCKS) / self.block_size)
+                    .unwrap_or(u32::MAX);
+                self.st.free.extend(b + 1..now);
+                self.st.blocks = now.max(b + 1);
                 b
             }
         };
@@ -972,6 +976,28 @@ mod tests {
         drop(w);
         let err = try_open(&path, false, 0, NvwalSync::Lazy).unwrap_err();
         assert!(matches!(err, Error::Corrupted { .. }), "{err}");
+    }
+
+    /// The heap grows by whole segments when every block is in the list; the blocks a new
+    /// segment adds are free at once, and the log survives reopen.
+    #[test]
+    fn the_heap_grows_past_its_first_segment() {
+        let dir = TestDir::new("paged-nvwal-grow");
+        let path = dir.join("db");
+        let mut w = open(&path, true, 0, NvwalSync::Lazy);
+        let first = w.st.blocks;
+        for p in 0..(first * 14 + 20) {
+            commit(&mut w, &[(p, p as u8 | 1)]);
+        }
+        assert!(w.st.blocks > first + 1, "grown: {} blocks", w.st.blocks);
+        assert!(!w.st.free.is_empty(), "the new segment's other blocks are free");
+        let frames = w.frames();
+        drop(w);
+        let w = open(&path, false, 0, NvwalSync::Lazy);
+        assert_eq!(w.frames(), frames);
+        for p in [0, first * 7, first * 14 + 19] {
+            assert_eq!(read(&w, p), p as u8 | 1, "page {p}");
+        }
     }
 
     /// A skip frame at a block's unused tail hides a stale frame there: an aborted commit's
