@@ -91,8 +91,9 @@ pub use engine::sofort::adaptive::Strategy as RecoveryStrategy;
 pub use engine::sofort::{LookupHelp, RecoveryMode};
 pub use error::{Error, Result, SchemaError};
 pub use options::{
-    Concurrency, DEFAULT_UNFINISHED_TIMEOUT, EngineKind, IndexPlacementOverride, Options,
-    PagedConfig, PagedProtocol, PagedStore, SofortConfig, SofortIndexPlacement, WhileWriting,
+    Concurrency, DEFAULT_UNFINISHED_TIMEOUT, EngineKind, IndexPlacementOverride, NvwalSync,
+    Options, PagedConfig, PagedProtocol, PagedStore, SofortConfig, SofortIndexPlacement,
+    WhileWriting,
 };
 pub use query::{Direction, Predicate, Projection, Scan};
 pub use schema::{Column, IndexSchema, PRIMARY, TableSchema};

@@ -51,16 +51,56 @@ pub enum PagedProtocol {
     /// FAST: FASH, plus the commit of a transaction whose header change fits one aligned
     /// 8-byte word by storing that word (no log). PM store only.
     Fast,
+    /// NVWAL (Kim et al., ASPLOS 2016): a write-ahead log in PM of byte-range diff frames
+    /// packed into a user-level heap of blocks, committed with one persist barrier for the
+    /// frames and one for the commit mark ([`PagedConfig::nvwal_sync`]); checkpoints as the
+    /// WAL. Runs on the PM store only ([`PagedStore::Pm`]; the file store gives
+    /// `InvalidArgument`).
+    Nvwal,
 }
 
 impl PagedProtocol {
-    /// Stable lower-case name (`journal`, `wal`, `fash`, `fast`).
+    /// Stable lower-case name (`journal`, `wal`, `fash`, `fast`, `nvwal`).
     pub fn name(self) -> &'static str {
         match self {
             PagedProtocol::Journal => "journal",
             PagedProtocol::Wal => "wal",
             PagedProtocol::Fash => "fash",
             PagedProtocol::Fast => "fast",
+            PagedProtocol::Nvwal => "nvwal",
+        }
+    }
+}
+
+/// How NVWAL makes a commit's frames durable (spec `fast-fash-nvwal.md` §4.3, §4.4;
+/// `docs/design/paged.md` §8.4).
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum NvwalSync {
+    /// Transaction-aware lazy synchronization (the paper's "L"): every frame is copied
+    /// without a flush, then all are flushed and fenced once, then the commit mark is stored,
+    /// flushed and fenced: two fences per commit.
+    #[default]
+    Lazy,
+    /// Eager synchronization (the paper's "E"): each frame is flushed and fenced as it is
+    /// copied, then the commit mark: one fence per frame, plus one.
+    Eager,
+    /// Asynchronous commit (the paper's "CS"): frames are never flushed; only the commit
+    /// frame's header (commit mark and the checksum chain that covers every earlier frame)
+    /// is flushed and fenced. **Not durable**: a crash can lose acknowledged commits whose
+    /// frames the cache had not written back; recovery keeps the longest prefix of commits
+    /// whose frames verify (atomicity holds, durability does not). A performance bound, as
+    /// in the paper, not a mode for data that matters.
+    Checksum,
+}
+
+impl NvwalSync {
+    /// Stable lower-case name (`lazy`, `eager`, `checksum`).
+    pub fn name(self) -> &'static str {
+        match self {
+            NvwalSync::Lazy => "lazy",
+            NvwalSync::Eager => "eager",
+            NvwalSync::Checksum => "checksum",
         }
     }
 }
@@ -71,7 +111,8 @@ pub struct PagedConfig {
     /// Page size in bytes: a power of two from 512 to 65536 (default 4096), fixed when the
     /// database is created; `open` uses the stored one.
     pub page_size: usize,
-    /// WAL frames after which a commit checkpoints (default 1000, SQLite's; 0: only at close).
+    /// WAL (and NVWAL) frames after which a commit checkpoints (default 1000, SQLite's; 0:
+    /// only at close).
     pub checkpoint_frames: u64,
     /// Where the pages live (default [`PagedStore::Pm`]); chosen at creation, and `open`
     /// must name the same one.
@@ -84,6 +125,8 @@ pub struct PagedConfig {
     /// only 8-byte atomicity. When true, FAST persists in-place bytes that share a line with
     /// its commit word with the word's one flush (`docs/design/paged.md` §8).
     pub same_line_order: bool,
+    /// NVWAL's commit synchronization (default [`NvwalSync::Lazy`]); other protocols ignore it.
+    pub nvwal_sync: NvwalSync,
 }
 
 impl Default for PagedConfig {
@@ -94,6 +137,7 @@ impl Default for PagedConfig {
             store: PagedStore::Pm,
             cache_pages: 2000,
             same_line_order: false,
+            nvwal_sync: NvwalSync::Lazy,
         }
     }
 }
@@ -140,6 +184,7 @@ impl EngineKind {
         EngineKind::Paged { protocol: PagedProtocol::Wal },
         EngineKind::Paged { protocol: PagedProtocol::Fash },
         EngineKind::Paged { protocol: PagedProtocol::Fast },
+        EngineKind::Paged { protocol: PagedProtocol::Nvwal },
     ];
 
     /// The paged engine under each of its protocols.
@@ -148,6 +193,7 @@ impl EngineKind {
         EngineKind::Paged { protocol: PagedProtocol::Wal },
         EngineKind::Paged { protocol: PagedProtocol::Fash },
         EngineKind::Paged { protocol: PagedProtocol::Fast },
+        EngineKind::Paged { protocol: PagedProtocol::Nvwal },
     ];
 
     /// Every engine this build knows (the same as [`EngineKind::ALL`]).
@@ -185,6 +231,7 @@ impl EngineKind {
                     PagedProtocol::Wal => "paged-wal",
                     PagedProtocol::Fash => "paged-fash",
                     PagedProtocol::Fast => "paged-fast",
+                    PagedProtocol::Nvwal => "paged-nvwal",
                 },
                 persistent: true,
                 concurrency: Concurrency {
@@ -195,7 +242,8 @@ impl EngineKind {
         }
     }
 
-    /// Stable lower-case name (`sofort`, `reference`, `paged-journal`, `paged-wal`).
+    /// Stable lower-case name (`sofort`, `reference`, `paged-journal`, `paged-wal`,
+    /// `paged-nvwal`).
     pub fn name(self) -> &'static str {
         self.info().name
     }
@@ -556,13 +604,17 @@ impl Options {
                 v.push(("paged.protocol".to_owned(), protocol.name().to_owned()));
                 v.push(("paged.store".to_owned(), self.paged.store.name().to_owned()));
                 v.push(("paged.page_size".to_owned(), self.paged.page_size.to_string()));
-                if protocol == PagedProtocol::Wal {
+                if matches!(protocol, PagedProtocol::Wal | PagedProtocol::Nvwal) {
                     let every = self.paged.checkpoint_frames.to_string();
                     v.push(("paged.checkpoint_frames".to_owned(), every));
                 }
                 if protocol == PagedProtocol::Fast {
                     let m2 = self.paged.same_line_order.to_string();
                     v.push(("paged.same_line_order".to_owned(), m2));
+                }
+                if protocol == PagedProtocol::Nvwal {
+                    let sync = self.paged.nvwal_sync.name().to_owned();
+                    v.push(("paged.nvwal_sync".to_owned(), sync));
                 }
                 if self.paged.store == PagedStore::File {
                     v.push(("paged.cache_pages".to_owned(), self.paged.cache_pages.to_string()));

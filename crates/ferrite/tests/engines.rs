@@ -1,9 +1,9 @@
 //! The conformance suite on every engine of this build (`EngineKind::ALL`): a new engine is
 //! picked up here by itself. Today: SOFORT (persistent, the default), the reference engine (in
 //! memory, not persistent) and the paged engine under each commit protocol (`paged-journal`,
-//! `paged-wal`; one writer at a time, so the cases that need two open writers check its `Busy`
-//! instead). The persistent ones are reopened in the durability group and the serial model
-//! test.
+//! `paged-wal`, `paged-nvwal`; one writer at a time, so the cases that need two open writers
+//! check its `Busy` instead). The persistent ones are reopened in the durability group and the
+//! serial model test.
 
 mod conformance;
 

@@ -1,7 +1,8 @@
 //! The conformance suite on the paged engine's file store (`PagedStore::File`) under each
 //! commit protocol (`paged-journal-file`, `paged-wal-file`; `docs/design/paged.md`), reopened
 //! like every persistent engine; `tests/engines.rs` runs the PM store (the default options of
-//! every kind in `EngineKind::ALL`). Then bad input at open: another protocol than the
+//! every kind in `EngineKind::ALL`). NVWAL (`paged-nvwal`) runs on the PM store only: on the
+//! file store it is refused (tested below). Then bad input at open: another protocol than the
 //! database's, and damaged or missing files.
 
 mod conformance;
@@ -19,6 +20,7 @@ use ferrite::{
 fn paged() -> Vec<Subject> {
     EngineKind::PAGED
         .iter()
+        .filter(|k| k.name() != "paged-nvwal")
         .map(|&kind| {
             // The file store, with a cache of 16 pages so that the suite's larger tables
             // also run through eviction.
@@ -109,6 +111,24 @@ fn opening_with_another_protocol_is_refused_and_loses_nothing() {
             Err(Error::Incompatible { .. })
         ));
     }
+}
+
+/// NVWAL keeps its log in PM: the file store is refused with `InvalidArgument` at create and
+/// at open, before any file is made.
+#[test]
+fn nvwal_on_the_file_store_is_refused() {
+    let dir = TestDir::new("paged-nvwal-file");
+    let path = dir.path().join("db");
+    for r in [
+        Database::create(&path, file_options(PagedProtocol::Nvwal)),
+        Database::open(&path, file_options(PagedProtocol::Nvwal)),
+    ] {
+        match r {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains("NVWAL"), "{m}"),
+            other => panic!("expected InvalidArgument, got {:?}", other.err()),
+        }
+    }
+    assert!(!path.exists(), "nothing was created");
 }
 
 /// The file store's files damaged or missing: typed errors at open.

@@ -6,9 +6,12 @@
 //!   the last commits are WAL frames that open must replay.
 //! - `paged-v1/file-journal.hex`: the file store (`pages`, `log`) under the rollback journal,
 //!   closed.
+//! - `paged-v1/pm-nvwal.hex`: the PM store under NVWAL (log version 1), dropped without close,
+//!   so the commits are NVWAL frames (whole pages, then diffs) that open must replay.
 //!
 //! Regenerate only for a new format version (a v1 fixture never changes once committed):
-//! `cargo test -p ferrite --test paged_format -- --ignored generate`.
+//! `cargo test -p ferrite --test paged_format -- --ignored generate` (writes only the
+//! fixtures that do not exist yet).
 
 mod common;
 
@@ -28,9 +31,10 @@ struct Fixture {
     protocol: PagedProtocol,
 }
 
-const FIXTURES: [Fixture; 2] = [
+const FIXTURES: [Fixture; 3] = [
     Fixture { name: "pm-wal", store: PagedStore::Pm, protocol: PagedProtocol::Wal },
     Fixture { name: "file-journal", store: PagedStore::File, protocol: PagedProtocol::Journal },
+    Fixture { name: "pm-nvwal", store: PagedStore::Pm, protocol: PagedProtocol::Nvwal },
 ];
 
 /// Segments of 256 KiB keep the PM fixture small.
@@ -160,14 +164,14 @@ fn v1_fixtures_refuse_the_other_protocol() {
 #[test]
 #[ignore = "writes the stored fixtures; run by hand for a new format version"]
 fn generate() {
-    for f in &FIXTURES {
+    for f in FIXTURES.iter().filter(|f| !path_of(f).exists()) {
         let dir = TestDir::new(&format!("paged-fixture-gen-{}", f.name));
         let db_dir = dir.path().join("db");
         let db = Database::create(&db_dir, options(f, f.protocol)).unwrap();
         fill(&db);
         assert_content(&db, f.name);
-        if f.protocol == PagedProtocol::Wal {
-            // Dropped, not closed: the commits stay in the WAL (no checkpoint at 0 frames).
+        if f.protocol != PagedProtocol::Journal {
+            // Dropped, not closed: the commits stay in the log (no checkpoint at 0 frames).
             drop(db);
         } else {
             db.close().unwrap();

@@ -939,7 +939,7 @@ mod tests {
         p.cow = true;
         let t = BTree::create(&mut p).unwrap();
         let mut next = 0;
-        let mut put = |p: &mut MemPages, k: u32, len: usize| {
+        let put = |p: &mut MemPages, k: u32, len: usize| {
             t.insert(p, &key(k), &vec![k as u8; len]).unwrap()
         };
         while page::Header::read(&p.page(t.root()).unwrap()).unwrap().kind == Kind::Leaf {

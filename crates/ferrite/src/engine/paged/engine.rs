@@ -38,7 +38,7 @@ use ferrite_pmem::{BlockFile, PoolSet};
 use super::btree::BTree;
 use super::pager::{Meta, Pager, ReadView, WriteView, check_protocol};
 use super::pages::{PageNo, PageRead, PageSize};
-use super::protocol::{Protocol, fash::Fash, journal::Journal, wal::Wal};
+use super::protocol::{Protocol, fash::Fash, journal::Journal, nvwal::Nvwal, wal::Wal};
 use super::rows::{self, CatalogEntry};
 use super::store::file::{FileStore, LOG_FILE, PAGES_FILE};
 use super::store::log::LogFile;
@@ -57,6 +57,7 @@ use crate::value::{Row, Value};
 /// Builds the engine for the registry: at `path`, a pool-set directory (PM store) or a
 /// directory of two files (file store), as [`PagedConfig::store`] says.
 pub(crate) fn build(path: &Path, options: &Options, create: bool) -> Result<Arc<dyn Engine>> {
+    nvwal_needs_pm(options)?;
     match options.paged_config().store {
         PagedStore::Pm => {
             let pm = options.pmem_options();
@@ -114,6 +115,7 @@ pub(crate) fn on_block_files(
     create: bool,
 ) -> Result<Arc<dyn Engine>> {
     expect_store(options, PagedStore::File, "block files")?;
+    nvwal_needs_pm(options)?;
     let cfg = options.paged_config();
     let mut head = [0u8; Meta::HEAD];
     if !create && pages.read_at(0, &mut head)? < head.len() {
@@ -126,6 +128,22 @@ pub(crate) fn on_block_files(
     start(options, create, &head, log, |size| {
         PageStore::File(FileStore::new(pages, size, cfg.cache_pages))
     })
+}
+
+/// `InvalidArgument` for NVWAL on the file store (before any file is made): its log lives in
+/// PM, and the file-store variant (database file on block storage, log in a PM pool) is
+/// future work.
+fn nvwal_needs_pm(options: &Options) -> Result<()> {
+    let nvwal = EngineKind::Paged { protocol: PagedProtocol::Nvwal };
+    if options.engine_kind() == nvwal && options.paged_config().store == PagedStore::File {
+        return Err(Error::InvalidArgument(
+            "NVWAL keeps its log in PM and runs on the PM page store only (PagedStore::Pm); the \
+             file store (database file on block storage, log in a PM pool) is not implemented \
+             yet"
+            .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// `InvalidArgument` unless `options` choose the store `want`, the one `medium` holds.
@@ -164,6 +182,9 @@ fn start(
         PagedProtocol::Wal => Protocol::Wal(Wal::new(store, log, cfg.checkpoint_frames)),
         PagedProtocol::Fash => Protocol::Fash(Fash::new(store, false, false)?),
         PagedProtocol::Fast => Protocol::Fash(Fash::new(store, true, cfg.same_line_order)?),
+        PagedProtocol::Nvwal => {
+            Protocol::Nvwal(Nvwal::new(store, log, cfg.checkpoint_frames, cfg.nvwal_sync)?)
+        }
     };
     if !create {
         check_protocol(code, &proto)?;

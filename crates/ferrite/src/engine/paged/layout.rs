@@ -1,6 +1,6 @@
 //! The fixed-size on-media heads of the paged engine (`docs/design/format.md`, "Paged
 //! engine"): the meta page's fields, the rollback journal's header and record head, the WAL's
-//! header and frame head. Each is a `#[repr(C)]` struct of little-endian fields with no
+//! header and frame head, NVWAL's header, block head and frame head. Each is a `#[repr(C)]` struct of little-endian fields with no
 //! padding, its size asserted at compile time, read with [`FromBytes::read_from_prefix`] (a
 //! copy: never a reference into the medium) and written with [`IntoBytes::as_bytes`].
 //!
@@ -34,7 +34,7 @@ pub(crate) struct MetaHead {
     pub free_head: U32,
     pub free_count: U32,
     pub catalog_root: U32,
-    /// 1 rollback journal, 2 WAL, 3 FASH, 4 FAST.
+    /// 1 rollback journal, 2 WAL, 3 FASH, 4 FAST, 5 NVWAL.
     pub protocol: U32,
     pub seq: U64,
     /// CRC32C of bytes 8..64.
@@ -130,6 +130,54 @@ pub(crate) struct ShEntryHead {
     pub _zero: U32,
 }
 const _: () = assert!(size_of::<ShEntryHead>() == 16);
+/// NVWAL's header (the first line of PM file `LOG`). `generation` and `crc` share one aligned 8-byte
+/// word (offset 24), so a checkpoint changes the generation with a single failure-atomic
+/// store (M1). The CRC32C covers bytes 8..28, `version` to `generation`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+pub(crate) struct NvwalHead {
+    /// "FERRNVW1"; zero until creation completes (P-PG-40).
+    pub magic: U64,
+    pub version: U32,
+    pub page_size: U32,
+    pub block_size: U32,
+    /// The head block of the block list (always block 0: a checkpoint keeps it).
+    pub head: U32,
+    /// The checkpoint generation ("checkpoint id"): frames of another generation are stale.
+    pub generation: U32,
+    /// CRC32C of bytes 8..28.
+    pub crc: U32,
+}
+const _: () = assert!(size_of::<NvwalHead>() == 32);
+
+/// The head line of an NVWAL heap block: the tri-state word and the link to the next block.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+pub(crate) struct NvwalBlockHead {
+    /// Free (0), pending or in use (two magic values); written only as one aligned word.
+    pub state: U64,
+    /// 0: none; else the next block's number + 1. Written only as one aligned word.
+    pub next: U64,
+    pub _zero: [U64; 6],
+}
+const _: () = assert!(size_of::<NvwalBlockHead>() == 64);
+
+/// The head of an NVWAL frame (spec §4.1's 32-byte encoding), before `size` payload bytes
+/// padded to 8. `commit` is 0 until the commit mark is stored (one aligned word; bit 0 set,
+/// bits 1..64 the low 63 bits of `checksum`). `checksum` chains from the previous frame's:
+/// CRC-32 (IEEE) in the low half, CRC32C in the high half, each over bytes 8..24 and the
+/// payload. `size` 0 is a skip frame: the rest of the block is unused.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+pub(crate) struct NvwalFrameHead {
+    pub commit: U64,
+    pub ckpt: U32,
+    pub pgno: U32,
+    pub offset: U32,
+    pub size: U32,
+    pub checksum: U64,
+}
+const _: () = assert!(size_of::<NvwalFrameHead>() == 32);
 
 /// The head `T` at the start of `b`, copied out; `None` if `b` is shorter than `T`.
 pub(crate) fn read<T: FromBytes>(b: &[u8]) -> Option<T> {
@@ -156,6 +204,10 @@ mod tests {
         assert_eq!(offset_of!(ShLogHead, seq), 8);
         assert_eq!(offset_of!(ShLogHead, crc), 24);
         assert_eq!(offset_of!(ShEntryHead, len), 8);
+        assert_eq!(offset_of!(NvwalHead, generation), 24);
+        assert_eq!(offset_of!(NvwalBlockHead, next), 8);
+        assert_eq!(offset_of!(NvwalFrameHead, ckpt), 8);
+        assert_eq!(offset_of!(NvwalFrameHead, checksum), 24);
         // Little-endian on any host.
         let h = WalHead { salt: U32::new(0x0102_0304), ..Default::default() };
         assert_eq!(&h.as_bytes()[16..20], &[4, 3, 2, 1]);

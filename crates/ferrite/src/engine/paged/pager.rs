@@ -5,7 +5,7 @@
 //!  page 0 (meta): magic u64 "FERRPAG1" | version u32 | page size u32 | compat u64 |
 //!                 incompat u64 | page count u64 | free head u32 | free count u32 |
 //!                 catalog root u32 | protocol u32 | commit seq u64 | crc32c u32 (over 8..64) |
-//!                 0...   (protocol: 1 rollback journal, 2 WAL; fixed at creation)
+//!                 0...   (protocol: 1 rollback journal, 2 WAL, 5 NVWAL; fixed at creation)
 //!  free-list trunk: kind u8 (48) | 0 u8 x3 | next trunk u32 | n u32 | n page numbers u32
 //! ```
 //!
@@ -82,6 +82,7 @@ pub(crate) fn check_protocol(code: u32, protocol: &Protocol) -> Result<()> {
         2 => "the WAL",
         3 => "FASH",
         4 => "FAST",
+        5 => "NVWAL",
         _ => "an unknown protocol",
     };
     if code == protocol.code() {

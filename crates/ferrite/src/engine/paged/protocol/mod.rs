@@ -9,7 +9,9 @@
 //!   commit, a DRAM index from page to newest frame, checkpoints).
 //! - [`fash`]: FASH and FAST (pages in PM written in place, the slot headers' changes through
 //!   a redo log with an 8-byte commit mark, or FAST's commit of one 8-byte header word).
-//! - [G2]'s NVWAL *(planned)*.
+//! - [`nvwal`]: NVWAL (spec §4): diff frames in a PM heap of blocks, lazy synchronization
+//!   (two fences per commit), a DRAM index from page to its committed image, checkpoints.
+//!   PM store only.
 //!
 //! Stores: the journal and the WAL run on both page stores, their log on the medium of the
 //! pages (a PM file of the pool set, or a block file beside the page file); a "sync" is a
@@ -30,6 +32,7 @@
 
 pub(crate) mod fash;
 pub(crate) mod journal;
+pub(crate) mod nvwal;
 pub(crate) mod wal;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -84,10 +87,13 @@ pub(crate) enum Protocol {
     Wal(wal::Wal),
     /// FASH or FAST: pages in PM, written in place, slot headers logged.
     Fash(fash::Fash),
+    /// NVWAL.
+    Nvwal(nvwal::Nvwal),
 }
 
 impl Protocol {
-    /// The code the meta page records for this protocol (1 journal, 2 WAL).
+    /// The code the meta page records for this protocol (1 journal, 2 WAL, 5 NVWAL; 3 and 4
+    /// are FASH's and FAST's).
     pub(crate) fn code(&self) -> u32 {
         match self {
             Protocol::Journal(_) => 1,
@@ -99,6 +105,7 @@ impl Protocol {
                     3
                 }
             }
+            Protocol::Nvwal(_) => 5,
         }
     }
 
@@ -114,6 +121,7 @@ impl Protocol {
             Protocol::Journal(j) => j.store(),
             Protocol::Wal(w) => w.store(),
             Protocol::Fash(f) => f.store(),
+            Protocol::Nvwal(n) => n.store(),
         }
     }
 
@@ -123,6 +131,7 @@ impl Protocol {
             Protocol::Journal(j) => j.store().read_page(pgno, out),
             Protocol::Wal(w) => w.read_page(pgno, out),
             Protocol::Fash(f) => f.store().read_page(pgno, out),
+            Protocol::Nvwal(n) => n.read_page(pgno, out),
         }
     }
 
@@ -132,6 +141,7 @@ impl Protocol {
             Protocol::Journal(j) => j.commit(batch),
             Protocol::Wal(w) => w.commit(batch),
             Protocol::Fash(f) => f.commit(batch),
+            Protocol::Nvwal(n) => n.commit(batch),
         }
     }
 
@@ -142,15 +152,17 @@ impl Protocol {
             Protocol::Journal(j) => j.recover(),
             Protocol::Wal(w) => w.recover(),
             Protocol::Fash(f) => f.recover(),
+            Protocol::Nvwal(n) => n.recover(),
         }
     }
 
-    /// Moves what the protocol keeps outside the store into it (WAL: a checkpoint; the
-    /// journal keeps nothing). Called at close.
+    /// Moves what the protocol keeps outside the store into it (WAL, NVWAL: a checkpoint;
+    /// the journal keeps nothing). Called at close.
     pub(crate) fn checkpoint(&mut self) -> Result<()> {
         match self {
             Protocol::Journal(_) | Protocol::Fash(_) => Ok(()),
             Protocol::Wal(w) => w.checkpoint().map(|_| ()),
+            Protocol::Nvwal(n) => n.checkpoint().map(|_| ()),
         }
     }
 }
