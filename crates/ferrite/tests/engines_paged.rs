@@ -20,7 +20,8 @@ use ferrite::{
 fn paged() -> Vec<Subject> {
     EngineKind::PAGED
         .iter()
-        .filter(|k| k.name() != "paged-nvwal")
+        // The protocols that run on the file store (FASH, FAST and NVWAL need PM).
+        .filter(|k| matches!(k.name(), "paged-journal" | "paged-wal"))
         .map(|&kind| {
             // The file store, with a cache of 16 pages so that the suite's larger tables
             // also run through eviction.
