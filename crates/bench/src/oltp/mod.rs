@@ -492,7 +492,7 @@ pub fn open(
     schema: &Arc<Schema>,
 ) -> Result<Box<dyn OltpSubject>, OpError> {
     match engine {
-        EngineId::Ferrite(_) | EngineId::SofortPlaced(_) => {
+        EngineId::Ferrite(_) | EngineId::SofortPlaced(_) | EngineId::NvwalSynced(_) => {
             let options = engine
                 .ferrite_options(setup)
                 .ok_or_else(|| OpError::Engine(format!("{engine}: no options")))?;
@@ -520,7 +520,7 @@ pub fn reopen(
     schema: &Arc<Schema>,
 ) -> Result<Box<dyn OltpSubject>, OpError> {
     match engine {
-        EngineId::Ferrite(_) | EngineId::SofortPlaced(_) => {
+        EngineId::Ferrite(_) | EngineId::SofortPlaced(_) | EngineId::NvwalSynced(_) => {
             let options = engine
                 .ferrite_options(setup)
                 .ok_or_else(|| OpError::Engine(format!("{engine}: no options")))?;

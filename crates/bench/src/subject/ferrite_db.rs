@@ -54,8 +54,11 @@ pub(crate) fn options(kind: EngineKind, setup: &SubjectSetup) -> Options {
 pub(crate) fn engine_name(options: &Options) -> String {
     let kind = options.engine_kind();
     let placement = options.sofort_config().index_placement;
+    let sync = options.paged_config().nvwal_sync;
     if kind == EngineKind::Sofort && placement != SofortIndexPlacement::default() {
         super::EngineId::SofortPlaced(placement).name()
+    } else if kind.name() == "paged-nvwal" && sync != ferrite::NvwalSync::default() {
+        super::EngineId::NvwalSynced(sync).name()
     } else {
         kind.name().to_owned()
     }

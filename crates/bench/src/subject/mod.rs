@@ -204,6 +204,10 @@ pub enum EngineId {
     /// The SOFORT engine with every index at this placement (`docs/design/sofort.md` §13;
     /// `hybrid` or `persistent`: the default placement, DRAM, is `Ferrite(Sofort)`).
     SofortPlaced(SofortIndexPlacement),
+    /// The paged engine under NVWAL with a synchronization other than the default lazy one
+    /// (`paged-nvwal-eager`, `paged-nvwal-checksum`; `docs/design/paged.md` §8.4): run on
+    /// request, for the lazy-against-eager comparison of the NVWAL paper.
+    NvwalSynced(ferrite::NvwalSync),
     /// SQLite, WAL journal, `synchronous=FULL`.
     SqliteWalFull,
     /// SQLite, WAL journal, `synchronous=NORMAL`.
@@ -223,6 +227,8 @@ impl EngineId {
         v.extend([
             EngineId::SofortPlaced(SofortIndexPlacement::Hybrid),
             EngineId::SofortPlaced(SofortIndexPlacement::Persistent),
+            EngineId::NvwalSynced(ferrite::NvwalSync::Eager),
+            EngineId::NvwalSynced(ferrite::NvwalSync::Checksum),
             EngineId::SqliteWalFull,
             EngineId::SqliteWalNormal,
             EngineId::SqliteJournalFull,
@@ -246,7 +252,7 @@ impl EngineId {
             .into_iter()
             .filter(|e| match e {
                 EngineId::Ferrite(k) => k.is_persistent(),
-                EngineId::SofortPlaced(_) => false,
+                EngineId::SofortPlaced(_) | EngineId::NvwalSynced(_) => false,
                 _ => true,
             })
             .collect()
@@ -270,6 +276,7 @@ impl EngineId {
         match self {
             EngineId::Ferrite(k) => k.name().to_owned(),
             EngineId::SofortPlaced(p) => format!("{}-{}", EngineKind::Sofort.name(), p.name()),
+            EngineId::NvwalSynced(s) => format!("paged-nvwal-{}", s.name()),
             EngineId::SqliteWalFull => "sqlite-wal-full".into(),
             EngineId::SqliteWalNormal => "sqlite-wal-normal".into(),
             EngineId::SqliteJournalFull => "sqlite-journal-full".into(),
@@ -281,7 +288,9 @@ impl EngineId {
     /// Ferrite or baseline.
     pub fn family(self) -> Family {
         match self {
-            EngineId::Ferrite(_) | EngineId::SofortPlaced(_) => Family::Ferrite,
+            EngineId::Ferrite(_) | EngineId::SofortPlaced(_) | EngineId::NvwalSynced(_) => {
+                Family::Ferrite
+            }
             _ => Family::Baseline,
         }
     }
@@ -296,6 +305,9 @@ impl EngineId {
             }
             EngineId::SofortPlaced(p) => {
                 format!("Ferrite sofort engine, every index at placement {}", p.name())
+            }
+            EngineId::NvwalSynced(s) => {
+                format!("Ferrite paged-nvwal engine, {} synchronization", s.name())
             }
             EngineId::SqliteWalFull => "SQLite, WAL, synchronous=FULL (fsync per commit)".into(),
             EngineId::SqliteWalNormal => {
@@ -377,6 +389,12 @@ impl EngineId {
                 ferrite_db::options(EngineKind::Sofort, setup)
                     .sofort(ferrite::SofortConfig::default().default_placement(p)),
             ),
+            EngineId::NvwalSynced(s) => {
+                let kind = EngineKind::Paged { protocol: ferrite::PagedProtocol::Nvwal };
+                let o = ferrite_db::options(kind, setup);
+                let cfg = ferrite::PagedConfig { nvwal_sync: s, ..o.paged_config() };
+                Some(o.paged(cfg))
+            }
             _ => None,
         }
     }
@@ -389,7 +407,7 @@ impl EngineId {
             return ferrite_db::open(options, dir, setup);
         }
         match self {
-            EngineId::Ferrite(_) | EngineId::SofortPlaced(_) => {
+            EngineId::Ferrite(_) | EngineId::SofortPlaced(_) | EngineId::NvwalSynced(_) => {
                 Err(OpError::Engine(format!("{self}: no options")))
             }
             EngineId::SqliteWalFull | EngineId::SqliteWalNormal | EngineId::SqliteJournalFull => {
