@@ -65,8 +65,8 @@ fn every_protocol_is_a_crash_target() {
             "db-paged-wal",
             "db-paged-fash",
             "db-paged-fast",
-            "db-paged-fast-m2",
             "db-paged-nvwal",
+            "db-paged-fast-m2",
             "db-paged-journal-file",
             "db-paged-wal-file"
         ]
