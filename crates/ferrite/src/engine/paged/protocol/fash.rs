@@ -467,7 +467,7 @@ fn parse_entries(b: &[u8], count: u32, page_size: usize) -> Result<Vec<(PageNo, 
 fn diff_runs(old: &[u8], new: &[u8]) -> Vec<(usize, usize)> {
     let mut runs = Vec::new();
     let n = old.len().min(new.len());
-    let word = |b: &[u8], i: usize| u64::from_ne_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
+    let word = |b: &[u8], i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
     let mut i = 0;
     while i < n {
         // Skip equal 64-byte blocks, then equal 8-byte words, quickly.
