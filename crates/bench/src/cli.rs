@@ -414,7 +414,7 @@ fn build_spec(args: &BenchArgs, mode: Mode) -> anyhow::Result<(RunSpec, String)>
         EngineId::baselines()
     } else if mode == Mode::Smoke {
         // The smoke pass checks every engine, the in-memory oracle included (labelled).
-        EngineId::available()
+        EngineId::smoke()
     } else {
         EngineId::defaults()
     };

@@ -19,7 +19,7 @@ use ferrite_bench::workload::{Distribution, WorkloadId};
 fn spec(dir: &TestDir, workloads: Vec<WorkloadId>, threads: Vec<usize>) -> RunSpec {
     RunSpec {
         workloads,
-        engines: EngineId::available(),
+        engines: EngineId::smoke(),
         threads,
         latencies: vec![0, 1000],
         latency_model: LatencyModel::Barrier,
@@ -124,7 +124,7 @@ fn every_workload_on_every_engine() {
     // TPC-B ran on every engine that has an OLTP mapping (PMDK has none) and its
     // consistency checks held (balances, per-branch sums, history rows, table counts).
     let tpcb: Vec<_> = report.results.iter().filter(|r| r.workload == "tpcb").collect();
-    for e in EngineId::available() {
+    for e in EngineId::smoke() {
         let n = tpcb.iter().filter(|r| r.engine == e.name()).count();
         assert_eq!(n > 0, e != EngineId::Pmdk, "{e}: {n} tpcb points");
     }
@@ -138,7 +138,7 @@ fn every_workload_on_every_engine() {
     // TATP likewise: every mapped engine, its checks held (row counts, call forwarding =
     // loaded + inserted - deleted, no orphan), seven transaction types reported.
     let tatp: Vec<_> = report.results.iter().filter(|r| r.workload == "tatp").collect();
-    for e in EngineId::available() {
+    for e in EngineId::smoke() {
         let n = tatp.iter().filter(|r| r.engine == e.name()).count();
         assert_eq!(n > 0, e != EngineId::Pmdk, "{e}: {n} tatp points");
     }
@@ -153,7 +153,7 @@ fn every_workload_on_every_engine() {
     // TPC-C: every engine with an OLTP mapping except LMDB (no non-unique index in its
     // key-value mapping), consistency conditions 1-4 and the row counts held, five types.
     let tpcc: Vec<_> = report.results.iter().filter(|r| r.workload == "tpcc").collect();
-    for e in EngineId::available() {
+    for e in EngineId::smoke() {
         let n = tpcc.iter().filter(|r| r.engine == e.name()).count();
         let runs = e != EngineId::Pmdk && e != EngineId::Lmdb;
         assert_eq!(n > 0, runs, "{e}: {n} tpcc points");

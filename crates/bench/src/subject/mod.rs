@@ -258,6 +258,16 @@ impl EngineId {
             .collect()
     }
 
+    /// What the smoke pass (`ferrite bench --smoke`, `tests/smoke.rs`) runs: every available
+    /// engine but NVWAL's eager and checksum variants, which are `paged-nvwal` with another
+    /// commit path (covered by NVWAL's unit tests and `crates/ferrite/tests/paged_counts.rs`).
+    pub fn smoke() -> Vec<EngineId> {
+        EngineId::available()
+            .into_iter()
+            .filter(|e| !matches!(e, EngineId::NvwalSynced(_)))
+            .collect()
+    }
+
     /// The baselines this build can run.
     pub fn baselines() -> Vec<EngineId> {
         EngineId::available().into_iter().filter(|e| e.family() == Family::Baseline).collect()
