@@ -77,13 +77,19 @@ fn every_workload_on_every_engine() {
     assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.join("\n"));
 
     // Per workload, drawn from the CSV: a thread plot, a throughput-over-latency plot and a
-    // p99-over-latency plot.
+    // p99-over-latency plot; per micro-benchmark kind (insert, update, delete, each at 1, 8
+    // and 32 operations per transaction), the log-log flushes and throughput over the size.
     let plots = plots_from_csv(&csv, &out).expect("plots");
-    assert_eq!(plots.len(), 3 * WorkloadId::all().len(), "{plots:?}");
+    assert_eq!(plots.len(), 3 * WorkloadId::all().len() + 3 * 2, "{plots:?}");
     for p in &plots {
         let svg = std::fs::read_to_string(p).unwrap();
-        let y = if p.to_string_lossy().ends_with("-p99-latency.svg") {
+        let name = p.to_string_lossy();
+        let y = if name.ends_with("-p99-latency.svg") {
             "p99 latency (µs)"
+        } else if name.ends_with("-per-txn-flushes.svg") {
+            "lines flushed per transaction"
+        } else if name.ends_with("-per-txn-throughput.svg") {
+            "operations/s"
         } else {
             "transactions/s"
         };
