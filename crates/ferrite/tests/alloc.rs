@@ -47,7 +47,7 @@ fn null_table(a: &PAllocator) -> PPtr {
             .store_u64(g + i * 8, if i % 2 == 0 { u64::MAX } else { 0 }, Ordering::Relaxed)
             .unwrap();
     }
-    a.pool().persist(g, TABLE).unwrap();
+    a.pool().persist(g, TABLE).unwrap(); // ORDER(P-T-4): the test's pointer table durable (all null) before the allocator writes into it
     table
 }
 
@@ -63,7 +63,7 @@ fn stamp(a: &PAllocator, p: PPtr, size: u64, tag: u64) {
     a.pool().fill(g, len, 0xEE).unwrap();
     a.pool().store_u64(g, tag, Ordering::Relaxed).unwrap();
     a.pool().write_bytes(g + len - 1, &[tag as u8]).unwrap();
-    a.pool().persist(g, len).unwrap();
+    a.pool().persist(g, len).unwrap(); // ORDER(P-T-4): the block's stamp durable before the test relies on it after a reopen
 }
 
 fn verify(a: &PAllocator, table: PPtr, model: &BTreeMap<u64, (u64, u64)>) {
@@ -213,12 +213,12 @@ fn bad_requests_are_typed_and_change_nothing() {
     // A foreign pointer (into segment 0, the anchor) and a pointer into the middle of a block.
     let set = a.pool();
     let loc = set.resolve(slot(table, 2)).unwrap();
-    set.persist_pptr(loc, PPtr::new(0, 64)).unwrap();
+    set.persist_pptr(loc, PPtr::new(0, 64)).unwrap(); // ORDER(P-PM-10): a foreign pointer planted in the slot
     assert!(dinv(a.deallocate(slot(table, 2))), "foreign");
-    set.persist_pptr_null(loc).unwrap();
-    set.persist_pptr(loc, PPtr::new(p.segment, p.offset + 64)).unwrap();
+    set.persist_pptr_null(loc).unwrap(); // ORDER(P-PM-10): the slot back to null
+    set.persist_pptr(loc, PPtr::new(p.segment, p.offset + 64)).unwrap(); // ORDER(P-PM-10): a pointer into a block's middle planted
     assert!(dinv(a.deallocate(slot(table, 2))), "not a block start");
-    set.persist_pptr_null(loc).unwrap();
+    set.persist_pptr_null(loc).unwrap(); // ORDER(P-PM-10): the slot back to null
     // A double free through a second copy of the pointer.
     set.persist_pptr(loc, p).unwrap();
     a.deallocate(slot(table, 0)).unwrap();
