@@ -322,8 +322,8 @@ pub struct DbTarget {
     /// `db-sofort-past`: every statement sampled into the past workload, its PM block
     /// written by the workload and the probe, and checked at recovery ([`DbTarget::past`]).
     past: bool,
-    /// The paged engine on its file store (`db-paged-journal-file`, `db-paged-wal-file`):
-    /// see [`DbTarget::paged_files`].
+    /// The paged engine on its file store (`db-paged-journal-file`, `db-paged-wal-file`,
+    /// `db-paged-nvwal-file`): see [`DbTarget::paged_files`].
     files: bool,
     /// A third of the transactions append one row to table `note` instead (FASH and FAST:
     /// [`Tab::Note`]).
@@ -348,8 +348,9 @@ fn target_name(kind: EngineKind, suffix: &'static str) -> &'static str {
 
 /// One `db-<kind>` target per persistent engine of this build, SOFORT's siblings:
 /// `db-sofort-continue`, `db-sofort-instant`, and with every index in PM `db-sofort-hybrid`,
-/// `db-sofort-persistent`; and the paged engine on its file store, `db-paged-journal-file`
-/// and `db-paged-wal-file` (NVWAL, PM only, has none).
+/// `db-sofort-persistent`; and the paged engine on its file store, `db-paged-journal-file`,
+/// `db-paged-wal-file` and `db-paged-nvwal-file` (FASH and FAST, PM only, have none), and
+/// `db-paged-fast-m2`.
 pub fn targets() -> Vec<Box<dyn DynTarget>> {
     let mut v: Vec<Box<dyn DynTarget>> = EngineKind::persistent()
         .map(|k| Box::new(Arc::new(DbTarget::new(k))) as Box<dyn DynTarget>)
@@ -366,13 +367,14 @@ pub fn targets() -> Vec<Box<dyn DynTarget>> {
     }
     v.push(Box::new(Arc::new(DbTarget::continuable_with(TXNS, SofortIndexPlacement::Dram, true))));
     v.push(Box::new(Arc::new(DbTarget::past(TXNS))));
-    // NVWAL runs on the PM store only (its log lives in PM): no file target.
+    // FASH and FAST keep their pages in PM: no file target. NVWAL's has its log in PM.
     v.extend(
         EngineKind::PAGED
             .iter()
-            .filter(|k| k.name() != "paged-nvwal")
+            .filter(|k| !matches!(k.name(), "paged-fash" | "paged-fast"))
             .map(|&k| Box::new(Arc::new(DbTarget::paged_files(k, TXNS))) as Box<dyn DynTarget>),
     );
+    v.push(Box::new(Arc::new(DbTarget::fast_same_line(TXNS))));
     v
 }
 
@@ -530,7 +532,9 @@ impl DbTarget {
     /// The paged engine `kind` with its pages and log in block files of the simulated domain
     /// (the file store, [`ferrite::PagedStore::File`], with a page cache of [`FILE_CACHE`]
     /// pages so that eviction runs): a crash loses, keeps or tears (per 512-byte sector)
-    /// every write since each file's last sync. `txns` transactions.
+    /// every write since each file's last sync. `txns` transactions. Under NVWAL
+    /// (`db-paged-nvwal-file`) the log is a simulated pool set on the same domain instead of
+    /// the log file, so one crash image holds the page file and the PM log together.
     /// For any other engine the workload's create fails (`Unsupported`).
     pub fn paged_files(kind: EngineKind, txns: u64) -> DbTarget {
         DbTarget {
@@ -550,6 +554,11 @@ impl DbTarget {
             same_line: true,
             ..DbTarget::with_txns(kind, txns)
         }
+    }
+
+    /// Whether the engine is the paged engine under NVWAL.
+    fn nvwal(&self) -> bool {
+        self.kind == EngineKind::Paged { protocol: ferrite::PagedProtocol::Nvwal }
     }
 
     /// The tables of the workload.
@@ -1217,7 +1226,17 @@ impl Target for DbTarget {
     fn workload(&self, ctx: &mut Ctx<DbOp>) -> Result<(), String> {
         let options = self.options();
         let e = |what: &str, e: ferrite::Error| format!("{what}: {e}");
-        let db = if self.files {
+        let db = if self.files && self.nvwal() {
+            let t = ctx.begin(DbOp::Create);
+            // The log's pool set first, as `Database::create` makes them.
+            let set = ctx.create_pool_set(&pmem_options())?;
+            let pages = ctx.create_block_file(PAGES_FILE)?;
+            let db =
+                ferrite::internals::database_on_block_file_and_pool_set(pages, set, &options, true)
+                    .map_err(|x| e("create", x))?;
+            ctx.done(t);
+            db
+        } else if self.files {
             let t = ctx.begin(DbOp::Create);
             // The log first, as `Database::create` makes them (a page file without its log is
             // a creation that did not finish).
@@ -1355,7 +1374,28 @@ impl Target for DbTarget {
     }
 
     fn recover(&self, image: &CrashImage) -> Result<Recovered, String> {
-        let opened = if self.files {
+        let opened = if self.files && self.nvwal() {
+            let set = match PoolSet::open_sim(image, &pmem_options()) {
+                Ok(s) => s,
+                Err(ferrite_pmem::Error::Incomplete { .. }) => {
+                    return Ok(Recovered::NotCreated(
+                        "the log's pool set's creation did not finish".into(),
+                    ));
+                }
+                Err(x) => return Err(format!("the log's pool set does not open: {x}")),
+            };
+            let d = set.sim().cloned().ok_or("a simulated pool set without its domain")?;
+            d.add_block_files(image).map_err(|x| format!("the block files do not load: {x}"))?;
+            let Ok(pages) = BlockFile::open_sim(&d, PAGES_FILE) else {
+                return Ok(Recovered::NotCreated("the page file was not created".into()));
+            };
+            ferrite::internals::database_on_block_file_and_pool_set(
+                pages,
+                set,
+                &self.options(),
+                false,
+            )
+        } else if self.files {
             let d = SimDomain::open_block_image(image)
                 .map_err(|x| format!("the block files do not load: {x}"))?;
             let (Ok(log), Ok(pages)) =

@@ -60,8 +60,9 @@ fn each_defect_is_found_by_its_mode_and_not_by_weaker_ones() {
     assert!(defects >= 8, "only {defects} seeded defects registered");
 }
 
-/// The paged engine's registered targets (`db-paged-journal`, `db-paged-wal`, `db-paged-nvwal`,
-/// and the first two's `-file` twins on the file store) are left to `tests/paged.rs`, which
+/// The paged engine's registered targets (`db-paged-journal`, `db-paged-wal`, `db-paged-fash`,
+/// `db-paged-fast`, `db-paged-nvwal`, `db-paged-fast-m2`, and the `-file` twins of the
+/// journal, the WAL and NVWAL on the file store) are left to `tests/paged.rs`, which
 /// runs them exhaustively, with nested and corrupt images and with the
 /// mutation check on budgets of their own: running them here too would double their CI time.
 fn run_elsewhere(name: &str) -> bool {

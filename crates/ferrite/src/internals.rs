@@ -46,6 +46,21 @@ pub fn database_on_block_files(
     Ok(Database::from_engine(crate::engine::registry::on_block_files(pages, log, options, create)?))
 }
 
+/// Runs NVWAL on the paged engine's file store ([`crate::PagedStore::File`]) on a page file
+/// and a pool set for its log, e.g. the crash tester's simulated block file and pool set on
+/// one domain: `create` formats a new database; otherwise it is opened and recovered. Other
+/// protocols return `InvalidArgument`, other engines `Unsupported`.
+pub fn database_on_block_file_and_pool_set(
+    pages: ferrite_pmem::BlockFile,
+    log: ferrite_pmem::PoolSet,
+    options: &Options,
+    create: bool,
+) -> crate::Result<Database> {
+    Ok(Database::from_engine(crate::engine::registry::on_block_file_and_pool_set(
+        pages, log, options, create,
+    )?))
+}
+
 /// The SOFORT storage core, for tests and tools that work below the `Database` API.
 pub mod sofort {
     pub use crate::engine::sofort::{

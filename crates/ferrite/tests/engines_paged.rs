@@ -1,9 +1,9 @@
 //! The conformance suite on the paged engine's file store (`PagedStore::File`) under each
-//! commit protocol (`paged-journal-file`, `paged-wal-file`; `docs/design/paged.md`), reopened
-//! like every persistent engine; `tests/engines.rs` runs the PM store (the default options of
-//! every kind in `EngineKind::ALL`). NVWAL (`paged-nvwal`) runs on the PM store only: on the
-//! file store it is refused (tested below). Then bad input at open: another protocol than the
-//! database's, and damaged or missing files.
+//! commit protocol that runs there (`paged-journal-file`, `paged-wal-file`, and
+//! `paged-nvwal-file`, whose log is a PM pool set beside the page file; `docs/design/paged.md`),
+//! reopened like every persistent engine; `tests/engines.rs` runs the PM store (the default
+//! options of every kind in `EngineKind::ALL`). Then bad input at open: another protocol than
+//! the database's, and damaged or missing files.
 
 mod conformance;
 
@@ -20,13 +20,14 @@ use ferrite::{
 fn paged() -> Vec<Subject> {
     EngineKind::PAGED
         .iter()
-        // The protocols that run on the file store (FASH, FAST and NVWAL need PM).
-        .filter(|k| matches!(k.name(), "paged-journal" | "paged-wal"))
+        // The protocols that run on the file store (FASH and FAST keep their pages in PM).
+        .filter(|k| matches!(k.name(), "paged-journal" | "paged-wal" | "paged-nvwal"))
         .map(|&kind| {
             // The file store, with a cache of 16 pages so that the suite's larger tables
             // also run through eviction.
+            // NVWAL's log pool set in small segments.
             let options = move || {
-                Options::new().engine(kind).paged(PagedConfig {
+                Options::new().engine(kind).pmem(small_segments()).paged(PagedConfig {
                     store: PagedStore::File,
                     cache_pages: 16,
                     ..PagedConfig::default()
@@ -38,6 +39,7 @@ fn paged() -> Vec<Subject> {
                 Arc::new(move |dir: &Path| Database::open(dir.join("db"), options()));
             let name = match kind.name() {
                 "paged-journal" => "paged-journal-file",
+                "paged-nvwal" => "paged-nvwal-file",
                 _ => "paged-wal-file",
             };
             Subject { name, create, open: Some(open) }
@@ -53,9 +55,14 @@ fn kind(protocol: PagedProtocol) -> EngineKind {
     EngineKind::Paged { protocol }
 }
 
+fn small_segments() -> ferrite::pmem::Options {
+    ferrite::pmem::Options::new().segment_size(2 << 20)
+}
+
 fn file_options(protocol: PagedProtocol) -> Options {
     Options::new()
         .engine(kind(protocol))
+        .pmem(small_segments())
         .paged(PagedConfig { store: PagedStore::File, ..PagedConfig::default() })
 }
 
@@ -114,29 +121,63 @@ fn opening_with_another_protocol_is_refused_and_loses_nothing() {
     }
 }
 
-/// NVWAL keeps its log in PM: the file store is refused with `InvalidArgument` at create and
-/// at open, before any file is made.
+/// NVWAL on the file store: the page file `pages` and the log in the pool set `log.pm` (no
+/// `log` file). Commits live in the PM log until a checkpoint (here: only at close), so a
+/// database dropped without closing is recovered from the log. Opening it with another
+/// protocol, or a WAL database with NVWAL, is `Incompatible` and loses nothing.
 #[test]
-fn nvwal_on_the_file_store_is_refused() {
+fn nvwal_on_the_file_store_keeps_its_log_in_a_pool_set() {
     let dir = TestDir::new("paged-nvwal-file");
     let path = dir.path().join("db");
-    for r in [
-        Database::create(&path, file_options(PagedProtocol::Nvwal)),
-        Database::open(&path, file_options(PagedProtocol::Nvwal)),
-    ] {
-        match r {
-            Err(Error::InvalidArgument(m)) => assert!(m.contains("NVWAL"), "{m}"),
-            other => panic!("expected InvalidArgument, got {:?}", other.err()),
+    let opts = |p| {
+        Options::new().engine(kind(p)).pmem(small_segments()).paged(PagedConfig {
+            store: PagedStore::File,
+            checkpoint_frames: 0,
+            ..PagedConfig::default()
+        })
+    };
+    let db = Database::create(&path, opts(PagedProtocol::Nvwal)).unwrap();
+    with_rows(&db, 0..300);
+    let pages_len = std::fs::metadata(path.join("pages")).unwrap().len();
+    drop(db);
+    assert!(path.join("log.pm").is_dir() && !path.join("log").exists());
+    // Nothing was checkpointed: the page file holds the creation's two pages only.
+    assert_eq!(pages_len, 2 * 4096);
+    for p in [PagedProtocol::Wal, PagedProtocol::Journal] {
+        match Database::open(&path, opts(p)) {
+            Err(Error::Incompatible { what, .. }) => assert!(what.contains("log.pm"), "{what}"),
+            other => panic!("{p:?}: expected Incompatible, got {:?}", other.err()),
         }
     }
-    assert!(!path.exists(), "nothing was created");
+    let db = Database::open(&path, opts(PagedProtocol::Nvwal)).unwrap();
+    assert_eq!(count(&db), 300, "the commits are recovered from the PM log");
+    with_rows(&db, 300..310);
+    db.close().unwrap();
+    // Closing checkpointed: the page file now holds the tree.
+    assert!(std::fs::metadata(path.join("pages")).unwrap().len() > 2 * 4096);
+    let db = Database::open(&path, opts(PagedProtocol::Nvwal)).unwrap();
+    assert_eq!(count(&db), 310);
+    db.close().unwrap();
+    // A WAL database opened with NVWAL.
+    let wal = dir.path().join("wal");
+    let db = Database::create(&wal, opts(PagedProtocol::Wal)).unwrap();
+    with_rows(&db, 0..5);
+    drop(db);
+    match Database::open(&wal, opts(PagedProtocol::Nvwal)) {
+        Err(Error::Incompatible { what, .. }) => assert!(what.contains("\"log\""), "{what}"),
+        other => panic!("expected Incompatible, got {:?}", other.err()),
+    }
+    assert!(!wal.join("log.pm").exists(), "the refused open made nothing");
+    let db = Database::open(&wal, opts(PagedProtocol::Wal)).unwrap();
+    assert_eq!(count(&db), 5);
+    db.close().unwrap();
 }
 
 /// The file store's files damaged or missing: typed errors at open.
 #[test]
 fn damaged_or_missing_files_are_typed_errors() {
     let dir = TestDir::new("paged-file-damage");
-    for protocol in [PagedProtocol::Journal, PagedProtocol::Wal] {
+    for protocol in [PagedProtocol::Journal, PagedProtocol::Wal, PagedProtocol::Nvwal] {
         let path = dir.path().join(protocol.name());
         let db = Database::create(&path, file_options(protocol)).unwrap();
         with_rows(&db, 0..200);
@@ -175,9 +216,13 @@ fn damaged_or_missing_files_are_typed_errors() {
                 assert!(matches!(e, Err(Error::Corrupted { .. })), "{:?}", e.err());
             }
         }
-        // The log file gone.
+        // The log gone (NVWAL's: the pool set).
         std::fs::write(&pages, &whole).unwrap();
-        std::fs::remove_file(path.join("log")).unwrap();
+        if protocol == PagedProtocol::Nvwal {
+            std::fs::remove_dir_all(path.join("log.pm")).unwrap();
+        } else {
+            std::fs::remove_file(path.join("log")).unwrap();
+        }
         assert!(matches!(
             Database::open(&path, file_options(protocol)),
             Err(Error::Corrupted { .. })

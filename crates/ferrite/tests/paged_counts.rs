@@ -49,6 +49,19 @@ fn counts(db: &Database, keys: std::ops::Range<i64>) -> (u64, u64) {
     (d.fences, d.lines_flushed())
 }
 
+/// A database at `path` (made with `opts`) holding rows 0..21 of `kv`: rows 0..20 inserted
+/// and closed (the close checkpoints), reopened, row 20 inserted, so that the next commit is
+/// in steady state (the NVWAL steps 2 below).
+fn steady(path: &std::path::Path, opts: impl Fn() -> Options) -> Database {
+    let db = Database::create(path, opts()).expect("create");
+    kv(&db);
+    insert(&db, 0..20);
+    db.close().expect("close");
+    let db = Database::open(path, opts()).expect("open");
+    insert(&db, 20..21);
+    db
+}
+
 /// Lines of `[at, at + len)`.
 fn lines(at: u64, len: u64) -> u64 {
     (at + len).div_ceil(LINE) - at / LINE
@@ -156,13 +169,44 @@ fn nvwal_variants_make_exact_persist_counts() {
             let cfg = PagedConfig { nvwal_sync: sync, ..o.paged_config() };
             o.paged(cfg)
         };
-        let db = Database::create(&path, opts()).expect("create");
-        kv(&db);
-        insert(&db, 0..20);
-        db.close().expect("close");
-        let db = Database::open(&path, opts()).expect("open");
-        insert(&db, 20..21);
+        let db = steady(&path, opts);
         assert_eq!(counts(&db, 21..22), want, "{sync:?}");
         db.close().expect("close");
+    }
+}
+
+/// The file store, one insert in steady state (the NVWAL paper's setting against its
+/// baseline): NVWAL's commit writes the PM log only, exactly as on the PM store (step 2 of
+/// `nvwal_commits_make_exact_persist_counts`: 2 fences, 26 + 1 lines) and touches no file;
+/// the WAL writes both pages as frames (a 64-byte head and the 4096-byte image each) to its
+/// log file and syncs it once, with no fence. A checkpoint then writes NVWAL's logged pages
+/// into the page file and syncs it once.
+#[test]
+fn on_the_file_store_nvwal_commits_touch_no_file() {
+    for (protocol, want) in
+        [(PagedProtocol::Nvwal, (2, 26 + 1, 0, 0)), (PagedProtocol::Wal, (0, 0, 1, 2 * (64 + PS)))]
+    {
+        let dir = TestDir::new("paged-counts-file");
+        let path = dir.join("db");
+        let opts = || {
+            let o = options(protocol);
+            let cfg = PagedConfig { store: ferrite::PagedStore::File, ..o.paged_config() };
+            o.paged(cfg)
+        };
+        let db = steady(&path, opts);
+        let before = Counters::snapshot();
+        insert(&db, 21..22);
+        let d = Counters::snapshot() - before;
+        let got = (d.fences, d.lines_flushed(), d.syncs, d.file_bytes_written);
+        assert_eq!(got, want, "{}", protocol.name());
+        if protocol == PagedProtocol::Nvwal {
+            // Close checkpoints: the meta page and the leaf, written and synced once.
+            let before = Counters::snapshot();
+            db.close().expect("close");
+            let d = Counters::snapshot() - before;
+            assert_eq!((d.syncs, d.file_bytes_written), (1, 2 * PS), "the checkpoint");
+        } else {
+            db.close().expect("close");
+        }
     }
 }

@@ -8,6 +8,9 @@
 //!   closed.
 //! - `paged-v1/pm-nvwal.hex`: the PM store under NVWAL (log version 1), dropped without close,
 //!   so the commits are NVWAL frames (whole pages, then diffs) that open must replay.
+//! - `paged-v1/file-nvwal.hex`: the file store under NVWAL (`pages`, and the pool set
+//!   `log.pm/` holding the log), dropped without close: the page file holds the creation's
+//!   pages only, the commits are frames in the PM log.
 //!
 //! Regenerate only for a new format version (a v1 fixture never changes once committed):
 //! `cargo test -p ferrite --test paged_format -- --ignored generate` (writes only the
@@ -31,10 +34,11 @@ struct Fixture {
     protocol: PagedProtocol,
 }
 
-const FIXTURES: [Fixture; 3] = [
+const FIXTURES: [Fixture; 4] = [
     Fixture { name: "pm-wal", store: PagedStore::Pm, protocol: PagedProtocol::Wal },
     Fixture { name: "file-journal", store: PagedStore::File, protocol: PagedProtocol::Journal },
     Fixture { name: "pm-nvwal", store: PagedStore::Pm, protocol: PagedProtocol::Nvwal },
+    Fixture { name: "file-nvwal", store: PagedStore::File, protocol: PagedProtocol::Nvwal },
 ];
 
 /// Segments of 256 KiB keep the PM fixture small.

@@ -58,6 +58,23 @@ pub(crate) fn on_block_files(
     }
 }
 
+/// Runs the engine chosen in `options` on a page file and a PM pool set for its log (NVWAL on
+/// the paged engine's file store; the crash tester's simulated block file and pool set on one
+/// domain). Other engines return `Unsupported`.
+pub(crate) fn on_block_file_and_pool_set(
+    pages: ferrite_pmem::BlockFile,
+    log: ferrite_pmem::PoolSet,
+    options: &Options,
+    create: bool,
+) -> Result<Arc<dyn Engine>> {
+    match options.engine_kind() {
+        EngineKind::Paged { .. } => {
+            paged::engine::on_block_file_and_pool_set(pages, log, options, create)
+        }
+        kind => Err(Error::Unsupported(format!("the {kind} engine keeps nothing in block files"))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

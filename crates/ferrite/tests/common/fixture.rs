@@ -10,11 +10,7 @@ use std::path::Path;
 /// fixture beginning with `header` (comment lines).
 pub fn write_files(dir: &Path, header: &str, path: &Path, keep: impl Fn(&str) -> bool) {
     let mut out = String::from(header);
-    let mut names: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|n| keep(n))
-        .collect();
+    let mut names: Vec<_> = relative_files(dir, "").into_iter().filter(|n| keep(n)).collect();
     names.sort();
     for name in names {
         let bytes = std::fs::read(dir.join(&name)).unwrap();
@@ -30,7 +26,24 @@ pub fn write_files(dir: &Path, header: &str, path: &Path, keep: impl Fn(&str) ->
     std::fs::write(path, out).unwrap();
 }
 
-/// Rebuilds, in `dir`, the files of the fixture stored at `path`.
+/// The files under `dir`, subdirectories included, as paths relative to it (`/`-separated,
+/// each prefixed with `prefix`).
+fn relative_files(dir: &Path, prefix: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        let name = format!("{prefix}{}", e.file_name().into_string().unwrap());
+        if e.file_type().unwrap().is_dir() {
+            out.extend(relative_files(&e.path(), &format!("{name}/")));
+        } else {
+            out.push(name);
+        }
+    }
+    out
+}
+
+/// Rebuilds, in `dir`, the files of the fixture stored at `path` (a name with `/` in a
+/// subdirectory).
 pub fn unpack(path: &Path, dir: &Path) {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("the fixture {} is committed: {e}", path.display()));
@@ -38,7 +51,9 @@ pub fn unpack(path: &Path, dir: &Path) {
     let mut cur: Option<(String, Vec<u8>)> = None;
     let flush = |cur: &mut Option<(String, Vec<u8>)>| {
         if let Some((name, bytes)) = cur.take() {
-            std::fs::write(dir.join(name), bytes).unwrap();
+            let to = dir.join(name);
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            std::fs::write(to, bytes).unwrap();
         }
     };
     for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {

@@ -40,7 +40,7 @@ use super::pager::{Meta, Pager, ReadView, WriteView, check_protocol};
 use super::pages::{PageNo, PageRead, PageSize};
 use super::protocol::{Protocol, fash::Fash, journal::Journal, nvwal::Nvwal, wal::Wal};
 use super::rows::{self, CatalogEntry};
-use super::store::file::{FileStore, LOG_FILE, PAGES_FILE};
+use super::store::file::{FileStore, LOG_FILE, PAGES_FILE, PM_LOG_DIR};
 use super::store::log::LogFile;
 use super::store::pmfile::{PAGES, PmFiles};
 use super::store::{PageStore, PmStore};
@@ -55,38 +55,94 @@ use crate::schema::Table;
 use crate::value::{Row, Value};
 
 /// Builds the engine for the registry: at `path`, a pool-set directory (PM store) or a
-/// directory of two files (file store), as [`PagedConfig::store`] says.
+/// directory of two files (file store), as [`PagedConfig::store`] says. NVWAL on the file
+/// store keeps its log in a pool set instead of the log file ([`PM_LOG_DIR`]).
 pub(crate) fn build(path: &Path, options: &Options, create: bool) -> Result<Arc<dyn Engine>> {
-    nvwal_needs_pm(options)?;
     match options.paged_config().store {
         PagedStore::Pm => {
             let pm = options.pmem_options();
             let set = if create { PoolSet::create(path, pm)? } else { PoolSet::open(path, pm)? };
             on_pool_set(set, options, create)
         }
+        PagedStore::File if is_nvwal(options) => {
+            let (pages, log) = (path.join(PAGES_FILE), path.join(PM_LOG_DIR));
+            let pm = options.pmem_options();
+            let (pages, set) = if create {
+                create_dir(path)?;
+                // The log first, as below.
+                let set = PoolSet::create(&log, pm)?;
+                (BlockFile::create(&pages)?, set)
+            } else {
+                let pages = BlockFile::open(&pages)?;
+                let set = match PoolSet::open(&log, pm) {
+                    Ok(set) => set,
+                    Err(ferrite_pmem::Error::NotFound { .. }) => {
+                        return Err(missing_log(path, LOG_FILE, "the NVWAL protocol"));
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                (pages, set)
+            };
+            on_block_file_and_pool_set(pages, set, options, create)
+        }
         PagedStore::File => {
             let (pages, log) = (path.join(PAGES_FILE), path.join(LOG_FILE));
             let (pages, log) = if create {
-                std::fs::create_dir_all(path).map_err(|e| Error::Io {
-                    op: "create the database directory",
-                    at: path.display().to_string(),
-                    source: e,
-                })?;
+                create_dir(path)?;
                 // The log first: a page file without its log is a creation that did not
                 // finish (or a lost log), never taken for a whole database.
                 let log = BlockFile::create(&log)?;
                 (BlockFile::create(&pages)?, log)
             } else {
                 let pages = BlockFile::open(&pages)?;
-                let log = BlockFile::open(&log).map_err(|e| Error::Corrupted {
-                    what: format!("the page file has no log file beside it: {e}"),
-                    at: path.display().to_string(),
+                let log = BlockFile::open(&log).map_err(|e| {
+                    if path.join(PM_LOG_DIR).is_dir() {
+                        missing_log(path, PM_LOG_DIR, "the protocol of these options")
+                    } else {
+                        Error::Corrupted {
+                            what: format!("the page file has no log file beside it: {e}"),
+                            at: path.display().to_string(),
+                        }
+                    }
                 })?;
                 (pages, log)
             };
             on_block_files(pages, log, options, create)
         }
     }
+}
+
+fn create_dir(path: &Path) -> Result<()> {
+    std::fs::create_dir_all(path).map_err(|e| Error::Io {
+        op: "create the database directory",
+        at: path.display().to_string(),
+        source: e,
+    })
+}
+
+/// The error for a file-store database whose log is not the kind the options' protocol keeps:
+/// `Incompatible` when the other kind (`other`) is there (NVWAL's PM log beside a page file
+/// opened with another protocol, or a log file opened with NVWAL), else `Corrupted`.
+fn missing_log(path: &Path, other: &str, opened_with: &str) -> Error {
+    if path.join(other).exists() {
+        Error::Incompatible {
+            what: format!(
+                "the database's log is {other:?}, which {opened_with} does not keep: open it \
+                 with the protocol it was created with (NVWAL keeps its log in the pool set \
+                 {PM_LOG_DIR:?}, the journal and the WAL in the file {LOG_FILE:?})"
+            ),
+            at: path.display().to_string(),
+        }
+    } else {
+        Error::Corrupted {
+            what: "the page file has no log beside it".into(),
+            at: path.display().to_string(),
+        }
+    }
+}
+
+fn is_nvwal(options: &Options) -> bool {
+    options.engine_kind() == EngineKind::Paged { protocol: PagedProtocol::Nvwal }
 }
 
 /// Runs the engine with its PM store on a pre-made pool set (the crash tester's simulated
@@ -107,7 +163,8 @@ pub(crate) fn on_pool_set(
 }
 
 /// Runs the engine with its file store on the page file `pages` and the log file `log`
-/// (real files, or the crash tester's simulated ones).
+/// (real files, or the crash tester's simulated ones). Not NVWAL, whose log is in PM
+/// ([`on_block_file_and_pool_set`]).
 pub(crate) fn on_block_files(
     pages: BlockFile,
     log: BlockFile,
@@ -115,8 +172,41 @@ pub(crate) fn on_block_files(
     create: bool,
 ) -> Result<Arc<dyn Engine>> {
     expect_store(options, PagedStore::File, "block files")?;
-    nvwal_needs_pm(options)?;
-    let cfg = options.paged_config();
+    if is_nvwal(options) {
+        return Err(Error::InvalidArgument(
+            "NVWAL keeps its log in a PM pool set, not in a block file".into(),
+        ));
+    }
+    let head = file_head(&pages, create)?;
+    start(options, create, &head, LogFile::Block(log), |size| {
+        PageStore::File(FileStore::new(pages, size, options.paged_config().cache_pages))
+    })
+}
+
+/// Runs NVWAL with its file store on the page file `pages` and its log in PM files of the
+/// pool set `log` (real ones, or the crash tester's simulated block file and pool set on one
+/// domain). Other protocols return `InvalidArgument`.
+pub(crate) fn on_block_file_and_pool_set(
+    pages: BlockFile,
+    log: PoolSet,
+    options: &Options,
+    create: bool,
+) -> Result<Arc<dyn Engine>> {
+    expect_store(options, PagedStore::File, "a block file and a pool set")?;
+    if !is_nvwal(options) {
+        return Err(Error::InvalidArgument(
+            "only NVWAL keeps its log in a pool set beside a page file".into(),
+        ));
+    }
+    let head = file_head(&pages, create)?;
+    let files = Arc::new(if create { PmFiles::create(log)? } else { PmFiles::open(log)? });
+    start(options, create, &head, LogFile::Pm(files), |size| {
+        PageStore::File(FileStore::new(pages, size, options.paged_config().cache_pages))
+    })
+}
+
+/// The head of the meta page in the page file `pages` (zeros at creation).
+fn file_head(pages: &BlockFile, create: bool) -> Result<[u8; Meta::HEAD]> {
     let mut head = [0u8; Meta::HEAD];
     if !create && pages.read_at(0, &mut head)? < head.len() {
         return Err(Error::Corrupted {
@@ -124,26 +214,7 @@ pub(crate) fn on_block_files(
             at: "paged file store".into(),
         });
     }
-    let log = LogFile::Block(log);
-    start(options, create, &head, log, |size| {
-        PageStore::File(FileStore::new(pages, size, cfg.cache_pages))
-    })
-}
-
-/// `InvalidArgument` for NVWAL on the file store (before any file is made): its log lives in
-/// PM, and the file-store variant (database file on block storage, log in a PM pool) is
-/// future work.
-fn nvwal_needs_pm(options: &Options) -> Result<()> {
-    let nvwal = EngineKind::Paged { protocol: PagedProtocol::Nvwal };
-    if options.engine_kind() == nvwal && options.paged_config().store == PagedStore::File {
-        return Err(Error::InvalidArgument(
-            "NVWAL keeps its log in PM and runs on the PM page store only (PagedStore::Pm); the \
-             file store (database file on block storage, log in a PM pool) is not implemented \
-             yet"
-            .into(),
-        ));
-    }
-    Ok(())
+    Ok(head)
 }
 
 /// `InvalidArgument` unless `options` choose the store `want`, the one `medium` holds.

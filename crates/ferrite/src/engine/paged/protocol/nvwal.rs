@@ -5,9 +5,12 @@
 //! copied without a flush, all are flushed under one fence, then the commit mark is stored,
 //! flushed and fenced. Pages in the store change only at a checkpoint (§4.5).
 //!
-//! For now NVWAL runs on the PM page store: the pages in PM file `PAGES`, the log in PM file
-//! `LOG` of the same [`PmFiles`]. The paper's setting (the database file on block storage, the
-//! log in PM) is future work: [`Nvwal::new`] refuses the file store with `InvalidArgument`.
+//! The log is always PM file `LOG` of a [`PmFiles`]; the pages are in either store. On the
+//! file store (the paper's setting, §4.5): the database file is a block file and the log a
+//! pool set beside it (`store::file::PM_LOG_DIR`), so a commit writes PM only and a
+//! checkpoint writes the pages into the file and `fdatasync`s it before the generation
+//! changes (P-PG-44). On the PM store the pages are PM file `PAGES` of the same [`PmFiles`].
+//! A log in a block file is refused (`InvalidArgument`).
 //!
 //! ```text
 //!  PM file LOG:  0: header (one line)   4096: block 0 | block 1 | ...   (blocks of BS bytes)
@@ -255,19 +258,16 @@ type Logged<'a> = (PageNo, usize, usize, &'a [u8]);
 impl Nvwal {
     /// NVWAL for `store` with its log in `log`; checkpoints after `checkpoint_frames` page
     /// frames (0: only at [`Nvwal::checkpoint`]); commits as `sync` says. Call
-    /// [`Nvwal::recover`] before any read. Errors: `InvalidArgument` unless both are PM.
+    /// [`Nvwal::recover`] before any read. Errors: `InvalidArgument` for a log that is not in PM (the store may be either).
     pub(crate) fn new(
         store: PageStore,
         log: LogFile,
         checkpoint_frames: u64,
         sync: NvwalSync,
     ) -> Result<Nvwal> {
-        let (PageStore::Pm(_), LogFile::Pm(files)) = (&store, log) else {
+        let LogFile::Pm(files) = log else {
             return Err(Error::InvalidArgument(
-                "NVWAL keeps its log in PM and runs on the PM page store only (PagedStore::Pm); \
-                 the file store (database file on block storage, log in a PM pool) is not \
-                 implemented yet"
-                    .into(),
+                "NVWAL keeps its log in PM files (a pool set), not in a block file".into(),
             ));
         };
         let page_size = store.page_size();
@@ -843,9 +843,69 @@ mod tests {
         assert_eq!(w.frames(), 1);
     }
 
+    /// NVWAL on the file store at `dir` (page file `pages`, its log in the pool set `log.pm`;
+    /// created or opened), recovered.
+    fn open_on_file(dir: &std::path::Path, create: bool, every: u64) -> Nvwal {
+        use crate::engine::paged::pages::PageSize;
+        use crate::engine::paged::store::file::FileStore;
+        use ferrite_pmem::{BlockFile, PoolSet};
+        let opts = ferrite_pmem::Options::new().segment_size(256 << 10);
+        let (pages, set) = if create {
+            let set = PoolSet::create(dir.join("log.pm"), &opts).unwrap();
+            (BlockFile::create(dir.join("pages")).unwrap(), set)
+        } else {
+            (
+                BlockFile::open(dir.join("pages")).unwrap(),
+                PoolSet::open(dir.join("log.pm"), &opts).unwrap(),
+            )
+        };
+        let files =
+            Arc::new(if create { PmFiles::create(set) } else { PmFiles::open(set) }.unwrap());
+        let store = PageStore::File(FileStore::new(pages, PageSize::new(PS).unwrap(), 0));
+        let mut w = Nvwal::new(store, LogFile::Pm(files), every, NvwalSync::Lazy).unwrap();
+        w.recover().unwrap();
+        w
+    }
+
     #[test]
-    fn the_file_store_is_refused_with_a_typed_error() {
+    fn on_the_file_store_commits_stay_in_pm_until_a_checkpoint_syncs_the_page_file() {
         let dir = TestDir::new("paged-nvwal-file");
+        let mut w = open_on_file(dir.path(), true, 0);
+        let before = ferrite_pmem::Counters::snapshot();
+        commit(&mut w, &[(0, 1), (1, 1)]);
+        commit(&mut w, &[(1, 2), (2, 2)]);
+        let d = ferrite_pmem::Counters::snapshot() - before;
+        // Commits write the PM log only: no page-file write, no fdatasync.
+        assert_eq!((d.syncs, d.file_bytes_written), (0, 0), "{d:?}");
+        assert_eq!(w.frames(), 4);
+        drop(w);
+        // Recovery replays the PM log over the (empty) page file.
+        let mut w = open_on_file(dir.path(), false, 0);
+        assert_eq!((read(&w, 0), read(&w, 1), read(&w, 2)), (1, 2, 2));
+        let before = ferrite_pmem::Counters::snapshot();
+        w.checkpoint().unwrap();
+        let d = ferrite_pmem::Counters::snapshot() - before;
+        // The checkpoint: three pages into the page file, one fdatasync.
+        assert_eq!((d.syncs, d.file_bytes_written), (1, 3 * PS as u64), "{d:?}");
+        assert_eq!(w.frames(), 0);
+        commit(&mut w, &[(2, 3)]);
+        drop(w);
+        let w = open_on_file(dir.path(), false, 0);
+        assert_eq!((read(&w, 0), read(&w, 1), read(&w, 2)), (1, 2, 3));
+        assert_eq!(w.frames(), 1);
+        // The page file holds the checkpointed images, not the later commit's.
+        let f = ferrite_pmem::BlockFile::open(dir.join("pages"));
+        assert!(matches!(f, Err(ferrite_pmem::Error::Locked { .. })), "the store holds it");
+        drop(w);
+        let f = ferrite_pmem::BlockFile::open(dir.join("pages")).unwrap();
+        let mut b = vec![0u8; PS];
+        assert_eq!(f.read_at(2 * PS as u64, &mut b).unwrap(), PS);
+        assert!(b.iter().all(|&x| x == 2));
+    }
+
+    #[test]
+    fn a_log_in_a_block_file_is_refused_with_a_typed_error() {
+        let dir = TestDir::new("paged-nvwal-block-log");
         let pages = ferrite_pmem::BlockFile::create(dir.join("pages")).unwrap();
         let log = ferrite_pmem::BlockFile::create(dir.join("log")).unwrap();
         let size = crate::engine::paged::pages::PageSize::new(PS).unwrap();

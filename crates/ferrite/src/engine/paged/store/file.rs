@@ -37,6 +37,9 @@ use crate::error::{Error, Result};
 pub(crate) const PAGES_FILE: &str = "pages";
 /// Name of the protocol's log file (journal or WAL) in the same directory.
 pub(crate) const LOG_FILE: &str = "log";
+/// Name of NVWAL's log in the same directory: a PM pool set (a directory of segments), the
+/// paper's setting of a database file on block storage with its log in PM.
+pub(crate) const PM_LOG_DIR: &str = "log.pm";
 
 /// One cached page.
 #[derive(Debug)]
