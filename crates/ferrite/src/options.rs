@@ -117,8 +117,9 @@ pub struct PagedConfig {
     /// Where the pages live (default [`PagedStore::Pm`]); chosen at creation, and `open`
     /// must name the same one.
     pub store: PagedStore,
-    /// The file store's DRAM page cache, in pages (default 2000, SQLite's classic default;
-    /// 0: no cache). The PM store has none: its pages are read in place.
+    /// The DRAM page cache, in pages (default 2000, SQLite's classic default; 0: no cache).
+    /// The file store caches below its protocol; on the PM store the pager caches committed
+    /// page images, so that a page is copied out of PM once rather than at every read.
     pub cache_pages: usize,
     /// Whether the PM medium keeps axiom M2 (stores to one cache line become durable in
     /// program order; `docs/design/persistence.md`). Default false: Intel and AMD document
@@ -616,9 +617,8 @@ impl Options {
                     let sync = self.paged.nvwal_sync.name().to_owned();
                     v.push(("paged.nvwal_sync".to_owned(), sync));
                 }
-                if self.paged.store == PagedStore::File {
-                    v.push(("paged.cache_pages".to_owned(), self.paged.cache_pages.to_string()));
-                } else {
+                v.push(("paged.cache_pages".to_owned(), self.paged.cache_pages.to_string()));
+                if self.paged.store == PagedStore::Pm {
                     let pm = &self.pmem;
                     v.push(("pmem.segment_size".to_owned(), pm.segment_size_bytes().to_string()));
                     let mode =

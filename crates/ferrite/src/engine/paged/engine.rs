@@ -260,7 +260,11 @@ fn start(
     if !create {
         check_protocol(code, &proto)?;
     }
+    // The PM store's reads copy pages out of PM: the pager keeps committed images in DRAM
+    // (the file store caches below the protocol instead).
+    let cache = if matches!(proto.store(), PageStore::Pm(_)) { cfg.cache_pages } else { 0 };
     let pager = if create { Pager::create(proto, size)? } else { Pager::open(proto)? };
+    pager.set_cache_pages(cache)?;
     let mut catalog = BTreeMap::new();
     {
         let r = pager.begin_read()?;

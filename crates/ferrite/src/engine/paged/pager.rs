@@ -23,6 +23,11 @@
 //!   replaced after its snapshot, else the committed page.
 //! - G5: after a failed commit the pager is poisoned: every later call returns `Poisoned`
 //!   until the database is reopened (and recovered).
+//! - G6 (cache): an image in the DRAM cache of committed pages is the page's latest committed
+//!   image. A read that misses fills it while holding the protocol shared; a commit, holding
+//!   it exclusively, replaces the images of the pages it changed (and adds them while there is
+//!   room) once the protocol has made them durable. Recovery runs before the pager exists,
+//!   so the cache starts empty and agrees with the store.
 //!
 //! # Ordering
 //! - P-PG-3 (creation): the meta page (without its magic) and the empty catalog root are
@@ -32,7 +37,8 @@
 //! # Concurrency
 //! The protocol sits behind a `RwLock`: reads of committed pages share it, a commit takes it
 //! exclusively, and a reader looks up retained images while holding it shared, so it never
-//! sees a commit half-applied. Lock order: protocol, then state.
+//! sees a commit half-applied. Lock order: protocol, then state, then cache (never two of the
+//! last two at once).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -210,8 +216,83 @@ pub(crate) struct Pager {
     size: PageSize,
     protocol: RwLock<Protocol>,
     state: Mutex<State>,
+    /// G6: images of committed pages (latest state), so that a page is copied out of the
+    /// store once, not at every read.
+    cache: Mutex<Cache>,
     writer: AtomicBool,
     poisoned: AtomicBool,
+}
+
+/// A bounded map from page to its latest committed image (G6). Full: a new page replaces a
+/// pseudo-randomly chosen one (random replacement: O(1), no bookkeeping on hits).
+#[derive(Debug, Default)]
+struct Cache {
+    cap: usize,
+    /// Page -> (image, its index in `order`).
+    pages: HashMap<PageNo, (Arc<[u8]>, usize)>,
+    /// The cached pages, for choosing a victim.
+    order: Vec<PageNo>,
+    /// xorshift state for the victim's index.
+    rng: u64,
+}
+
+impl Cache {
+    fn get(&self, no: PageNo) -> Option<Arc<[u8]>> {
+        self.pages.get(&no).map(|(img, _)| img.clone())
+    }
+
+    fn contains(&self, no: PageNo) -> bool {
+        self.pages.contains_key(&no)
+    }
+
+    fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Caches `img` as page `no`'s image, replacing a victim when full.
+    fn put(&mut self, no: PageNo, img: Arc<[u8]>) {
+        if let Some(e) = self.pages.get_mut(&no) {
+            e.0 = img;
+            return;
+        }
+        if self.cap == 0 {
+            return;
+        }
+        while self.order.len() >= self.cap {
+            self.evict();
+        }
+        self.pages.insert(no, (img, self.order.len()));
+        self.order.push(no);
+    }
+
+    /// Drops one pseudo-randomly chosen page.
+    fn evict(&mut self) {
+        if self.order.is_empty() {
+            return;
+        }
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        let i = (self.rng % self.order.len() as u64) as usize;
+        let victim = self.order.swap_remove(i);
+        self.pages.remove(&victim);
+        if let Some(&moved) = self.order.get(i)
+            && let Some(e) = self.pages.get_mut(&moved)
+        {
+            e.1 = i;
+        }
+    }
+
+    /// Sets the capacity, dropping pages beyond it.
+    fn resize(&mut self, cap: usize) {
+        self.cap = cap;
+        if self.rng == 0 {
+            self.rng = 0x9E37_79B9_7F4A_7C15;
+        }
+        while self.order.len() > cap {
+            self.evict();
+        }
+    }
 }
 
 /// Images of one page replaced by later commits: `(replaced at, image)`, ascending.
@@ -271,6 +352,7 @@ impl Pager {
             size,
             protocol: RwLock::new(protocol),
             state: Mutex::new(State { meta, free, readers: BTreeMap::new(), old: HashMap::new() }),
+            cache: Mutex::new(Cache::default()),
             writer: AtomicBool::new(false),
             poisoned: AtomicBool::new(false),
         }
@@ -286,6 +368,24 @@ impl Pager {
 
     fn protocol(&self) -> Result<RwLockReadGuard<'_, Protocol>> {
         self.protocol.read().map_err(|_| Error::Poisoned)
+    }
+
+    fn cache(&self) -> Result<MutexGuard<'_, Cache>> {
+        self.cache.lock().map_err(|_| Error::Poisoned)
+    }
+
+    /// Keeps up to `pages` committed page images in DRAM (G6; 0, the default: none). The
+    /// engine sets it for the PM store, whose reads otherwise copy every page out of PM; the
+    /// file store has its own page cache below the protocol.
+    pub(crate) fn set_cache_pages(&self, pages: usize) -> Result<()> {
+        self.cache()?.resize(pages);
+        Ok(())
+    }
+
+    /// Pages in the cache (for tests).
+    #[cfg(test)]
+    pub(crate) fn cached_pages(&self) -> usize {
+        self.cache.lock().map_or(0, |c| c.len())
     }
 
     /// The committed meta page.
@@ -349,6 +449,9 @@ impl Pager {
                 return Ok(img.clone());
             }
         }
+        if let Some(img) = self.cache()?.get(no) {
+            return Ok(img);
+        }
         // Read straight into the shared buffer: collecting a `repeat_n` (exact length) into an
         // `Arc<[u8]>` allocates it once, so the page is copied once, out of the store (a `Vec`
         // turned into an `Arc` was a second 4 KiB copy per read, most of a read-only YCSB
@@ -359,6 +462,8 @@ impl Pager {
             return Err(Error::Poisoned);
         };
         proto.read_page(no, buf)?;
+        // G6: no commit runs while `proto` is held, so `b` is still the latest image.
+        self.cache()?.put(no, b.clone());
         Ok(b)
     }
 
@@ -558,6 +663,10 @@ impl WriteView {
             } else {
                 let mut v = Vec::new();
                 for &no in pages.keys().filter(|&&no| u64::from(no) < self.meta.page_count) {
+                    if let Some(img) = pager.cache()?.get(no) {
+                        v.push((no, img));
+                        continue;
+                    }
                     let mut b = vec![0u8; size.bytes()];
                     proto.read_page(no, &mut b)?;
                     v.push((no, Arc::<[u8]>::from(b)));
@@ -574,6 +683,15 @@ impl WriteView {
                 committed: &self.originals,
             })?;
             ferrite_pmem::Counters::add_commit_ns(started.elapsed().as_nanos() as u64);
+            // G6: the batch's images are the committed ones now (still under the protocol's
+            // write lock, so no reader sees the cache and the store disagree).
+            let mut cache = pager.cache()?;
+            for (no, img) in &pages {
+                if cache.contains(*no) || cache.len() < cache.cap {
+                    cache.put(*no, img.clone());
+                }
+            }
+            drop(cache);
             let mut st = pager.state()?;
             for (no, img) in keep {
                 st.old.entry(no).or_default().push((meta.seq, img));
@@ -711,12 +829,46 @@ mod tests {
         }
     }
 
+    /// The cache keeps at most its capacity, returns the latest image put for a page, and its
+    /// victim bookkeeping stays consistent through evictions, replacements and a resize.
+    #[test]
+    fn the_page_cache_is_bounded_and_returns_the_latest_image() {
+        let img = |b: u8| -> Arc<[u8]> { vec![b; 8].into() };
+        let mut c = Cache::default();
+        c.put(1, img(1));
+        assert_eq!(c.len(), 0, "capacity 0 caches nothing");
+        c.resize(10);
+        for round in 0..3u8 {
+            for no in 0..40u32 {
+                c.put(no, img(no as u8 ^ round));
+                assert_eq!(c.get(no).as_deref(), Some(&[no as u8 ^ round; 8][..]));
+                assert!(c.len() <= 10);
+                for (i, p) in c.order.iter().enumerate() {
+                    assert_eq!(c.pages[p].1, i, "page {p}'s index");
+                }
+                assert_eq!(c.pages.len(), c.order.len());
+            }
+        }
+        assert_eq!(c.len(), 10);
+        c.resize(3);
+        assert_eq!((c.len(), c.pages.len()), (3, 3));
+    }
+
     #[test]
     fn one_writer_and_readers_keep_their_snapshot() {
+        // Without the cache of committed pages, with one smaller than the tree, and with one
+        // that holds it all (G6).
+        for cache in [0, 3, 1000] {
+            one_writer_and_readers_keep_their_snapshot_with(cache);
+        }
+    }
+
+    fn one_writer_and_readers_keep_their_snapshot_with(cache: usize) {
         let dir = TestDir::new("paged-pager-snap");
         let pager =
             Pager::create(protocol(&dir.join("db"), true, false), PageSize::new(PS).unwrap())
                 .unwrap();
+        pager.set_cache_pages(cache).unwrap();
         let mut w = pager.begin_write().unwrap();
         assert!(matches!(pager.begin_write(), Err(Error::Busy(_))));
         let tree = BTree::create(&mut w).unwrap();
@@ -753,6 +905,10 @@ mod tests {
         let r = pager.begin_read().unwrap();
         assert_eq!(tree.get(&r, &key(1)).unwrap(), Some(b"new".to_vec()));
         drop(after);
+        assert!(pager.cached_pages() <= cache, "{} > {cache}", pager.cached_pages());
+        if cache == 1000 {
+            assert!(pager.cached_pages() > 3, "the tree's pages are cached");
+        }
     }
 
     /// A reader on another thread keeps its snapshot while the writer commits, round by round
@@ -762,10 +918,11 @@ mod tests {
     fn a_reader_on_another_thread_keeps_its_snapshot_across_commits() {
         use std::sync::mpsc;
         let dir = TestDir::new("paged-pager-threads");
-        for wal in [false, true] {
-            let path = dir.join(if wal { "wal" } else { "journal" });
+        for (wal, cache) in [(false, 0), (true, 0), (false, 1000), (true, 5)] {
+            let path = dir.join(&format!("{}-{cache}", if wal { "wal" } else { "journal" }));
             let pager =
                 Pager::create(protocol(&path, true, wal), PageSize::new(PS).unwrap()).unwrap();
+            pager.set_cache_pages(cache).unwrap();
             let mut w = pager.begin_write().unwrap();
             let tree = BTree::create(&mut w).unwrap();
             for i in 0..100 {

@@ -355,6 +355,8 @@ fn run_pager_on(
     let path = dir.join("db");
     let size = PageSize::new(PAGE).unwrap();
     let mut pager = Pager::create(protocol(&path, true), size).unwrap();
+    // A cache smaller than the tree, so that reads both hit and evict (G6).
+    pager.set_cache_pages(8).unwrap();
     let mut w = pager.begin_write().unwrap();
     let t = BTree::create(&mut w).unwrap();
     w.commit().unwrap();
@@ -389,6 +391,7 @@ fn run_pager_on(
         }
         drop(pager);
         pager = Pager::open(protocol(&path, false)).unwrap();
+        pager.set_cache_pages(8).unwrap();
         // FASH/FAST do not write a meta page whose only change is the sequence number.
         prop_assert_eq!(Meta { seq: meta.seq, ..pager.meta().unwrap() }, meta);
         verify_committed(&pager, &t, &committed)?;
