@@ -66,7 +66,7 @@ pub(crate) fn build(path: &Path, options: &Options, create: bool) -> Result<Arc<
         }
         PagedStore::File => {
             let (pages, log) = (path.join(PAGES_FILE), path.join(LOG_FILE));
-            let (pages, log) = if create {
+            let (mut pages, mut log) = if create {
                 std::fs::create_dir_all(path).map_err(|e| Error::Io {
                     op: "create the database directory",
                     at: path.display().to_string(),
@@ -84,6 +84,10 @@ pub(crate) fn build(path: &Path, options: &Options, create: bool) -> Result<Arc<
                 })?;
                 (pages, log)
             };
+            // Emulated device latency of every fdatasync (pmem `sync_latency_ns`; 0: none).
+            let sync_ns = options.pmem_options().sync_latency();
+            pages.set_sync_latency_ns(sync_ns);
+            log.set_sync_latency_ns(sync_ns);
             on_block_files(pages, log, options, create)
         }
     }
