@@ -102,6 +102,12 @@ pub struct BenchArgs {
     /// Flush instruction for Ferrite's pools (clwb, clflushopt, clflush). Default: best.
     #[arg(long, env = "FERRITE_FLUSH", value_name = "K")]
     pub flush: Option<FlushKind>,
+    /// Emulated latency of every block-file sync, µs (0 to 100000), waited after each
+    /// fdatasync by the engines on the paged file store (paged-journal-file, paged-wal-file,
+    /// paged-nvwal-file); one value for the run, recorded in the column sync_latency_us.
+    /// Default: 0.
+    #[arg(long, value_name = "L")]
+    pub sync_latency_us: Option<u64>,
     /// Parent directory of the run's fresh data directory. Default: /dev/shm (else the temp
     /// directory).
     #[arg(long, env = "FERRITE_BENCH_DIR", value_name = "PATH")]
@@ -351,6 +357,9 @@ fn print_list() {
     println!("  groups: all, ferrite, baselines, sqlite");
 }
 
+/// Largest `--sync-latency-us`: 100 ms, a sync far slower than any flash device's.
+const MAX_SYNC_LATENCY_US: u64 = 100_000;
+
 fn positive_secs(name: &str, v: f64) -> anyhow::Result<Duration> {
     if !(0.0..=86_400.0).contains(&v) {
         bail!("{name} {v}: expected seconds between 0 and 86400");
@@ -459,6 +468,16 @@ fn build_spec(args: &BenchArgs, mode: Mode) -> anyhow::Result<(RunSpec, String)>
     if let Some(&l) = latencies.iter().find(|&&l| l > 10_000_000) {
         bail!("--latency-ns {l}: at most 10000000 (10 ms)");
     }
+    let sync_latency_us = args.sync_latency_us.unwrap_or(0);
+    if sync_latency_us > MAX_SYNC_LATENCY_US {
+        bail!("--sync-latency-us {sync_latency_us}: at most {MAX_SYNC_LATENCY_US} (100 ms)");
+    }
+    if sync_latency_us != 0 && !engines.iter().any(|e| matches!(e, EngineId::PagedFile(_))) {
+        eprintln!(
+            "note: --sync-latency-us applies to the engines on the paged file store only \
+             (paged-journal-file, paged-wal-file, paged-nvwal-file), none of which runs here"
+        );
+    }
     let stop = match (args.duration, args.ops) {
         (_, Some(0)) => bail!("--ops 0: expected at least 1"),
         (_, Some(n)) => Stop::Txns(n),
@@ -515,6 +534,7 @@ fn build_spec(args: &BenchArgs, mode: Mode) -> anyhow::Result<(RunSpec, String)>
         latencies,
         latency_model: args.latency_model,
         flush: args.flush,
+        sync_latency_us,
         stop,
         warmup,
         scale,
@@ -654,6 +674,22 @@ mod tests {
         // Baselines appear once, Ferrite engines once per latency.
         let (s, _) = spec(&["--latency-ns", "0,300,1000", "-e", "reference,lmdb"]).unwrap();
         assert_eq!(s.points().len(), 3 * (3 + 1), "three workloads");
+        assert_eq!(s.sync_latency_us, 0);
+    }
+
+    #[test]
+    fn sync_latency_applies_to_the_file_store_engines_only() {
+        let (s, _) =
+            spec(&["-w", "insert1", "-e", "paged-wal-file,paged-wal", "--sync-latency-us", "50"])
+                .unwrap();
+        assert_eq!(s.sync_latency_us, 50);
+        let file = EngineId::PagedFile(ferrite::PagedProtocol::Wal);
+        let pm =
+            EngineId::Ferrite(ferrite::EngineKind::Paged { protocol: ferrite::PagedProtocol::Wal });
+        assert_eq!(s.engines, [file, pm]);
+        assert_eq!((s.sync_latency_us_of(file), s.sync_latency_us_of(pm)), (50, 0));
+        assert!(s.has_file_store());
+        assert_eq!(spec(&["--sync-latency-us", "100000"]).unwrap().0.sync_latency_us, 100_000);
     }
 
     #[test]
@@ -674,6 +710,10 @@ mod tests {
             &["--value-size", "99999999"],
             &["--distribution", "pareto"],
             &["--repeat", "0"],
+            &["--sync-latency-us", "x"],
+            &["--sync-latency-us", "-1"],
+            &["--sync-latency-us", "100001"],
+            &["--sync-latency-us", "1,2"],
         ] {
             assert!(spec(bad).is_err(), "{bad:?} accepted");
         }

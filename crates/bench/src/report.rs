@@ -36,6 +36,10 @@ pub struct PointResult {
     pub latency_ns: u64,
     /// How it was injected (`barrier`/`line`), or `none` for baselines.
     pub latency_model: String,
+    /// Emulated latency per block-file sync, µs (`--sync-latency-us`; engines on the paged
+    /// file store only, 0 for every other).
+    #[serde(default)]
+    pub sync_latency_us: u64,
     /// Committed transactions in the timed phase.
     pub txns: u64,
     /// Operations in them.
@@ -75,6 +79,10 @@ pub struct PointResult {
     pub flushes_per_tx: Option<f64>,
     /// Fences per transaction.
     pub fences_per_tx: Option<f64>,
+    /// Block-file syncs per transaction (`Counters::syncs`: 0 for engines that keep no block
+    /// file).
+    #[serde(default)]
+    pub syncs_per_tx: Option<f64>,
     /// Bytes stored to PM per transaction (ordinary + non-temporal).
     pub bytes_per_tx: Option<f64>,
     /// Injected latency per transaction, ns.
@@ -111,6 +119,7 @@ impl PointResult {
             threads: p.threads,
             latency_ns: p.latency_ns,
             latency_model: if ferrite { spec.latency_model.name().into() } else { "none".into() },
+            sync_latency_us: spec.sync_latency_us_of(p.engine),
             txns: 0,
             ops: 0,
             seconds: 0.0,
@@ -128,6 +137,7 @@ impl PointResult {
             txn_types: Vec::new(),
             flushes_per_tx: None,
             fences_per_tx: None,
+            syncs_per_tx: None,
             bytes_per_tx: None,
             injected_ns_per_tx: None,
             commit_us_per_tx: None,
@@ -247,6 +257,10 @@ pub struct CsvRow {
     pub latency_ns: u64,
     /// Latency model.
     pub latency_model: String,
+    /// Emulated latency per block-file sync, µs (file-store engines; 0 for every other, and in
+    /// files written before the column existed).
+    #[serde(default)]
+    pub sync_latency_us: u64,
     /// Transactions.
     pub txns: u64,
     /// Operations.
@@ -276,6 +290,9 @@ pub struct CsvRow {
     pub flushes_per_tx: String,
     /// Fences per transaction, or `n/a`.
     pub fences_per_tx: String,
+    /// Block-file syncs per transaction, or `n/a` (absent in older files).
+    #[serde(default = "not_available")]
+    pub syncs_per_tx: String,
     /// Bytes per transaction, or `n/a`.
     pub bytes_per_tx: String,
     /// µs inside the commit protocol per transaction, or `n/a` (absent in older files).
@@ -307,6 +324,7 @@ impl CsvRow {
             threads: r.threads,
             latency_ns: r.latency_ns,
             latency_model: r.latency_model.clone(),
+            sync_latency_us: r.sync_latency_us,
             txns: r.txns,
             ops: r.ops,
             seconds: r.seconds,
@@ -321,6 +339,7 @@ impl CsvRow {
             busy: r.busy,
             flushes_per_tx: opt(r.flushes_per_tx, 3),
             fences_per_tx: opt(r.fences_per_tx, 3),
+            syncs_per_tx: opt(r.syncs_per_tx, 3),
             bytes_per_tx: opt(r.bytes_per_tx, 1),
             commit_us_per_tx: opt(r.commit_us_per_tx, 3),
             checks: if r.error.is_some() {
@@ -666,7 +685,7 @@ pub fn shape_problems(
         {
             problems.push(format!("{k}: figures out of shape {figures:?}"));
         }
-        let counters = [r.flushes_per_tx, r.fences_per_tx, r.bytes_per_tx];
+        let counters = [r.flushes_per_tx, r.fences_per_tx, r.syncs_per_tx, r.bytes_per_tx];
         match r.family.as_str() {
             "baseline" if counters.iter().any(Option::is_some) => {
                 problems.push(format!("{k}: a baseline carries pmem counters"))
@@ -678,6 +697,11 @@ pub fn shape_problems(
         }
         if r.family == "baseline" && r.latency_ns != 0 {
             problems.push(format!("{k}: a baseline with injected latency"));
+        }
+        if r.sync_latency_us != 0
+            && !EngineId::parse(&r.engine).is_ok_and(|e| matches!(e, EngineId::PagedFile(_)))
+        {
+            problems.push(format!("{k}: a sync latency on an engine not on the file store"));
         }
         if r.config.get("durability").is_none_or(String::is_empty) {
             problems.push(format!("{k}: no durability in the configuration"));
@@ -709,7 +733,9 @@ pub fn shape_problems(
                         problems.push(format!("CSV row {}/{} out of order", a.workload, a.engine));
                     }
                     if a.family == "baseline"
-                        && (a.flushes_per_tx != "n/a" || a.fences_per_tx != "n/a")
+                        && (a.flushes_per_tx != "n/a"
+                            || a.fences_per_tx != "n/a"
+                            || a.syncs_per_tx != "n/a")
                     {
                         problems.push(format!("CSV: baseline {} prints counters", a.engine));
                     }
@@ -788,7 +814,7 @@ pub fn settings_of(spec: &RunSpec, medium: &str) -> BTreeMap<String, String> {
             ));
         }
     }
-    BTreeMap::from([
+    let mut settings = BTreeMap::from([
         (
             "Timed phase".into(),
             format!("{stop} after a warm-up of {warm} (loading untimed, separate session)"),
@@ -807,5 +833,16 @@ pub fn settings_of(spec: &RunSpec, medium: &str) -> BTreeMap<String, String> {
                 }
             ),
         ),
-    ])
+    ]);
+    if spec.has_file_store() || spec.sync_latency_us != 0 {
+        settings.insert(
+            "Injected sync latency".into(),
+            format!(
+                "{} µs per block-file sync, after each fdatasync (engines on the paged file \
+                 store only: paged-*-file; column sync_latency_us)",
+                spec.sync_latency_us
+            ),
+        );
+    }
+    settings
 }

@@ -510,6 +510,7 @@ fn setup(w: &dyn OltpWorkload) -> SubjectSetup {
         latency_ns: 0,
         latency_model: LatencyModel::Barrier,
         flush: None,
+        sync_latency_ns: 0,
     }
 }
 

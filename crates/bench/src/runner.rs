@@ -11,7 +11,7 @@
 //! `back_off`), the same latency, aborts and busy retries per transaction type of the workload,
 //! and for Ferrite engines
 //! the persistence counters of `ferrite::pmem::Counters` summed over the workers' timed phases
-//! (flushes, fences, bytes stored, injected ns per transaction). Baselines get no counters
+//! (flushes, fences, bytes stored, block-file syncs, injected ns per transaction). Baselines get no counters
 //! (`None`, printed `n/a`), and run only at zero injected latency.
 
 use std::path::Path;
@@ -194,6 +194,7 @@ pub fn run_point(spec: &RunSpec, p: &Point, dir: &Path, progress: &dyn Progress)
         latency_ns: p.latency_ns,
         latency_model: spec.latency_model,
         flush: spec.flush,
+        sync_latency_ns: spec.sync_latency_us_of(p.engine) * 1000,
     };
     let txn_types = workload.txn_types();
     let instance = match workload.open(p.engine, dir, &setup) {
@@ -444,6 +445,7 @@ pub fn run_point(spec: &RunSpec, p: &Point, dir: &Path, progress: &dyn Progress)
             let per = |v: u64| Some(v as f64 / result.txns as f64);
             result.flushes_per_tx = per(counters.lines_flushed());
             result.fences_per_tx = per(counters.fences);
+            result.syncs_per_tx = per(counters.syncs);
             result.bytes_per_tx = per(counters.bytes_stored + counters.nt_bytes);
             result.injected_ns_per_tx = per(counters.injected_ns);
             if counters.commit_ns > 0 {

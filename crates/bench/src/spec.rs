@@ -45,6 +45,9 @@ pub struct RunSpec {
     pub latency_model: LatencyModel,
     /// Flush instruction for Ferrite's pools (`None`: best available).
     pub flush: Option<FlushKind>,
+    /// Emulated latency of every block-file sync, µs, for the engines on the paged file store
+    /// ([`EngineId::PagedFile`]); one value for the whole run (0: none).
+    pub sync_latency_us: u64,
     /// Timed phase.
     pub stop: Stop,
     /// Warm-up.
@@ -104,5 +107,16 @@ impl RunSpec {
     /// Whether any point injects latency.
     pub fn sweeps_latency(&self) -> bool {
         self.latencies.iter().any(|&l| l != 0)
+    }
+
+    /// The sync latency `engine` runs with, µs: the run's for an engine on the file store,
+    /// 0 for every other engine (they sync no block file, or sync outside Ferrite).
+    pub fn sync_latency_us_of(&self, engine: EngineId) -> u64 {
+        if matches!(engine, EngineId::PagedFile(_)) { self.sync_latency_us } else { 0 }
+    }
+
+    /// Whether any engine of the run is on the paged file store.
+    pub fn has_file_store(&self) -> bool {
+        self.engines.iter().any(|e| matches!(e, EngineId::PagedFile(_)))
     }
 }

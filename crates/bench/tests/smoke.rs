@@ -24,6 +24,7 @@ fn spec(dir: &TestDir, workloads: Vec<WorkloadId>, threads: Vec<usize>) -> RunSp
         latencies: vec![0, 1000],
         latency_model: LatencyModel::Barrier,
         flush: None,
+        sync_latency_us: 0,
         stop: Stop::Txns(150),
         warmup: Warmup::Txns(15),
         scale: 1500,
@@ -75,6 +76,14 @@ fn every_workload_on_every_engine() {
     let (json, csv) = report.write_files(&out).expect("write results");
     let problems = shape_problems(&spec, &report, Some((&json, &csv)));
     assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.join("\n"));
+    // The CSV's columns, by name (reading it back fills a missing column with its default).
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let header: Vec<&str> = text.lines().next().expect("a header").split(',').collect();
+    assert_eq!(header.len(), 29, "{header:?}");
+    for col in ["latency_ns", "sync_latency_us", "flushes_per_tx", "fences_per_tx", "syncs_per_tx"]
+    {
+        assert!(header.contains(&col), "{col} not in {header:?}");
+    }
 
     // Per workload, drawn from the CSV: a thread plot, a throughput-over-latency plot and a
     // p99-over-latency plot; per micro-benchmark kind (insert, update, delete, each at 1, 8
@@ -124,6 +133,10 @@ fn every_workload_on_every_engine() {
         }
         if r.family == "ferrite" {
             assert!(r.config.contains_key("pmem.flush"), "{:?}", r.config);
+            // The smoke engines keep their data in PM: no block file, no sync, no sync latency.
+            assert_eq!((r.syncs_per_tx, r.sync_latency_us), (Some(0.0), 0), "{}", r.engine);
+        } else {
+            assert_eq!((r.syncs_per_tx, r.sync_latency_us), (None, 0), "{}", r.engine);
         }
         assert!(r.config.keys().any(|k| k.contains("version")), "{}: {:?}", r.engine, r.config);
     }

@@ -3,7 +3,8 @@
 //! `paged-nvwal-file`, whose log is a PM pool set beside the page file; `docs/design/paged.md`),
 //! reopened like every persistent engine; `tests/engines.rs` runs the PM store (the default
 //! options of every kind in `EngineKind::ALL`). Then bad input at open: another protocol than
-//! the database's, and damaged or missing files.
+//! the database's, and damaged or missing files; and the emulated sync latency
+//! (`ferrite_pmem::Options::sync_latency_ns`) reaching both files of the store.
 
 mod conformance;
 
@@ -11,6 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use conformance::{Factory, Subject};
+use ferrite::pmem::Counters;
 use ferrite::pmem::internals::testing::TestDir;
 use ferrite::{
     Database, EngineKind, Error, Options, PagedConfig, PagedProtocol, PagedStore, Scan,
@@ -228,4 +230,57 @@ fn damaged_or_missing_files_are_typed_errors() {
             Err(Error::Corrupted { .. })
         ));
     }
+}
+
+/// The file store applies the pmem options' sync latency `D` to both of its files: a commit
+/// injects exactly `D` per sync (`Counters::injected_ns`), and its syncs are the protocol's:
+/// one log sync for the WAL (P-PG-20; no checkpoint), three for the rollback journal (the
+/// journal P-PG-10, the page file P-PG-11, the invalidation P-PG-12). Reopened with another
+/// latency, the files take that one. NVWAL's commits sync nothing; its checkpoint syncs once.
+#[test]
+fn the_file_store_injects_the_sync_latency_per_sync() {
+    const D: u64 = 2_000;
+    let dir = TestDir::new("paged-file-sync-latency");
+    for (protocol, syncs) in [(PagedProtocol::Wal, 1), (PagedProtocol::Journal, 3)] {
+        let path = dir.path().join(protocol.name());
+        let cfg =
+            PagedConfig { store: PagedStore::File, checkpoint_frames: 0, ..PagedConfig::default() };
+        let opts = |d: u64| {
+            file_options(protocol).pmem(ferrite::pmem::Options::new().sync_latency_ns(d)).paged(cfg)
+        };
+        let db = Database::create(&path, opts(D)).unwrap();
+        with_rows(&db, 0..10);
+        let before = Counters::snapshot();
+        with_rows(&db, 10..11);
+        let d = Counters::snapshot() - before;
+        assert_eq!(d.syncs, syncs, "{}: syncs of one commit", protocol.name());
+        assert_eq!(d.injected_ns, syncs * D, "{}: injected per sync", protocol.name());
+        assert_eq!(d.fences, 0, "{}: the file store issues no fence", protocol.name());
+        drop(db);
+        // Reopened without a latency: syncs as before, nothing injected.
+        let db = Database::open(&path, opts(0)).unwrap();
+        let before = Counters::snapshot();
+        with_rows(&db, 11..12);
+        let d = Counters::snapshot() - before;
+        assert_eq!((d.syncs, d.injected_ns), (syncs, 0), "{}", protocol.name());
+        assert_eq!(count(&db), 12);
+        db.close().unwrap();
+    }
+    // NVWAL: a commit writes its PM log only (no sync, nothing injected); the checkpoint at
+    // close syncs the page file once (P-PG-44), with the latency.
+    let path = dir.path().join("nvwal");
+    let cfg =
+        PagedConfig { store: PagedStore::File, checkpoint_frames: 0, ..PagedConfig::default() };
+    let opts =
+        file_options(PagedProtocol::Nvwal).pmem(small_segments().sync_latency_ns(D)).paged(cfg);
+    let db = Database::create(&path, opts.clone()).unwrap();
+    with_rows(&db, 0..10);
+    let before = Counters::snapshot();
+    with_rows(&db, 10..11);
+    let d = Counters::snapshot() - before;
+    assert_eq!((d.syncs, d.injected_ns, d.fences), (0, 0, 2), "NVWAL: one commit");
+    let before = Counters::snapshot();
+    db.close().unwrap();
+    let d = Counters::snapshot() - before;
+    assert_eq!((d.syncs, d.injected_ns), (1, D), "NVWAL: the checkpoint at close");
 }

@@ -17,6 +17,16 @@
 //!   `flock`, the simulated one a flag in the domain; a second opener gets
 //!   [`Error::Locked`]. Dropping the handle releases it.
 //!
+//! # Sync-latency emulation
+//! On tmpfs `fdatasync` costs next to nothing, where a flash device takes microseconds to
+//! hundreds of microseconds. A handle given a latency with [`BlockFile::set_sync_latency_ns`]
+//! (from `Options::sync_latency_ns`; 0 by default) busy-waits that long after every real
+//! `fdatasync` has returned, with the persist-latency emulator's delay primitive
+//! ([`emulation::delay_ns`](crate::emulation::delay_ns)), and adds it to the thread's
+//! `Counters::injected_ns`, as a fence's emulated latency is: with a latency `D`, `n` syncs
+//! inject exactly `n × D`. A failed `fdatasync` waits nothing. The simulated backend ignores
+//! the latency (its syncs are events of the tester's crash model, not timed).
+//!
 //! # Ordering
 //! The handle adds no ordering of its own: calls reach the file (or the domain) in the order
 //! they are made. Every write and sync is counted in the calling thread's [`Counters`]
@@ -38,6 +48,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::counters;
+use crate::emulation;
 use crate::error::{Error, Result};
 use crate::platform;
 use crate::sim::{SimDomain, Site};
@@ -50,6 +61,8 @@ enum Backend {
 /// A file accessed at offsets and synced explicitly (see the module docs).
 pub struct BlockFile {
     backend: Backend,
+    /// Emulated latency of every real sync, ns (0: none).
+    sync_latency_ns: u64,
 }
 
 impl fmt::Debug for BlockFile {
@@ -98,7 +111,10 @@ impl BlockFile {
             })?;
         lock_or_fail(&file, path)?;
         sync_parent(path)?;
-        Ok(BlockFile { backend: Backend::Real { file, path: path.to_path_buf() } })
+        Ok(BlockFile {
+            backend: Backend::Real { file, path: path.to_path_buf() },
+            sync_latency_ns: 0,
+        })
     }
 
     /// Opens the existing file at `path` ([`Error::NotFound`] if there is none) and locks it
@@ -111,7 +127,10 @@ impl BlockFile {
                 _ => Error::io("open", path, e),
             })?;
         lock_or_fail(&file, path)?;
-        Ok(BlockFile { backend: Backend::Real { file, path: path.to_path_buf() } })
+        Ok(BlockFile {
+            backend: Backend::Real { file, path: path.to_path_buf() },
+            sync_latency_ns: 0,
+        })
     }
 
     /// Removes the file at `path` and syncs its directory ([`Error::NotFound`] if there is
@@ -132,6 +151,7 @@ impl BlockFile {
         let id = domain.block_create(name, true, site(None))?;
         Ok(BlockFile {
             backend: Backend::Sim { domain: domain.clone(), name: name.to_owned(), id },
+            sync_latency_ns: 0,
         })
     }
 
@@ -141,6 +161,7 @@ impl BlockFile {
         let id = domain.block_open(name)?;
         Ok(BlockFile {
             backend: Backend::Sim { domain: domain.clone(), name: name.to_owned(), id },
+            sync_latency_ns: 0,
         })
     }
 
@@ -213,12 +234,29 @@ impl BlockFile {
     fn sync_site(&self, at: Site) -> Result<()> {
         match &self.backend {
             Backend::Real { file, path } => {
-                file.sync_data().map_err(|e| Error::io("fdatasync", path, e))?
+                file.sync_data().map_err(|e| Error::io("fdatasync", path, e))?;
+                let ns = self.sync_latency_ns;
+                if ns != 0 {
+                    emulation::delay_ns(ns);
+                    counters::add_injected(ns);
+                }
             }
             Backend::Sim { domain, name, id } => domain.block_sync(name, Some(*id), at)?,
         }
         counters::add_sync();
         Ok(())
+    }
+
+    /// Sets the emulated latency, in nanoseconds, that every later [`BlockFile::sync`] of a
+    /// real file waits after its `fdatasync` returns (0: none, the default; see the module
+    /// docs). Simulated files ignore it.
+    pub fn set_sync_latency_ns(&mut self, ns: u64) {
+        self.sync_latency_ns = ns;
+    }
+
+    /// The emulated sync latency set with [`BlockFile::set_sync_latency_ns`], ns.
+    pub fn sync_latency_ns(&self) -> u64 {
+        self.sync_latency_ns
     }
 
     /// Sets the file's length: truncates, or extends with zeros. Not durable before the next

@@ -45,7 +45,7 @@ pub struct Counters {
     /// Bytes written with non-temporal stores.
     pub nt_bytes: u64,
     /// Nanoseconds of latency injected by the emulator (barrier and per-line delays, bandwidth
-    /// waits).
+    /// waits) and by block-file syncs (`Options::sync_latency_ns`).
     pub injected_ns: u64,
     /// Bytes written to block files (`BlockFile::write_at`, real or simulated).
     pub file_bytes_written: u64,

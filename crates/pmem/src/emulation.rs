@@ -1,4 +1,5 @@
-//! Persist-latency and write-bandwidth emulation (Quartz/Pelley style), per pool.
+//! Persist-latency and write-bandwidth emulation (Quartz/Pelley style), per pool; its delay
+//! primitive also serves the block files' emulated sync latency (below).
 //!
 //! Real PM is slower to persist than the DRAM this project runs on. A pool configured with
 //! `Options::barrier_latency_ns`, `line_latency_ns` or `write_bandwidth_mbps` makes every
@@ -21,6 +22,14 @@
 //!
 //! The requested delay is added to the thread's `Counters::injected_ns`: with only a barrier
 //! latency `D`, `injected_ns == fences × D` exactly.
+//!
+//! Block files have a latency of their own, outside this per-pool emulator:
+//! `Options::sync_latency_ns` is the time every real `BlockFile::sync` waits after its
+//! `fdatasync` returns (an emulated flash device on tmpfs). It is handed to the file with
+//! `BlockFile::set_sync_latency_ns` (the paged engine's file store does so), waits with the
+//! same primitive, [`delay_ns`], and is counted the same way: `injected_ns == syncs × D` for a
+//! sync latency `D` alone. It is not part of [`Latency`] and never turns this emulator on
+//! for a pool.
 //!
 //! # Concurrency
 //! Pending line counts are thread-local (a fence completes only its own thread's flushes, M4);
@@ -154,7 +163,7 @@ fn spin_until(c: &ClockInfo, deadline: u64) {
 pub fn delay_ns(ns: u64) {
     let c = clock();
     let start = now_ticks(&c);
-    spin_until(&c, start + ns_to_ticks(&c, ns).saturating_sub(c.overshoot_ticks));
+    spin_until(&c, start.saturating_add(ns_to_ticks(&c, ns).saturating_sub(c.overshoot_ticks)));
 }
 
 thread_local! {

@@ -27,6 +27,7 @@ pub struct Options {
     flush: Option<FlushKind>,
     eadr: bool,
     latency: Latency,
+    sync_latency_ns: u64,
     segment_size: u64,
     max_pool_size: Option<u64>,
     prefault: bool,
@@ -47,6 +48,7 @@ impl Default for Options {
             flush: None,
             eadr: false,
             latency: Latency::default(),
+            sync_latency_ns: 0,
             segment_size: DEFAULT_SEGMENT_SIZE,
             max_pool_size: None,
             prefault: false,
@@ -108,6 +110,17 @@ impl Options {
         self
     }
 
+    /// Extra nanoseconds every sync of a real block file waits after its `fdatasync` returns
+    /// (emulated block-device sync latency, e.g. a flash device's 2–363 µs, on a medium where
+    /// `fdatasync` costs nothing, such as tmpfs; 0 = off). Pools ignore it: it reaches a
+    /// [`BlockFile`](crate::BlockFile) through `BlockFile::set_sync_latency_ns`, called by
+    /// whoever opens the file with these options; simulated block files ignore it too.
+    /// Counted in `Counters::injected_ns` like the persist latencies above.
+    pub fn sync_latency_ns(mut self, ns: u64) -> Self {
+        self.sync_latency_ns = ns;
+        self
+    }
+
     /// Size of the segments a pool set creates by default (a multiple of 4 KiB, at least
     /// 8 KiB). Default 128 MiB; tests use KiBs to MiBs.
     pub fn segment_size(mut self, bytes: u64) -> Self {
@@ -142,6 +155,11 @@ impl Options {
     /// The latency-emulation settings.
     pub fn latency(&self) -> Latency {
         self.latency
+    }
+
+    /// The emulated latency of a block-file sync, ns (see [`Options::sync_latency_ns`]).
+    pub fn sync_latency(&self) -> u64 {
+        self.sync_latency_ns
     }
 
     /// The default segment size.

@@ -1,10 +1,13 @@
-//! Latency emulation: exact counting of the injected delay, and the accuracy of the delay
-//! primitive on this machine's clock.
+//! Latency emulation: exact counting of the injected delay (persist barriers, flushed lines,
+//! bandwidth, and block-file syncs), and the accuracy of the delay primitive on this
+//! machine's clock.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use ferrite_pmem::emulation::{self, delay_ns};
-use ferrite_pmem::{Counters, Options, Pool};
+use ferrite_pmem::internals::testing::TestDir;
+use ferrite_pmem::{BlockFile, Counters, Options, Pool, SimDomain};
 
 const SIZE: u64 = 64 * 1024;
 
@@ -46,6 +49,50 @@ fn no_emulation_injects_nothing() {
     let before = Counters::snapshot();
     p.persist(0, 4096).unwrap();
     assert_eq!((Counters::snapshot() - before).injected_ns, 0);
+}
+
+/// A real block file given a sync latency `D` (from `Options::sync_latency_ns`) injects
+/// exactly `D` per sync; 0 injects nothing, and a simulated file ignores the latency.
+#[test]
+fn block_file_sync_latency_is_exactly_syncs_times_d() {
+    const D: u64 = 3_000;
+    let opts = Options::default().sync_latency_ns(D);
+    assert_eq!(opts.sync_latency(), D);
+    assert_eq!(Options::default().sync_latency(), 0);
+    let dir = TestDir::new("emulation-sync-latency");
+    let mut f = BlockFile::create(dir.join("log")).unwrap();
+    assert_eq!(f.sync_latency_ns(), 0);
+    f.set_sync_latency_ns(opts.sync_latency());
+    assert_eq!(f.sync_latency_ns(), D);
+    let before = Counters::snapshot();
+    for i in 0..9u64 {
+        f.write_at(i * 512, &[i as u8; 512]).unwrap();
+        f.sync().unwrap();
+    }
+    f.sync_rule("P-TEST").unwrap();
+    let d = Counters::snapshot() - before;
+    assert_eq!(d.syncs, 10);
+    assert_eq!(d.injected_ns, 10 * D);
+    assert_eq!(d.fences, 0, "a sync is not a fence");
+
+    // Latency 0: syncs, nothing injected.
+    f.set_sync_latency_ns(0);
+    let before = Counters::snapshot();
+    for _ in 0..5 {
+        f.sync().unwrap();
+    }
+    let d = Counters::snapshot() - before;
+    assert_eq!((d.syncs, d.injected_ns), (5, 0));
+
+    // The simulated backend counts the sync but waits and injects nothing.
+    let domain = Arc::new(SimDomain::new(false));
+    let mut s = BlockFile::create_sim(&domain, "log").unwrap();
+    s.set_sync_latency_ns(D);
+    let before = Counters::snapshot();
+    s.write_at(0, b"x").unwrap();
+    s.sync().unwrap();
+    let d = Counters::snapshot() - before;
+    assert_eq!((d.syncs, d.injected_ns), (1, 0));
 }
 
 #[test]

@@ -428,6 +428,7 @@ fn setup(w: &dyn CampaignWorkload) -> SubjectSetup {
         latency_ns: 0,
         latency_model: LatencyModel::Barrier,
         flush: None,
+        sync_latency_ns: 0,
     }
 }
 

@@ -8,8 +8,8 @@ use std::ops::Bound;
 use std::path::Path;
 
 use ferrite::{
-    Database, EngineKind, Error, Key, Options, Read, Scan, SofortIndexPlacement, TableSchema, Type,
-    Value,
+    Database, EngineKind, Error, Key, Options, PagedStore, Read, Scan, SofortIndexPlacement,
+    TableSchema, Type, Value,
 };
 
 use super::{
@@ -50,12 +50,17 @@ pub(crate) fn options(kind: EngineKind, setup: &SubjectSetup) -> Options {
 
 /// The benchmark name of the Ferrite engine `options` open: the engine's name, with the SOFORT
 /// index placement appended when it is not the default (`sofort-hybrid`, as
-/// [`super::EngineId::SofortPlaced`] names it).
+/// [`super::EngineId::SofortPlaced`] names it), and `-file` for the paged engine on the file
+/// store ([`super::EngineId::PagedFile`]).
 pub(crate) fn engine_name(options: &Options) -> String {
     let kind = options.engine_kind();
     let placement = options.sofort_config().index_placement;
     let sync = options.paged_config().nvwal_sync;
-    if kind == EngineKind::Sofort && placement != SofortIndexPlacement::default() {
+    if let EngineKind::Paged { protocol } = kind
+        && is_file_store(options)
+    {
+        super::EngineId::PagedFile(protocol).name()
+    } else if kind == EngineKind::Sofort && placement != SofortIndexPlacement::default() {
         super::EngineId::SofortPlaced(placement).name()
     } else if kind.name() == "paged-nvwal" && sync != ferrite::NvwalSync::default() {
         super::EngineId::NvwalSynced(sync).name()
@@ -64,9 +69,16 @@ pub(crate) fn engine_name(options: &Options) -> String {
     }
 }
 
+/// Whether `options` run the paged engine on its file store (block files, no pool).
+fn is_file_store(options: &Options) -> bool {
+    matches!(options.engine_kind(), EngineKind::Paged { .. })
+        && options.paged_config().store == PagedStore::File
+}
+
 /// What a Ferrite subject opened with `options` and `setup` is.
 pub(crate) fn info(options: &Options, setup: &SubjectSetup) -> SubjectInfo {
     let kind = options.engine_kind();
+    let file_store = is_file_store(options);
     let settings = options.engine_settings();
     let name = engine_name(options);
     let flush = setup
@@ -100,7 +112,29 @@ pub(crate) fn info(options: &Options, setup: &SubjectSetup) -> SubjectInfo {
                 .into(),
         );
     }
-    let (durability_short, durability) = if kind.is_persistent() {
+    let nvwal = kind == EngineKind::Paged { protocol: ferrite::PagedProtocol::Nvwal };
+    if file_store {
+        let sync_ns = options.pmem_options().sync_latency();
+        config.insert("pmem.sync_latency_ns".into(), sync_ns.to_string());
+        let note = if nvwal {
+            "NVWAL on the file store: the pages are an ordinary file synced with fdatasync at \
+             checkpoints, each sync followed by the emulated pmem.sync_latency_ns; the log is \
+             a pool set, to which the flush instruction and the injected PM latency apply"
+        } else {
+            "the file store keeps no pool: pages and log are ordinary files synced with \
+             fdatasync, each sync followed by the emulated pmem.sync_latency_ns; the flush \
+             instruction and the injected PM latency have no effect on it"
+        };
+        config.insert("pmem.note".into(), note.into());
+    }
+    let (durability_short, durability) = if file_store && nvwal {
+        (
+            "flush+fence per commit, fdatasync per checkpoint".to_owned(),
+            "durable on commit (see ferrite info)".to_owned(),
+        )
+    } else if file_store {
+        ("fdatasync per commit".to_owned(), "durable on commit (see ferrite info)".to_owned())
+    } else if kind.is_persistent() {
         ("flush+fence per commit".to_owned(), "durable on commit (see ferrite info)".to_owned())
     } else {
         (
@@ -304,6 +338,7 @@ mod tests {
             latency_ns: 0,
             latency_model: LatencyModel::Barrier,
             flush: None,
+            sync_latency_ns: 0,
         };
         for kind in EngineKind::all() {
             assert!(
@@ -312,9 +347,10 @@ mod tests {
             );
         }
         for id in EngineId::all().into_iter().filter(|e| e.family() == Family::Ferrite) {
-            let subject = id
-                .open(&dir.path().join(id.name()), &setup)
-                .unwrap_or_else(|e| panic!("{id}: {e}"));
+            let subject = match id.open(&dir.path().join(id.name()), &setup) {
+                Ok(s) => s,
+                Err(e) => panic!("{id}: {e}"),
+            };
             assert_eq!(subject.info().engine, id.name());
             let config = &subject.info().config;
             let options = id.ferrite_options(&setup).expect("a Ferrite engine has options");
@@ -323,6 +359,21 @@ mod tests {
             }
             if let EngineId::SofortPlaced(p) = id {
                 assert_eq!(config.get("sofort.index_placement"), Some(&p.name().to_owned()));
+            }
+            if let EngineId::PagedFile(_) = id {
+                assert_eq!(config.get("paged.store").map(String::as_str), Some("file"), "{id}");
+                let per_commit = if id == EngineId::PagedFile(ferrite::PagedProtocol::Nvwal) {
+                    "flush+fence per commit, fdatasync per checkpoint"
+                } else {
+                    "fdatasync per commit"
+                };
+                assert_eq!(subject.info().durability_short, per_commit);
+                let db = dir.path().join(id.name()).join("ferrite-db");
+                if id == EngineId::PagedFile(ferrite::PagedProtocol::Nvwal) {
+                    assert!(db.join("log.pm").is_dir(), "{id}: NVWAL's log is a pool set");
+                } else {
+                    assert!(db.join("log").is_file(), "{id}");
+                }
             }
             // One write and one read through the session, so the adapter is exercised.
             let mut session = subject.session().expect("session");
@@ -338,5 +389,30 @@ mod tests {
                 .expect("get");
             assert_eq!(out, b"v");
         }
+    }
+
+    /// The bench's file-store engine gets the run's sync latency: a commit through a session
+    /// injects exactly the latency per sync.
+    #[test]
+    fn a_file_store_engine_injects_the_sync_latency_per_sync() {
+        const D: u64 = 5_000;
+        let dir = TestDir::new("bench-ferrite-file-sync");
+        let setup = SubjectSetup {
+            tables: vec!["t"],
+            data_bytes: 1 << 20,
+            latency_ns: 0,
+            latency_model: LatencyModel::Barrier,
+            flush: None,
+            sync_latency_ns: D,
+        };
+        let id = EngineId::PagedFile(ferrite::PagedProtocol::Wal);
+        let subject = id.open(dir.path(), &setup).expect("open");
+        assert_eq!(subject.info().config.get("pmem.sync_latency_ns"), Some(&D.to_string()));
+        let mut session = subject.session().expect("session");
+        let before = ferrite::pmem::Counters::snapshot();
+        session.run(TxnKind::ReadWrite, &mut |ops| ops.insert(0, 1, b"v").map(drop)).unwrap();
+        let d = ferrite::pmem::Counters::snapshot() - before;
+        assert!(d.syncs >= 1, "a WAL commit syncs its log");
+        assert_eq!(d.injected_ns, d.syncs * D);
     }
 }

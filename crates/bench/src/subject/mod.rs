@@ -10,15 +10,17 @@
 //!
 //! Engines are named by [`EngineId`]: every Ferrite [`EngineKind`] (so a new Ferrite engine
 //! shows up here with no change), the SOFORT engine with its indexes in PM
-//! ([`EngineId::SofortPlaced`], run on request), and the baselines of `ferrite-baselines`. Adding a baseline
-//! is a variant of [`EngineId`] plus one module implementing [`Subject`].
+//! ([`EngineId::SofortPlaced`], run on request), the paged engine on its file store
+//! ([`EngineId::PagedFile`], run on request, with an emulated sync latency), and the
+//! baselines of `ferrite-baselines`. Adding a baseline is a variant of [`EngineId`] plus one
+//! module implementing [`Subject`].
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 
 use ferrite::pmem::FlushKind;
-use ferrite::{EngineKind, SofortIndexPlacement};
+use ferrite::{EngineKind, PagedProtocol, PagedStore, SofortIndexPlacement};
 
 pub(crate) mod ferrite_db;
 pub(crate) mod lmdb;
@@ -194,6 +196,10 @@ pub struct SubjectSetup {
     pub latency_model: LatencyModel,
     /// Flush instruction for Ferrite's pools (`None`: the best the CPU has).
     pub flush: Option<FlushKind>,
+    /// Emulated latency of every block-file sync, ns, for the engines on the paged file store
+    /// ([`EngineId::PagedFile`]: `ferrite_pmem::Options::sync_latency_ns`); every other engine
+    /// ignores it.
+    pub sync_latency_ns: u64,
 }
 
 /// Every engine the harness knows.
@@ -208,6 +214,12 @@ pub enum EngineId {
     /// (`paged-nvwal-eager`, `paged-nvwal-checksum`; `docs/design/paged.md` §8.4): run on
     /// request, for the lazy-against-eager comparison of the NVWAL paper.
     NvwalSynced(ferrite::NvwalSync),
+    /// The paged engine under this protocol on its file store (`PagedStore::File`: files
+    /// `pages` and `log` in the database directory, synced with `fdatasync`, plus the run's
+    /// emulated sync latency; NVWAL: `pages` and its log in the pool set `log.pm`;
+    /// `paged-journal-file`, `paged-wal-file`, `paged-nvwal-file`): run on request, for WAL
+    /// against NVWAL with a flash device's sync latency.
+    PagedFile(PagedProtocol),
     /// SQLite, WAL journal, `synchronous=FULL`.
     SqliteWalFull,
     /// SQLite, WAL journal, `synchronous=NORMAL`.
@@ -229,6 +241,9 @@ impl EngineId {
             EngineId::SofortPlaced(SofortIndexPlacement::Persistent),
             EngineId::NvwalSynced(ferrite::NvwalSync::Eager),
             EngineId::NvwalSynced(ferrite::NvwalSync::Checksum),
+            EngineId::PagedFile(PagedProtocol::Journal),
+            EngineId::PagedFile(PagedProtocol::Wal),
+            EngineId::PagedFile(PagedProtocol::Nvwal),
             EngineId::SqliteWalFull,
             EngineId::SqliteWalNormal,
             EngineId::SqliteJournalFull,
@@ -245,14 +260,17 @@ impl EngineId {
 
     /// What `ferrite bench` runs by default: every available engine except non-persistent
     /// Ferrite engines (the in-memory reference engine is the test oracle, not a contender; it
-    /// runs on request, `--engines reference`, labelled non-persistent) and the SOFORT engine's
-    /// PM index placements (on request: `--engines sofort-hybrid,sofort-persistent`).
+    /// runs on request, `--engines reference`, labelled non-persistent), the SOFORT engine's
+    /// PM index placements (on request: `--engines sofort-hybrid,sofort-persistent`), NVWAL's
+    /// other synchronizations and the paged engine on the file store (`paged-wal-file`, ...).
     pub fn defaults() -> Vec<EngineId> {
         EngineId::available()
             .into_iter()
             .filter(|e| match e {
                 EngineId::Ferrite(k) => k.is_persistent(),
-                EngineId::SofortPlaced(_) | EngineId::NvwalSynced(_) => false,
+                EngineId::SofortPlaced(_) | EngineId::NvwalSynced(_) | EngineId::PagedFile(_) => {
+                    false
+                }
                 _ => true,
             })
             .collect()
@@ -260,11 +278,13 @@ impl EngineId {
 
     /// What the smoke pass (`ferrite bench --smoke`, `tests/smoke.rs`) runs: every available
     /// engine but NVWAL's eager and checksum variants, which are `paged-nvwal` with another
-    /// commit path (covered by NVWAL's unit tests and `crates/ferrite/tests/paged_counts.rs`).
+    /// commit path (covered by NVWAL's unit tests and `crates/ferrite/tests/paged_counts.rs`),
+    /// and the paged engine on the file store, the same engine on another store (covered by
+    /// `crates/ferrite/tests/engines_paged.rs`).
     pub fn smoke() -> Vec<EngineId> {
         EngineId::available()
             .into_iter()
-            .filter(|e| !matches!(e, EngineId::NvwalSynced(_)))
+            .filter(|e| !matches!(e, EngineId::NvwalSynced(_) | EngineId::PagedFile(_)))
             .collect()
     }
 
@@ -287,6 +307,7 @@ impl EngineId {
             EngineId::Ferrite(k) => k.name().to_owned(),
             EngineId::SofortPlaced(p) => format!("{}-{}", EngineKind::Sofort.name(), p.name()),
             EngineId::NvwalSynced(s) => format!("paged-nvwal-{}", s.name()),
+            EngineId::PagedFile(p) => format!("{}-file", EngineKind::Paged { protocol: p }.name()),
             EngineId::SqliteWalFull => "sqlite-wal-full".into(),
             EngineId::SqliteWalNormal => "sqlite-wal-normal".into(),
             EngineId::SqliteJournalFull => "sqlite-journal-full".into(),
@@ -298,9 +319,10 @@ impl EngineId {
     /// Ferrite or baseline.
     pub fn family(self) -> Family {
         match self {
-            EngineId::Ferrite(_) | EngineId::SofortPlaced(_) | EngineId::NvwalSynced(_) => {
-                Family::Ferrite
-            }
+            EngineId::Ferrite(_)
+            | EngineId::SofortPlaced(_)
+            | EngineId::NvwalSynced(_)
+            | EngineId::PagedFile(_) => Family::Ferrite,
             _ => Family::Baseline,
         }
     }
@@ -319,6 +341,11 @@ impl EngineId {
             EngineId::NvwalSynced(s) => {
                 format!("Ferrite paged-nvwal engine, {} synchronization", s.name())
             }
+            EngineId::PagedFile(p) => format!(
+                "Ferrite {} engine on the file store (fdatasync per sync point, plus \
+                 --sync-latency-us)",
+                EngineKind::Paged { protocol: p }
+            ),
             EngineId::SqliteWalFull => "SQLite, WAL, synchronous=FULL (fsync per commit)".into(),
             EngineId::SqliteWalNormal => {
                 "SQLite, WAL, synchronous=NORMAL (fsync at checkpoints)".into()
@@ -405,6 +432,12 @@ impl EngineId {
                 let cfg = ferrite::PagedConfig { nvwal_sync: s, ..o.paged_config() };
                 Some(o.paged(cfg))
             }
+            EngineId::PagedFile(protocol) => {
+                let o = ferrite_db::options(EngineKind::Paged { protocol }, setup);
+                let pmem = o.pmem_options().clone().sync_latency_ns(setup.sync_latency_ns);
+                let cfg = ferrite::PagedConfig { store: PagedStore::File, ..o.paged_config() };
+                Some(o.pmem(pmem).paged(cfg))
+            }
             _ => None,
         }
     }
@@ -417,9 +450,10 @@ impl EngineId {
             return ferrite_db::open(options, dir, setup);
         }
         match self {
-            EngineId::Ferrite(_) | EngineId::SofortPlaced(_) | EngineId::NvwalSynced(_) => {
-                Err(OpError::Engine(format!("{self}: no options")))
-            }
+            EngineId::Ferrite(_)
+            | EngineId::SofortPlaced(_)
+            | EngineId::NvwalSynced(_)
+            | EngineId::PagedFile(_) => Err(OpError::Engine(format!("{self}: no options"))),
             EngineId::SqliteWalFull | EngineId::SqliteWalNormal | EngineId::SqliteJournalFull => {
                 sqlite::open(self, dir, setup)
             }
@@ -470,5 +504,45 @@ mod tests {
             EngineId::parse_list(&["pmdk".into()]).is_ok(),
             ferrite_baselines::PMDK_AVAILABLE
         );
+        // The file-store engines: named after the protocol, run on request only.
+        let file: Vec<EngineId> = EngineId::parse_list(&[
+            "paged-journal-file,PAGED-WAL-FILE".into(),
+            "paged-nvwal-file".into(),
+        ])
+        .unwrap();
+        assert_eq!(
+            file,
+            [PagedProtocol::Journal, PagedProtocol::Wal, PagedProtocol::Nvwal]
+                .map(EngineId::PagedFile)
+        );
+        for e in &file {
+            assert!(e.is_available() && e.family() == Family::Ferrite, "{e}");
+            assert!(!EngineId::defaults().contains(e) && !EngineId::smoke().contains(e), "{e}");
+            assert!(e.describe().contains("file store"), "{e}");
+        }
+        assert!(EngineId::parse("paged-fast-file").is_err(), "FAST needs PM");
+    }
+
+    #[test]
+    fn file_store_engines_get_the_file_store_and_the_sync_latency() {
+        let setup = SubjectSetup {
+            tables: vec!["t"],
+            data_bytes: 1 << 20,
+            latency_ns: 300,
+            latency_model: LatencyModel::Barrier,
+            flush: None,
+            sync_latency_ns: 50_000,
+        };
+        let o = EngineId::PagedFile(PagedProtocol::Wal).ferrite_options(&setup).unwrap();
+        assert_eq!(o.engine_kind(), EngineKind::Paged { protocol: PagedProtocol::Wal });
+        assert_eq!(o.paged_config().store, PagedStore::File);
+        assert_eq!(o.pmem_options().sync_latency(), 50_000);
+        // Every other Ferrite engine keeps its store and no sync latency.
+        for e in EngineId::all().into_iter().filter(|e| !matches!(e, EngineId::PagedFile(_))) {
+            if let Some(o) = e.ferrite_options(&setup) {
+                assert_eq!(o.paged_config().store, PagedStore::Pm, "{e}");
+                assert_eq!(o.pmem_options().sync_latency(), 0, "{e}");
+            }
+        }
     }
 }

@@ -67,7 +67,7 @@ pub(crate) fn build(path: &Path, options: &Options, create: bool) -> Result<Arc<
         PagedStore::File if is_nvwal(options) => {
             let (pages, log) = (path.join(PAGES_FILE), path.join(PM_LOG_DIR));
             let pm = options.pmem_options();
-            let (pages, set) = if create {
+            let (mut pages, set) = if create {
                 create_dir(path)?;
                 // The log first, as below.
                 let set = PoolSet::create(&log, pm)?;
@@ -83,11 +83,13 @@ pub(crate) fn build(path: &Path, options: &Options, create: bool) -> Result<Arc<
                 };
                 (pages, set)
             };
+            // Emulated device latency of every fdatasync (pmem `sync_latency_ns`; 0: none).
+            pages.set_sync_latency_ns(options.pmem_options().sync_latency());
             on_block_file_and_pool_set(pages, set, options, create)
         }
         PagedStore::File => {
             let (pages, log) = (path.join(PAGES_FILE), path.join(LOG_FILE));
-            let (pages, log) = if create {
+            let (mut pages, mut log) = if create {
                 create_dir(path)?;
                 // The log first: a page file without its log is a creation that did not
                 // finish (or a lost log), never taken for a whole database.
@@ -107,6 +109,10 @@ pub(crate) fn build(path: &Path, options: &Options, create: bool) -> Result<Arc<
                 })?;
                 (pages, log)
             };
+            // Emulated device latency of every fdatasync (pmem `sync_latency_ns`; 0: none).
+            let sync_ns = options.pmem_options().sync_latency();
+            pages.set_sync_latency_ns(sync_ns);
+            log.set_sync_latency_ns(sync_ns);
             on_block_files(pages, log, options, create)
         }
     }
