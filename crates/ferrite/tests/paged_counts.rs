@@ -101,28 +101,34 @@ fn nvwal_commits_make_exact_persist_counts() {
     assert_eq!(counts(&db, n0..n0 + 1), (2, first), "first commit of a generation");
 
     // 2. Steady state, one insert: diff frames, no allocation. The meta page changes its
-    // commit sequence (byte 56, low byte) and its CRC32C (bytes 64..68): a 12-byte diff, a
-    // 32 + 16-byte frame. The leaf changes from its header's count (byte 3) to the end of the
-    // new record, which is placed right below the old content start, 4096 - n * REC for the
-    // n records before the transaction: a diff of (4096 - n * REC) - 3 bytes. Both frames are
-    // contiguous in the new block after the leaf's whole frame (at 64 + 4128 = 4192) and are
-    // written back once, as one range; then the commit mark's line again (it was written back
-    // with the frames, before the mark was stored). 2 fences.
-    let frames = |n: u64| HDR + 16 + HDR + pad8(PS - n * REC - 3);
+    // commit sequence (byte 56, low byte) and its CRC32C (bytes 64..68): one 12-byte range
+    // (the 7 equal bytes between are fewer than SPLIT_GAP = 64), a 32 + 16-byte frame. The
+    // leaf (little-endian header: count at 3..5, content start at 5..7) with n records
+    // before the transaction gets the new record's offset appended at 8 + 2n and the record
+    // (REC bytes, first and last byte non-zero) right below the old content start, at
+    // 4096 - (n + 1) * REC; the free gap between (far more than 64 equal bytes) splits the
+    // diff into two frames: [3, 8 + 2n + 2) and the record. The three frames are contiguous
+    // in the new block after the leaf's whole frame (at 64 + 4128 = 4192) and are written
+    // back once, as one range; then the commit mark's line again (it was written back with
+    // the frames, before the mark was stored). 2 fences.
+    let head = |n: u64, k: u64| HDR + pad8(8 + 2 * (n + k) - 3);
+    let frames = |n: u64, k: u64| HDR + 16 + head(n, k) + HDR + pad8(k * REC);
     let n = (n0 + 1) as u64;
     let at = 4192;
-    let one = lines(at, frames(n)) + 1;
-    assert_eq!(frames(n), 48 + 32 + 1496);
-    assert_eq!(one, 26 + 1);
+    let one = lines(at, frames(n, 1)) + 1;
+    assert_eq!(frames(n, 1), 48 + (32 + 56) + (32 + 128));
+    assert_eq!(one, 6 + 1);
     assert_eq!(counts(&db, n0 + 1..n0 + 2), (2, one), "one insert, steady state");
 
-    // 3. Eight inserts in one transaction: the same two frames; the leaf's diff runs from
-    // byte 3 to the end of the first new record, right below the old content start: again
-    // (4096 - n * REC) - 3 bytes for the n records before the transaction.
-    let at = at + frames(n);
-    let eight = lines(at, frames(n + 1)) + 1;
-    assert!(at + frames(n + 1) <= BS, "the frames fit the block: no allocation");
-    assert_eq!(eight, 23 + 1);
+    // 3. Eight inserts in one transaction: the same frames, the leaf's two ranges now the
+    // header through the eight new offsets, [3, 8 + 2(n + 8)), and the eight records,
+    // contiguous below the old content start.
+    let at = at + frames(n, 1);
+    let n = n + 1;
+    let eight = lines(at, frames(n, 8)) + 1;
+    assert!(at + frames(n, 8) <= BS, "the frames fit the block: no allocation");
+    assert_eq!(frames(n, 8), 48 + (32 + 72) + (32 + 992));
+    assert_eq!(eight, 19 + 1);
     assert_eq!(counts(&db, n0 + 2..n0 + 10), (2, eight), "eight inserts");
     db.close().expect("close");
 }
@@ -150,17 +156,18 @@ fn journal_and_wal_single_inserts_make_exact_persist_counts() {
 
 /// NVWAL's eager and checksum variants, one insert in steady state, placed as in
 /// `nvwal_commits_make_exact_persist_counts` step 2: the meta frame (48 bytes) at 4192 of the
-/// second block, the leaf frame (32 + 1496 bytes) right after it, at 4240.
+/// second block, the leaf's two frames (32 + 56 and 32 + 128 bytes) right after it.
 #[test]
 fn nvwal_variants_make_exact_persist_counts() {
     for (sync, want) in [
-        // Eager: each frame written back and fenced as it is copied, then the mark: 3 fences;
-        // [4192, 4240) = lines 65-66 (2), [4240, 5768) = lines 66-90 (25, line 66 again),
+        // Eager: each frame written back and fenced as it is copied, then the mark: 4 fences;
+        // the meta frame [4192, 4240) = lines 65-66 (2), the leaf's head frame [4240, 4328) =
+        // lines 66-67 (2, line 66 again), its record frame [4328, 4488) = lines 67-70 (4),
         // the mark 1.
-        (ferrite::NvwalSync::Eager, (3, 2 + 25 + 1)),
-        // Checksum: no frame written back; the commit frame's head [4240, 4272) (mark and
-        // checksum), one line, one fence.
-        (ferrite::NvwalSync::Checksum, (1, 1)),
+        (ferrite::NvwalSync::Eager, (4, 2 + 2 + 4 + 1)),
+        // Checksum: no frame written back; the commit frame's head [4328, 4360) (mark and
+        // checksum), which straddles lines 67 and 68: two lines, one fence.
+        (ferrite::NvwalSync::Checksum, (1, 2)),
     ] {
         let dir = TestDir::new("paged-counts-nvwal-variants");
         let path = dir.join("db");
@@ -177,14 +184,14 @@ fn nvwal_variants_make_exact_persist_counts() {
 
 /// The file store, one insert in steady state (the NVWAL paper's setting against its
 /// baseline): NVWAL's commit writes the PM log only, exactly as on the PM store (step 2 of
-/// `nvwal_commits_make_exact_persist_counts`: 2 fences, 26 + 1 lines) and touches no file;
+/// `nvwal_commits_make_exact_persist_counts`: 2 fences, 6 + 1 lines) and touches no file;
 /// the WAL writes both pages as frames (a 64-byte head and the 4096-byte image each) to its
 /// log file and syncs it once, with no fence. A checkpoint then writes NVWAL's logged pages
 /// into the page file and syncs it once.
 #[test]
 fn on_the_file_store_nvwal_commits_touch_no_file() {
     for (protocol, want) in
-        [(PagedProtocol::Nvwal, (2, 26 + 1, 0, 0)), (PagedProtocol::Wal, (0, 0, 1, 2 * (64 + PS)))]
+        [(PagedProtocol::Nvwal, (2, 6 + 1, 0, 0)), (PagedProtocol::Wal, (0, 0, 1, 2 * (64 + PS)))]
     {
         let dir = TestDir::new("paged-counts-file");
         let path = dir.join("db");

@@ -39,9 +39,12 @@
 //! - The end of the log is found by the chain: the first frame that does not validate ends
 //!   it; a block's unused tail is either shorter than a frame head, or starts with a skip
 //!   frame, written (in the chain) when the next frame did not fit. Blocks are not zeroed.
-//! - One diff range per page per commit (the pager hands down whole images, one per page);
-//!   the base is the DRAM image of the page's last committed frame; unchanged pages log
-//!   nothing.
+//! - A page's diff is split into one frame per changed byte range, two ranges merged when
+//!   fewer than `SPLIT_GAP` (64) equal bytes lie between them (a frame head costs 32): a
+//!   slotted page's insert changes its header and offset array at the front and a record
+//!   near the end, so one range would log the free space between (until 2026-11-29 it did:
+//!   about 26 lines per single insert instead of 6). The base is the DRAM image of the
+//!   page's last committed state; unchanged pages log nothing.
 //!
 //! # Invariants
 //! - N1 (validity): a frame is valid iff the frames before it in the log are valid, its
@@ -49,9 +52,9 @@
 //!   matches the chain. The log's committed prefix ends after the last valid frame whose
 //!   commit word is its commit mark.
 //! - N2 (diffs): the first frame of a page in a generation is the whole page (offset 0, size
-//!   = page size); each later one is the range [first, last] differing byte against the
-//!   page's image after the frames before it. Applying a page's frames in log order gives
-//!   its committed image.
+//!   = page size); each later one holds a range of bytes that differ from the page's image
+//!   after the frames before it, and a commit's frames of a page cover every byte that
+//!   differs. Applying a page's frames in log order gives its committed image.
 //! - N3 (WAL index): in DRAM, for every page with a frame in the committed prefix, its
 //!   committed image; `read_page` of any other page reads the store.
 //! - N4 (heap): the block list starts at block 0 and follows `next` links through blocks in
@@ -93,8 +96,9 @@
 //!   Frames are stored lazily and the cache may write them back at any time; a new frame
 //!   over an old one under the old generation would break the old chain there, and recovery
 //!   would replay an older committed prefix than the store holds (WAL's P-PG-22 hazard).
-//!   The sampled crash run does not reach that image; the unit test
-//!   `a_lost_generation_word_replays_an_older_prefix` builds it and shows the loss.
+//!   `db-paged-nvwal`'s mutation run detects the fence's loss; `db-paged-nvwal-file`'s
+//!   does not reach the image; the unit test `a_lost_generation_word_replays_an_older_prefix`
+//!   builds it and shows the loss.
 //! - Recovery persists nothing: its repairs (cut links, freed blocks) are stores without
 //!   flushes, redone by the next recovery if lost, and the next allocation overwrites the one
 //!   link that can point past the end.
@@ -220,6 +224,41 @@ pub(crate) fn diff_range(a: &[u8], b: &[u8]) -> Option<(usize, usize)> {
     Some((lo, hi))
 }
 
+/// Unchanged bytes worth a frame of their own: a run of at least this many splits a page's
+/// diff into two frames (a frame head is 32 bytes plus up to 7 of padding, so a shorter run
+/// is cheaper logged than skipped).
+pub(crate) const SPLIT_GAP: usize = 64;
+
+/// The byte ranges `[lo, hi]` (inclusive) in which `a` and `b` differ, ascending, two ranges
+/// merged when fewer than [`SPLIT_GAP`] equal bytes lie between them. A slotted page's
+/// insert changes its header and offset array at the front and a record near the end, with
+/// free space between: two ranges, not one spanning the free space.
+pub(crate) fn diff_ranges(a: &[u8], b: &[u8]) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    let Some((mut i, end)) = diff_range(a, b) else { return out };
+    while i <= end {
+        // `i` differs: extend while the equal run ahead is shorter than SPLIT_GAP.
+        let lo = i;
+        let mut hi = i;
+        let mut j = i + 1;
+        while j <= end {
+            if a[j] != b[j] {
+                hi = j;
+            } else if j - hi >= SPLIT_GAP {
+                break;
+            }
+            j += 1;
+        }
+        out.push((lo, hi));
+        // The next differing byte after the run.
+        i = match (j..=end).find(|&k| a[k] != b[k]) {
+            Some(k) => k,
+            None => break,
+        };
+    }
+    out
+}
+
 /// The NVWAL over a PM page store and PM file `LOG`.
 #[derive(Debug)]
 pub(crate) struct Nvwal {
@@ -328,7 +367,8 @@ impl Nvwal {
     /// caller poisons the handle.
     pub(crate) fn commit(&mut self, batch: &Batch<'_>) -> Result<()> {
         let ps = self.page_size;
-        // §4.2: one frame per changed page, whole on its first logging in this generation.
+        // §4.2: a changed page is logged whole on its first logging in this generation, later
+        // as one frame per changed byte range (ranges closer than SPLIT_GAP merged).
         let mut logged: Vec<Logged<'_>> = Vec::with_capacity(batch.pages.len());
         for &(pgno, img) in batch.pages {
             if img.len() != ps || pgno == SKIP {
@@ -340,7 +380,7 @@ impl Nvwal {
             match self.st.index.get(&pgno) {
                 None => logged.push((pgno, 0, ps, img)),
                 Some(base) => {
-                    if let Some((lo, hi)) = diff_range(base, img) {
+                    for (lo, hi) in diff_ranges(base, img) {
                         logged.push((pgno, lo, hi + 1 - lo, img));
                     }
                 }
@@ -420,8 +460,11 @@ impl Nvwal {
         let span = if self.sync == NvwalSync::Checksum { HDR } else { 8 };
         self.files.flush_at(LOG, last, span, "P-PG-42")?; // ORDER(P-PG-42): the commit mark (checksum mode: with the chain's checksum) written back
         self.files.sync("P-PG-42"); // ORDER(P-PG-42): the commit mark durable before commit returns: the commit point
-        for &(pgno, _, _, img) in &logged {
-            self.st.index.insert(pgno, img.to_vec());
+        for (i, &(pgno, _, _, img)) in logged.iter().enumerate() {
+            // A page's frames are adjacent in `logged`: its image once.
+            if i == 0 || logged[i - 1].0 != pgno {
+                self.st.index.insert(pgno, img.to_vec());
+            }
         }
         self.st.chk = chk;
         self.st.off = off;
@@ -818,6 +861,43 @@ mod tests {
         b[0] = 0;
         b[7] = 3;
         assert_eq!(diff_range(&a, &b), Some((7, 15)));
+    }
+
+    #[test]
+    fn diff_ranges_split_at_long_equal_runs() {
+        let a = vec![0u8; 512];
+        let mut b = a.clone();
+        assert!(super::diff_ranges(&a, &b).is_empty());
+        b[3] = 1;
+        b[9] = 1;
+        assert_eq!(super::diff_ranges(&a, &b), [(3, 9)]);
+        // A run of SPLIT_GAP equal bytes splits; one byte fewer does not.
+        b[9 + SPLIT_GAP + 1] = 1;
+        assert_eq!(super::diff_ranges(&a, &b), [(3, 9), (9 + SPLIT_GAP + 1, 9 + SPLIT_GAP + 1)]);
+        let mut c = a.clone();
+        c[3] = 1;
+        c[3 + SPLIT_GAP] = 1;
+        assert_eq!(super::diff_ranges(&a, &c), [(3, 3 + SPLIT_GAP)]);
+        b[511] = 2;
+        b[400] = 2;
+        assert_eq!(super::diff_ranges(&a, &b).len(), 4);
+        // Random edits: applying the ranges of b over a gives b, and every range starts and
+        // ends at a differing byte.
+        let seed = test_seed();
+        let mut rng = ferrite_pmem::SplitMix64::new(seed);
+        for _ in 0..200 {
+            let mut b = a.clone();
+            for _ in 0..rng.next_u64() % 20 {
+                let at = (rng.next_u64() % 512) as usize;
+                b[at] = rng.next_u64() as u8 | 1;
+            }
+            let mut c = a.clone();
+            for (lo, hi) in super::diff_ranges(&a, &b) {
+                assert!(a[lo] != b[lo] && a[hi] != b[hi], "seed {seed:#x}");
+                c[lo..=hi].copy_from_slice(&b[lo..=hi]);
+            }
+            assert_eq!(c, b, "seed {seed:#x}");
+        }
     }
 
     #[test]
