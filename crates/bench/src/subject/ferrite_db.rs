@@ -332,14 +332,7 @@ mod tests {
     #[test]
     fn every_engine_opens_and_reports_its_settings() {
         let dir = TestDir::new("bench-ferrite-subjects");
-        let setup = SubjectSetup {
-            tables: vec!["t"],
-            data_bytes: 1 << 20,
-            latency_ns: 0,
-            latency_model: LatencyModel::Barrier,
-            flush: None,
-            sync_latency_ns: 0,
-        };
+        let setup = SubjectSetup::small();
         for kind in EngineKind::all() {
             assert!(
                 EngineId::all().contains(&EngineId::Ferrite(kind)),
@@ -397,14 +390,7 @@ mod tests {
     fn a_file_store_engine_injects_the_sync_latency_per_sync() {
         const D: u64 = 5_000;
         let dir = TestDir::new("bench-ferrite-file-sync");
-        let setup = SubjectSetup {
-            tables: vec!["t"],
-            data_bytes: 1 << 20,
-            latency_ns: 0,
-            latency_model: LatencyModel::Barrier,
-            flush: None,
-            sync_latency_ns: D,
-        };
+        let setup = SubjectSetup { sync_latency_ns: D, ..SubjectSetup::small() };
         let id = EngineId::PagedFile(ferrite::PagedProtocol::Wal);
         let subject = id.open(dir.path(), &setup).expect("open");
         assert_eq!(subject.info().config.get("pmem.sync_latency_ns"), Some(&D.to_string()));

@@ -202,6 +202,21 @@ pub struct SubjectSetup {
     pub sync_latency_ns: u64,
 }
 
+#[cfg(test)]
+impl SubjectSetup {
+    /// Tests: one table `t`, 1 MiB of data, no injected latency, the best flush.
+    pub(crate) fn small() -> SubjectSetup {
+        SubjectSetup {
+            tables: vec!["t"],
+            data_bytes: 1 << 20,
+            latency_ns: 0,
+            latency_model: LatencyModel::Barrier,
+            flush: None,
+            sync_latency_ns: 0,
+        }
+    }
+}
+
 /// Every engine the harness knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum EngineId {
@@ -525,14 +540,8 @@ mod tests {
 
     #[test]
     fn file_store_engines_get_the_file_store_and_the_sync_latency() {
-        let setup = SubjectSetup {
-            tables: vec!["t"],
-            data_bytes: 1 << 20,
-            latency_ns: 300,
-            latency_model: LatencyModel::Barrier,
-            flush: None,
-            sync_latency_ns: 50_000,
-        };
+        let setup =
+            SubjectSetup { latency_ns: 300, sync_latency_ns: 50_000, ..SubjectSetup::small() };
         let o = EngineId::PagedFile(PagedProtocol::Wal).ferrite_options(&setup).unwrap();
         assert_eq!(o.engine_kind(), EngineKind::Paged { protocol: PagedProtocol::Wal });
         assert_eq!(o.paged_config().store, PagedStore::File);
