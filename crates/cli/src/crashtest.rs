@@ -153,6 +153,8 @@ pub fn run(a: &CrashtestArgs) -> anyhow::Result<ExitCode> {
         corrupt_samples: a.corrupt,
         watchdog: Duration::from_secs(a.watchdog),
         out_dir: a.out.clone(),
+        // A recovery that kills the process leaves its image in `<out>/<target>-current/`.
+        save_each: true,
         progress: Some(Arc::new(move |p: &Progress| {
             pb.set_position(p.images);
             pb.set_message(format!("{} crash points, {} failures", p.visited, p.failures));

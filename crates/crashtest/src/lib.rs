@@ -44,8 +44,8 @@ mod target;
 pub mod toys;
 
 pub use explore::{
-    Config, DynTarget, Failure, KeyStats, MutationOutcome, MutationReport, Progress, ProgressFn,
-    Report, SiteStats, Stop, Verdict, explore, mutate, names_site, replay,
+    Config, DynTarget, ExcuseFn, Failure, KeyStats, MutationOutcome, MutationReport, Progress,
+    ProgressFn, Report, SiteStats, Stop, Verdict, explore, mutate, names_site, replay,
 };
 pub use target::{Axioms, Ctx, Expect, Mode, ModelOp, ModelView, OpToken, Target};
 

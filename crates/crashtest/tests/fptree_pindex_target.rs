@@ -6,7 +6,8 @@ mod common;
 
 #[test]
 fn fptree_pindex_passes_and_every_persist_site_is_needed() {
-    let m = common::mutate("fptree-pindex", "crashtest-fptree-pindex");
+    // The target's benign sites make no mutated run (they cannot change the verdict).
+    let m = common::mutate_excusing("fptree-pindex", "crashtest-fptree-pindex", |_| false, |_| {});
     assert!(m.base.nested_images > 0, "{}", m.base);
     assert!(m.passed(), "{m}");
     // Every rule of the index has a persist site whose loss the tester detects.

@@ -549,6 +549,11 @@ fn measure() {
         let t = FPTree::open(a, slot).unwrap();
         let open = t0.elapsed();
         assert_eq!(t.placement(), placement);
+        // The reopened tree answers for a sample of the keys (the long tier runs this at
+        // 10 M keys: `scripts/long.sh`).
+        for &k in keys.iter().step_by(997) {
+            assert_eq!(t.get(k).unwrap(), Some(k));
+        }
         println!(
             "{placement:?}: {n} keys, {leaves} leaves: insert {ins:.0} ns, lookup {get:.0} ns, open {open:?} ({:.1} ns per leaf)",
             open.as_nanos() as f64 / leaves as f64

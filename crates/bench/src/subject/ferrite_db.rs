@@ -36,8 +36,11 @@ pub(super) fn open(
 /// The database options of `kind` for `setup` (flush instruction, injected latency). Pool
 /// segments are prefaulted when mapped, as PMDK's pool is prefaulted at creation
 /// (`subject/pmdk.rs`): neither engine pays first-touch page faults inside the timed phase.
+/// Segments are sized from the run's data, as PMDK's pool is ([`segment_size_for`]).
 pub(crate) fn options(kind: EngineKind, setup: &SubjectSetup) -> Options {
-    let mut pmem = ferrite::pmem::Options::new().prefault(true);
+    let mut pmem = ferrite::pmem::Options::new()
+        .prefault(true)
+        .segment_size(segment_size_for(setup.data_bytes));
     if let Some(f) = setup.flush {
         pmem = pmem.flush(f);
     }
@@ -46,6 +49,20 @@ pub(crate) fn options(kind: EngineKind, setup: &SubjectSetup) -> Options {
         LatencyModel::Line => pmem.line_latency_ns(setup.latency_ns),
     };
     Options::new().engine(kind).pmem(pmem)
+}
+
+/// The pool segment size for a run that holds about `data_bytes`: twice that, as a power of
+/// two, between 4 MiB and the default 128 MiB. A run of the default scales gets the default;
+/// a small one (the smoke pass: each of its hundreds of points creates a pool) no longer
+/// creates, prefaults and removes 128 MiB per point, which was most of the smoke pass's time
+/// (in the kernel). A pool that outgrows its first segment adds segments, as any pool set.
+pub(crate) fn segment_size_for(data_bytes: u64) -> u64 {
+    const MIN: u64 = 4 << 20;
+    data_bytes
+        .saturating_mul(2)
+        .checked_next_power_of_two()
+        .unwrap_or(u64::MAX)
+        .clamp(MIN, ferrite::pmem::DEFAULT_SEGMENT_SIZE)
 }
 
 /// The benchmark name of the Ferrite engine `options` open: the engine's name, with the SOFORT
@@ -328,6 +345,20 @@ mod tests {
     use super::*;
     use crate::subject::EngineId;
     use ferrite::pmem::internals::testing::TestDir;
+
+    #[test]
+    fn segments_are_sized_from_the_data() {
+        const MIB: u64 = 1 << 20;
+        assert_eq!(segment_size_for(0), 4 * MIB);
+        assert_eq!(segment_size_for(3 * MIB), 8 * MIB);
+        assert_eq!(segment_size_for(9 * MIB), 32 * MIB);
+        assert_eq!(segment_size_for(40 * MIB), 128 * MIB);
+        assert_eq!(segment_size_for(u64::MAX), ferrite::pmem::DEFAULT_SEGMENT_SIZE);
+        let setup = SubjectSetup { data_bytes: 20 * MIB, ..SubjectSetup::small() };
+        let o = options(EngineKind::Sofort, &setup);
+        assert_eq!(o.pmem_options().segment_size_bytes(), 64 * MIB);
+        assert!(o.pmem_options().is_prefault());
+    }
 
     #[test]
     fn every_engine_opens_and_reports_its_settings() {

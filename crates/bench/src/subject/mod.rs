@@ -270,7 +270,13 @@ impl EngineId {
 
     /// Every engine this build can run.
     pub fn available() -> Vec<EngineId> {
-        EngineId::all().into_iter().filter(|e| e.is_available()).collect()
+        EngineId::available_in(ferrite_baselines::PMDK_AVAILABLE)
+    }
+
+    /// Every engine a build with (`pmdk`) or without the PMDK baseline can run. (Taking the
+    /// build as an argument lets one test build check the answers of both.)
+    fn available_in(pmdk: bool) -> Vec<EngineId> {
+        EngineId::all().into_iter().filter(|e| e.is_available_in(pmdk)).collect()
     }
 
     /// What `ferrite bench` runs by default: every available engine except non-persistent
@@ -305,13 +311,25 @@ impl EngineId {
 
     /// The baselines this build can run.
     pub fn baselines() -> Vec<EngineId> {
-        EngineId::available().into_iter().filter(|e| e.family() == Family::Baseline).collect()
+        EngineId::baselines_in(ferrite_baselines::PMDK_AVAILABLE)
+    }
+
+    fn baselines_in(pmdk: bool) -> Vec<EngineId> {
+        EngineId::available_in(pmdk)
+            .into_iter()
+            .filter(|e| e.family() == Family::Baseline)
+            .collect()
     }
 
     /// Whether this build can run it.
     pub fn is_available(self) -> bool {
+        self.is_available_in(ferrite_baselines::PMDK_AVAILABLE)
+    }
+
+    /// Whether a build with (`pmdk`) or without the PMDK baseline can run it.
+    fn is_available_in(self, pmdk: bool) -> bool {
         match self {
-            EngineId::Pmdk => ferrite_baselines::PMDK_AVAILABLE,
+            EngineId::Pmdk => pmdk,
             _ => true,
         }
     }
@@ -344,6 +362,11 @@ impl EngineId {
 
     /// One line for `--list`.
     pub fn describe(self) -> String {
+        self.describe_in(ferrite_baselines::PMDK_AVAILABLE)
+    }
+
+    /// [`EngineId::describe`] in a build with (`pmdk`) or without the PMDK baseline.
+    fn describe_in(self, pmdk: bool) -> String {
         match self {
             EngineId::Ferrite(k) if k.is_persistent() => format!("Ferrite {k} engine"),
             EngineId::Ferrite(k) => format!("Ferrite {k} engine: non-persistent (in-memory)"),
@@ -369,7 +392,7 @@ impl EngineId {
                 "SQLite, rollback journal, synchronous=FULL (fsync per commit)".into()
             }
             EngineId::Lmdb => "LMDB, durable on commit (fsync per commit)".into(),
-            EngineId::Pmdk if self.is_available() => {
+            EngineId::Pmdk if self.is_available_in(pmdk) => {
                 "PMDK libpmemobj B+-tree, one pmemobj transaction per commit".into()
             }
             EngineId::Pmdk => {
@@ -393,6 +416,11 @@ impl EngineId {
 
     /// Parses a comma-separated list with the aliases `all`, `baselines`, `sqlite`, `ferrite`.
     pub fn parse_list(items: &[String]) -> Result<Vec<EngineId>, String> {
+        EngineId::parse_list_in(items, ferrite_baselines::PMDK_AVAILABLE)
+    }
+
+    /// [`EngineId::parse_list`] in a build with (`pmdk`) or without the PMDK baseline.
+    fn parse_list_in(items: &[String], pmdk: bool) -> Result<Vec<EngineId>, String> {
         let mut out: Vec<EngineId> = Vec::new();
         let push = |e: EngineId, out: &mut Vec<EngineId>| {
             if !out.contains(&e) {
@@ -402,9 +430,11 @@ impl EngineId {
         for item in items.iter().flat_map(|s| s.split(',')).map(str::trim).filter(|s| !s.is_empty())
         {
             match item.to_ascii_lowercase().as_str() {
-                "all" => EngineId::available().into_iter().for_each(|e| push(e, &mut out)),
-                "baselines" => EngineId::baselines().into_iter().for_each(|e| push(e, &mut out)),
-                "ferrite" => EngineId::available()
+                "all" => EngineId::available_in(pmdk).into_iter().for_each(|e| push(e, &mut out)),
+                "baselines" => {
+                    EngineId::baselines_in(pmdk).into_iter().for_each(|e| push(e, &mut out))
+                }
+                "ferrite" => EngineId::available_in(pmdk)
                     .into_iter()
                     .filter(|e| e.family() == Family::Ferrite)
                     .for_each(|e| push(e, &mut out)),
@@ -417,10 +447,10 @@ impl EngineId {
                 .for_each(|e| push(e, &mut out)),
                 _ => {
                     let e = EngineId::parse(item)?;
-                    if !e.is_available() {
+                    if !e.is_available_in(pmdk) {
                         return Err(format!(
                             "engine {item} is not in this build: {}",
-                            e.describe()
+                            e.describe_in(pmdk)
                         ));
                     }
                     push(e, &mut out);
@@ -519,6 +549,19 @@ mod tests {
             EngineId::parse_list(&["pmdk".into()]).is_ok(),
             ferrite_baselines::PMDK_AVAILABLE
         );
+        // Both kinds of build, whichever this one is (CI tests the build with PMDK only).
+        for pmdk in [false, true] {
+            let only = EngineId::parse_list_in(&["pmdk".into()], pmdk);
+            assert_eq!(only.is_ok(), pmdk, "{only:?}");
+            if !pmdk {
+                let e = only.unwrap_err();
+                assert!(e.contains("not in this build") && e.contains("libpmemobj-dev"), "{e}");
+            }
+            let all = EngineId::parse_list_in(&["all".into()], pmdk).unwrap();
+            assert_eq!(all.contains(&EngineId::Pmdk), pmdk);
+            assert_eq!(EngineId::baselines_in(pmdk).contains(&EngineId::Pmdk), pmdk);
+            assert_eq!(all, EngineId::available_in(pmdk));
+        }
         // The file-store engines: named after the protocol, run on request only.
         let file: Vec<EngineId> = EngineId::parse_list(&[
             "paged-journal-file,PAGED-WAL-FILE".into(),

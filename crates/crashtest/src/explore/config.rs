@@ -15,6 +15,10 @@ use std::time::Duration;
 /// A progress callback.
 pub type ProgressFn = Arc<dyn Fn(&Progress) + Send + Sync>;
 
+/// A mutation check's excuse for a site (its key, followed by ` [recovery only]` for a site
+/// only recoveries reach): `Some(reason)` if its mutated run is not needed (`Config::excused`).
+pub type ExcuseFn = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
 /// Exploration settings.
 #[derive(Clone)]
 pub struct Config {
@@ -64,13 +68,32 @@ pub struct Config {
     pub drop_sites: Vec<String>,
     /// How long one recovery plus check may take.
     pub watchdog: Duration,
+    /// The watchdog of the mutation check's mutated runs (at most `watchdog`). A dropped
+    /// persist often shows as a recovery that hangs (a lock word left held); a healthy
+    /// recovery of the project's targets takes milliseconds, so a few seconds tell the hang
+    /// without waiting the full watchdog once per such site.
+    pub mutant_watchdog: Duration,
+    /// Sites of a mutation check whose mutated run is not made, with the reason: the caller
+    /// (a test) accepts them undetected in any case, because another target or test shows
+    /// them needed, so their runs cannot change its verdict. The target's own benign sites
+    /// are excused too when this is set. `None` (the default, and `ferrite crashtest
+    /// --mutate`): every site is run. Reported as `MutationOutcome::Excused`.
+    pub excused: Option<ExcuseFn>,
+    /// Make the mutated runs of excused sites anyway (`excused` then only labels nothing:
+    /// every site gets its run and its real outcome). Default: the environment variable
+    /// `FERRITE_CRASHTEST_RUN_EXCUSED` set to `1`; the long tier (`scripts/long.sh`) sets it,
+    /// so the sites CI's tests excuse are still run, and their excuses kept honest.
+    pub run_excused: bool,
     /// Where failures are saved.
     pub out_dir: PathBuf,
     /// Write every image to `<current_dir>/<target>-current` before recovering it, so that a
-    /// process-killing crash in recovery leaves the image behind. Default: a per-process
-    /// directory in `/dev/shm` (RAM: saving every image to a disk would dominate the run).
+    /// process-killing crash in recovery leaves the image behind. Off by default: writing
+    /// and removing every image was two fifths of a bounded run's time, almost all of it in
+    /// the kernel (`docs/design/crash-testing.md` §6); `ferrite crashtest` turns it on, and a
+    /// run is reproducible from its seed, so a test whose process died is rerun there.
     pub save_each: bool,
-    /// Where the current image is written (see `save_each`).
+    /// Where the current image is written (see `save_each`). Default: a per-process
+    /// directory in `/dev/shm` (RAM: saving every image to a disk would dominate the run).
     pub current_dir: PathBuf,
     /// Stop at the first failure.
     pub stop_at_first_failure: bool,
@@ -123,8 +146,11 @@ impl Default for Config {
             corrupt_samples: 0,
             drop_sites: Vec::new(),
             watchdog: Duration::from_secs(30),
+            mutant_watchdog: Duration::from_secs(5),
+            excused: None,
+            run_excused: std::env::var("FERRITE_CRASHTEST_RUN_EXCUSED").is_ok_and(|v| v == "1"),
             out_dir: std::env::temp_dir().join("ferrite-crashtest"),
-            save_each: true,
+            save_each: false,
             current_dir: {
                 let shm = Path::new("/dev/shm");
                 let root = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };

@@ -64,7 +64,7 @@ mod mutation;
 mod nested;
 mod report;
 
-pub use config::{Config, Progress, ProgressFn};
+pub use config::{Config, ExcuseFn, Progress, ProgressFn};
 pub use executor::replay;
 pub use mutation::{MutationOutcome, MutationReport, mutate, names_site};
 pub use report::{Failure, KeyStats, Report, SiteStats, Stop, Verdict};

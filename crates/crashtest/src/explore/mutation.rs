@@ -3,7 +3,11 @@
 //! # Invariants
 //! - A site is `Detected` only if a run with that site dropped failed (a target that is not
 //!   reproducible gets up to `UNREPRODUCIBLE_ATTEMPTS` such runs); `Benign` only with the
-//!   target's written reason; everything else is `Undetected`.
+//!   target's written reason; `Excused` only without a run, when the caller's
+//!   `Config::excused` names it or names nothing and the target calls it benign (and
+//!   `Config::run_excused` is off); everything else is `Undetected`.
+//! - A mutated run gives up on a recovery after `Config::mutant_watchdog` (a hang there is
+//!   what many dropped persists cause; a false hang could only make a site look detected).
 //!
 //! # Concurrency
 //! The unmutated run comes first; the mutated runs (one per site) are independent ordinary
@@ -27,6 +31,10 @@ pub enum MutationOutcome {
     Detected,
     /// Not detected, and the target explains why that is fine.
     Benign(String),
+    /// Not run: the check was told (`Config::excused`) that this site's outcome cannot change
+    /// its verdict (a benign site of the target, or a site the caller accepts undetected
+    /// because another target or test shows it needed), with the reason.
+    Excused(String),
     /// Not run: in the unmutated run no flush or fence at this site changed what is durable
     /// (every line it wrote back already held that content), so dropping it cannot change
     /// any image of this workload. The persist may still matter to a workload that makes it
@@ -60,6 +68,7 @@ impl MutationReport {
                     o,
                     MutationOutcome::Detected
                         | MutationOutcome::Benign(_)
+                        | MutationOutcome::Excused(_)
                         | MutationOutcome::NoEffect
                 )
             })
@@ -91,6 +100,9 @@ impl fmt::Display for MutationReport {
             match o {
                 MutationOutcome::Detected => writeln!(f, "  detected   {site}{at}")?,
                 MutationOutcome::Benign(why) => writeln!(f, "  benign     {site}{at}: {why}")?,
+                MutationOutcome::Excused(why) => {
+                    writeln!(f, "  excused    {site}{at}: not run: {why}")?
+                }
                 MutationOutcome::NoEffect => writeln!(
                     f,
                     "  no-effect  {site}{at}: every flush and fence there left the durable image unchanged in this workload"
@@ -209,6 +221,20 @@ fn mutated_run<T: Target>(
     if stats.effective == 0 {
         return MutationOutcome::NoEffect;
     }
+    // Benign patterns match the site key, followed by ` [recovery only]` for a site only
+    // recoveries reach (so a pattern can excuse the recovery-only site of a rule without
+    // excusing the workload's).
+    let matched =
+        if stats.recovery_only() { format!("{site} [recovery only]") } else { site.to_owned() };
+    let benign = target.benign_sites().iter().find(|(pat, _)| names_site(pat, &matched));
+    if let Some(excuse) = cfg.excused.as_ref().filter(|_| !cfg.run_excused) {
+        if let Some(why) = excuse(&matched) {
+            return MutationOutcome::Excused(why);
+        }
+        if let Some((_, why)) = benign {
+            return MutationOutcome::Excused(format!("benign: {why}"));
+        }
+    }
     // A mutated run does not write every image out before recovering it (`save_each` is
     // for diagnosing a recovery that kills the process; it was a tenth of a mutation
     // check's profile); its failures are saved as usual.
@@ -216,6 +242,7 @@ fn mutated_run<T: Target>(
         drop_sites: vec![site.to_owned()],
         progress: None,
         save_each: false,
+        watchdog: cfg.watchdog.min(cfg.mutant_watchdog),
         out_dir: cfg.out_dir.join(format!("mutant-{i}")),
         current_dir: cfg.current_dir.join(format!("mutant-{i}")),
         ..cfg.clone()
@@ -244,16 +271,9 @@ fn mutated_run<T: Target>(
         };
         r = explore(target.clone(), &again);
     }
-    // Benign patterns match the site key, followed by ` [recovery only]` for a site only
-    // recoveries reach (so a pattern can excuse the recovery-only site of a rule without
-    // excusing the workload's).
-    let matched =
-        if stats.recovery_only() { format!("{site} [recovery only]") } else { site.to_owned() };
     if r.failed() {
         MutationOutcome::Detected
-    } else if let Some((_, why)) =
-        target.benign_sites().iter().find(|(pat, _)| names_site(pat, &matched))
-    {
+    } else if let Some((_, why)) = benign {
         MutationOutcome::Benign((*why).to_owned())
     } else if let Verdict::Stopped(s) = r.verdict() {
         MutationOutcome::Unchecked(s)

@@ -7,6 +7,8 @@
 // Each test binary compiles this module and uses a part of it.
 #![allow(dead_code)]
 
+use std::sync::Arc;
+
 use ferrite_crashtest::{Config, MutationOutcome, MutationReport, find};
 use ferrite_pmem::internals::testing::TestDir;
 
@@ -39,15 +41,47 @@ pub fn mutate_with(name: &str, dir: &str, tweak: impl FnOnce(&mut Config)) -> Mu
     m
 }
 
+/// [`mutate_with`] whose mutation check makes no mutated run for the target's benign sites
+/// nor for the sites `excused` names (each a site the test accepts undetected because another
+/// target or test shows it needed; it must be among those [`assert_every_site_needed`]'s
+/// `elsewhere` accepts): their outcome cannot change the test's verdict, and each such run
+/// explores the whole workload. `ferrite crashtest NAME --mutate` (the long tier) runs them.
+pub fn mutate_excusing(
+    name: &str,
+    dir: &str,
+    excused: impl Fn(&str) -> bool + Send + Sync + 'static,
+    tweak: impl FnOnce(&mut Config),
+) -> MutationReport {
+    mutate_with(name, dir, |cfg| {
+        cfg.excused = Some(excuse(excused));
+        tweak(cfg);
+    })
+}
+
+/// The mutation check's excuse for the sites `excused` names (see [`mutate_excusing`]).
+pub fn excuse(
+    excused: impl Fn(&str) -> bool + Send + Sync + 'static,
+) -> ferrite_crashtest::ExcuseFn {
+    Arc::new(move |site: &str| {
+        excused(site)
+            .then(|| "accepted undetected here: another target or test shows it needed".into())
+    })
+}
+
 /// Every site was detected, explained as benign, or without effect; a site for which
-/// `elsewhere` holds may also be undetected (the test says which other target detects it).
+/// `elsewhere` holds may also be undetected, or excused from its mutated run (the test says
+/// which other target detects it). A site excused but not accepted by `elsewhere` fails.
 pub fn assert_every_site_needed(m: &MutationReport, elsewhere: impl Fn(&str) -> bool) {
     for (s, o) in &m.sites {
+        let benign_excuse =
+            matches!(o, MutationOutcome::Excused(why) if why.starts_with("benign: "));
         assert!(
             matches!(
                 o,
                 MutationOutcome::Detected | MutationOutcome::Benign(_) | MutationOutcome::NoEffect
-            ) || (elsewhere(s) && *o == MutationOutcome::Undetected),
+            ) || benign_excuse
+                || (elsewhere(s)
+                    && matches!(o, MutationOutcome::Undetected | MutationOutcome::Excused(_))),
             "{s}: {o:?}\n{m}"
         );
     }
