@@ -20,6 +20,12 @@
 //!   a double insert of one `(key, row)` is a no-op ([`Index::insert`]).
 //! - W4: `wm <= hold <= rows.len()`; the rebuild (workers and helpers alike) never passes
 //!   `hold` (a test hook; `rows.len()` normally).
+//! - W5 (the test hook `wait_held`): a job is *parked* once a worker met its hold and put it in
+//!   the held list; `wait_held` returns only when every job not ended is parked (none ready,
+//!   none in a worker's hand) or no worker is left to run one. Reaching `wm >= hold` is not
+//!   enough: at hold 0 it holds from the start, and a worker that takes a job after the test
+//!   released the hold runs it to completion out of the ranked order (seen as a flaky ranking
+//!   test under load, 2026-12-02).
 //!
 //! # Ordering
 //! None: everything here is DRAM and rebuilt again by the next open; no PM is written.
@@ -200,11 +206,15 @@ struct Job {
     generation: u64,
 }
 
-/// The jobs not taken by a worker.
+/// The jobs not taken by a worker, and how many are in a worker's hand.
 #[derive(Debug, Default)]
 struct Queue {
     ready: VecDeque<Job>,
     held: Vec<Job>,
+    /// Jobs taken from `ready` and not yet parked in `held` or ended (W5).
+    in_hand: usize,
+    /// Worker threads still running their loop (W5).
+    workers: usize,
 }
 
 /// The state the workers share with the store.
@@ -319,14 +329,23 @@ impl Rebuild {
         let mut handles = lock(&rb.threads);
         for i in 0..threads {
             let w = Arc::clone(&rb);
-            let spawned = std::thread::Builder::new()
-                .name(format!("sofort-rebuild-{i}"))
-                .spawn(move || w.work(i));
+            // Counted before it starts, so that `wait_held` never sees it gone before it ran.
+            lock(&rb.queue).workers += 1;
+            let spawned =
+                std::thread::Builder::new().name(format!("sofort-rebuild-{i}")).spawn(move || {
+                    w.work(i);
+                    lock(&w.queue).workers -= 1;
+                    let _st = lock(&w.state);
+                    w.cv.notify_all();
+                });
             match spawned {
                 Ok(h) => handles.push(h),
                 // No thread: the jobs left are run by the threads that started, or (none
                 // started) by the caller of `wait`.
-                Err(_) => break,
+                Err(_) => {
+                    lock(&rb.queue).workers -= 1;
+                    break;
+                }
             }
         }
         drop(handles);
@@ -370,13 +389,18 @@ impl Rebuild {
                 q.ready.extend(held);
                 continue;
             };
-            if self.run(&mut job) {
-                lock(&self.queue).held.push(job);
-                // Tell waiters (a test waiting for every job to reach its hold); under the
-                // state lock, so a waiter between its check and its wait cannot miss it.
-                let _st = lock(&self.state);
-                self.cv.notify_all();
+            let held = self.run(&mut job);
+            {
+                let mut q = lock(&self.queue);
+                if held {
+                    q.held.push(job);
+                }
+                q.in_hand -= 1;
             }
+            // Tell waiters (a test waiting for every job to be parked, W5); under the state
+            // lock, so a waiter between its check and its wait cannot miss it.
+            let _st = lock(&self.state);
+            self.cv.notify_all();
         }
     }
 
@@ -413,14 +437,20 @@ impl Rebuild {
             Some(true) => self.inner.restart.with(|p| p.ranker.next_to_rebuild(usize::MAX)),
             Some(false) => self.inner.restart.with(|p| p.ranker.next_unranked(usize::MAX)),
         };
+        let mut job = None;
         if let Some(order) = order {
             for id in order {
                 if let Some(at) = q.ready.iter().position(|j| j.slot == id) {
-                    return q.ready.remove(at);
+                    job = q.ready.remove(at);
+                    break;
                 }
             }
         }
-        q.ready.pop_front()
+        let job = job.or_else(|| q.ready.pop_front());
+        if job.is_some() {
+            q.in_hand += 1;
+        }
+        job
     }
 
     /// Whether worker `worker` goes on (adaptive allocation, `adaptive::Allocator`). The
@@ -536,8 +566,9 @@ impl Rebuild {
         self.cv.notify_all();
     }
 
-    /// Test hook: waits until every job is complete or held at its hold (W4), so a test sees
-    /// the watermarks it asked for.
+    /// Test hook: waits until every job is complete or held at its hold (W4) and parked (W5),
+    /// so a test sees the watermarks it asked for and a release of the hold finds every job
+    /// parked.
     pub fn wait_held(&self) {
         let all_held = || {
             self.inner.all_tables().iter().all(|t| {
@@ -547,10 +578,20 @@ impl Rebuild {
                 })
             })
         };
+        let parked = || {
+            let q = lock(&self.queue);
+            q.in_hand == 0 && (q.ready.is_empty() || q.workers == 0)
+        };
         let mut st = lock(&self.state);
-        while st.running > 0 && !all_held() {
+        while st.running > 0 && !(all_held() && parked()) {
             st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
         }
+    }
+
+    /// Test hook: how many jobs are parked at their hold (W5).
+    #[cfg(test)]
+    pub(super) fn parked(&self) -> usize {
+        lock(&self.queue).held.len()
     }
 
     /// Stops the workers at their next batch and joins them (the indexes left pending stay

@@ -208,6 +208,29 @@ fn a_ranked_rebuild_serves_the_restart_workload_first() {
     st.close().expect("close");
 }
 
+/// Regression (2026-12-02): `wait_rebuild_held` returned as soon as every index's watermark
+/// had reached its hold, which at hold 0 is true from the start, before the worker had parked
+/// a job. A test that then released the hold raced the worker: the job in its hand ran to
+/// completion first, whatever the ranking said, so the two ranking tests (here and in
+/// `tests_past.rs`) failed now and then when the machine was loaded (twice in one run of the
+/// workspace under cargo-nextest). Now it returns once every job is parked (W5 in
+/// `rebuild.rs`): before the fix this failed on its first round.
+#[test]
+fn wait_rebuild_held_returns_with_every_job_parked() {
+    let dir = TestDir::new("sofort-held-parked");
+    let path = populated(&dir, 50);
+    for round in 0..20 {
+        let strategy: adaptive::Strategy = "rk.Q1.R1".parse().expect("label");
+        let st = open(&path, RecoveryOptions { strategy: Some(strategy), ..instant(Some(0)) });
+        st.wait_rebuild_held();
+        let rb = st.rebuild.as_ref().expect("an instant open rebuilds");
+        assert_eq!(rb.0.parked(), 2, "round {round}: both jobs parked at hold 0");
+        st.set_rebuild_hold(None);
+        assert!(st.wait_rebuilt().complete);
+        st.close().expect("close");
+    }
+}
+
 /// The same without restart statements: the tie goes to the lower id (the primary key), so
 /// the order above is the restart workload's doing.
 #[test]
