@@ -298,7 +298,11 @@ impl Transaction {
     }
 
     /// Commits and returns once the transaction is durable. On `Err` nothing was committed;
-    /// `Conflict` and `Busy` are retryable.
+    /// `Conflict` and `Busy` are retryable. A step that fails **after** the commit point (an
+    /// automatic checkpoint of the paged WAL or NVWAL, FASH's checkpoint, SOFORT's
+    /// finalization) does not turn the commit into an `Err`: the transaction did commit, so
+    /// `commit` returns `Ok`, logs the failure (`tracing`, level error) and poisons the
+    /// database handle: later calls return `Poisoned`, and reopening finishes the step.
     pub fn commit(self) -> Result<()> {
         self.finish(CommitMode::Durable).map(drop)
     }

@@ -284,3 +284,65 @@ fn the_file_store_injects_the_sync_latency_per_sync() {
     let d = Counters::snapshot() - before;
     assert_eq!((d.syncs, d.injected_ns), (1, D), "NVWAL: the checkpoint at close");
 }
+
+/// Regression ([R2] item 6): a reader that began while a commit was running registered with
+/// the old meta page after the commit had chosen which old page images to keep for open
+/// readers, so it kept none for it; once the commit ended, the reader read the new pages
+/// through the old meta: a torn snapshot, or `Corrupted("reference to a page outside the
+/// snapshot")` when the commit grew the file. A slow sync (the block files' emulated sync
+/// latency, 5 ms) keeps each commit open long enough for a reader thread that begins read
+/// transactions in a loop to start many of them inside it; every one must see one whole
+/// snapshot: the rows before the commit or after it. Threads meet by a barrier and a flag.
+#[test]
+fn readers_begun_during_a_slow_commit_see_whole_snapshots() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const BATCH: i64 = 150;
+    for p in [PagedProtocol::Journal, PagedProtocol::Wal] {
+        let dir = TestDir::new("paged-read-mid-commit");
+        let path = dir.path().join("db");
+        let opts =
+            Options::new().engine(kind(p)).pmem(small_segments().sync_latency_ns(5_000_000)).paged(
+                PagedConfig { store: PagedStore::File, cache_pages: 16, ..PagedConfig::default() },
+            );
+        let db = Database::create(&path, opts).unwrap();
+        with_rows(&db, 0..10);
+        for round in 0..4i64 {
+            let before = (10 + round * BATCH) as usize;
+            let barrier = std::sync::Barrier::new(2);
+            let done = AtomicBool::new(false);
+            let seen = std::thread::scope(|s| {
+                s.spawn(|| {
+                    let mut tx = db.begin().unwrap();
+                    for k in before as i64..before as i64 + BATCH {
+                        tx.insert("t", row![k, format!("v{k}")]).unwrap();
+                    }
+                    barrier.wait();
+                    tx.commit().unwrap();
+                    done.store(true, Ordering::Release);
+                });
+                let reader = s.spawn(|| {
+                    barrier.wait();
+                    let mut seen = Vec::new();
+                    loop {
+                        let last = done.load(Ordering::Acquire);
+                        let mut r = db.begin_read().unwrap();
+                        let rows = r.scan("t", &Scan::primary());
+                        let n = rows.map(|v| v.len());
+                        assert!(
+                            matches!(n, Ok(n) if n == before || n == before + BATCH as usize),
+                            "{p:?} round {round}: a reader saw {n:?} rows (before {before}, after {})",
+                            before + BATCH as usize
+                        );
+                        seen.push(n.unwrap_or(0));
+                        if last {
+                            return seen;
+                        }
+                    }
+                });
+                reader.join().unwrap()
+            });
+            assert_eq!(seen.last(), Some(&(before + BATCH as usize)), "{p:?}: the last read");
+        }
+        db.close().unwrap();
+    }
+}

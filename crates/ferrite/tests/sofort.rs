@@ -350,3 +350,27 @@ fn check_summarises_a_sound_database() {
         .expect("reference");
     assert!(reference.check().expect("reference").starts_with("reference:"));
 }
+
+/// Regression ([R2] item 9): `close` with a transaction still open took the store out of
+/// the engine before it found the transaction, then returned `InvalidArgument` with the store
+/// half closed: the open transaction's commit failed ("the database is closed"), its writes
+/// were lost, and nothing closed the pool cleanly (the next open recovered as after a crash).
+/// Now `close` refuses with everything left open: the transaction commits, and when it is
+/// dropped (the engine's last handle) the store closes cleanly.
+#[test]
+fn close_with_an_open_transaction_refuses_and_leaves_the_database_open() {
+    let (_dir, path) = populated("sofort-close-live", 1 << 20);
+    let db = Database::open(&path, options(1 << 20)).expect("open");
+    let mut tx = db.begin().expect("begin");
+    tx.insert("kv", row![500i64, value(500)]).expect("insert");
+    let err = db.close().unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    assert!(err.to_string().contains("still open"), "{err}");
+    tx.insert("kv", row![501i64, value(501)]).expect("the transaction goes on");
+    tx.commit().expect("commit after the refused close");
+    let db = Database::open(&path, options(1 << 20)).expect("reopen");
+    let r = db.recovery_report().expect("a report");
+    assert!(r.clean_shutdown, "closed cleanly when the last transaction ended: {r:?}");
+    assert_eq!(r.live_rows, 42, "{r:?}");
+    db.close().expect("close");
+}

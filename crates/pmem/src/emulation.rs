@@ -187,6 +187,21 @@ impl Latency {
     pub fn is_active(&self) -> bool {
         self.barrier_ns != 0 || self.line_ns != 0 || self.bandwidth_mbps != 0
     }
+
+    /// The fixed and per-line delay of a fence after `lines` flushed lines, ns. Saturating:
+    /// absurd settings give an absurdly long wait, never an overflow panic.
+    fn fixed_ns(&self, lines: u64) -> u64 {
+        self.barrier_ns.saturating_add(lines.saturating_mul(self.line_ns))
+    }
+
+    /// The device time of a fence's `lines` flushed lines and `nt` non-temporal bytes under
+    /// the bandwidth cap, ns (`None`: no cap, or nothing written). Saturating, as above.
+    fn device_ns(&self, lines: u64, nt: u64) -> Option<u64> {
+        let bytes = lines.saturating_mul(64).saturating_add(nt);
+        // bytes / (MB/s · 10^6 B/MB) s = bytes · 1000 / MB/s ns
+        (self.bandwidth_mbps != 0 && bytes != 0)
+            .then(|| bytes.saturating_mul(1000) / self.bandwidth_mbps)
+    }
 }
 
 /// The per-pool emulator (see the module docs).
@@ -215,9 +230,9 @@ impl Emulator {
     /// Records `lines` flushed and `nt_bytes` stored non-temporally by this thread.
     #[inline]
     pub fn note(&self, lines: u64, nt_bytes: u64) {
-        let _ = PENDING_LINES.try_with(|c| c.set(c.get() + lines));
+        let _ = PENDING_LINES.try_with(|c| c.set(c.get().saturating_add(lines)));
         if nt_bytes != 0 {
-            let _ = PENDING_NT.try_with(|c| c.set(c.get() + nt_bytes));
+            let _ = PENDING_NT.try_with(|c| c.set(c.get().saturating_add(nt_bytes)));
         }
     }
 
@@ -226,21 +241,20 @@ impl Emulator {
         let lines = PENDING_LINES.try_with(|c| c.replace(0)).unwrap_or(0);
         let nt = PENDING_NT.try_with(|c| c.replace(0)).unwrap_or(0);
         let l = &self.latency;
-        let fixed_ns = l.barrier_ns + lines * l.line_ns;
+        let fixed_ns = l.fixed_ns(lines);
         let c = &self.clock;
         // SFENCE does not stop later non-store instructions: without this the spin would
         // overlap the real write-back instead of adding to it.
         arch::mfence();
         let start = now_ticks(c);
-        let mut deadline = start + ns_to_ticks(c, fixed_ns).saturating_sub(c.overshoot_ticks);
+        let mut deadline =
+            start.saturating_add(ns_to_ticks(c, fixed_ns).saturating_sub(c.overshoot_ticks));
         let mut extra_ns = 0;
-        let bytes = lines * 64 + nt;
-        if l.bandwidth_mbps != 0 && bytes != 0 {
-            // bytes / (MB/s · 10^6 B/MB) s = bytes · 1000 / MB/s ns
-            let dur = ns_to_ticks(c, bytes * 1000 / l.bandwidth_mbps);
+        if let Some(device_ns) = l.device_ns(lines, nt) {
+            let dur = ns_to_ticks(c, device_ns);
             let mut old = self.device_free_at.load(Ordering::Relaxed);
             let end = loop {
-                let new = old.max(start) + dur;
+                let new = old.max(start).saturating_add(dur);
                 match self.device_free_at.compare_exchange_weak(
                     old,
                     new,
@@ -257,6 +271,29 @@ impl Emulator {
             }
         }
         spin_until(c, deadline);
-        counters::add_injected(fixed_ns + extra_ns);
+        counters::add_injected(fixed_ns.saturating_add(extra_ns));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Latency;
+
+    /// Regression ([R2] item 9): a fence computed `barrier_ns + lines · line_ns` and
+    /// `(lines · 64 + nt) · 1000` unchecked, so absurd settings (a line latency near
+    /// `u64::MAX`, or a huge count of non-temporal bytes under a bandwidth cap) panicked on
+    /// overflow inside `Space::fence` in every build with overflow checks (tests, the CI
+    /// profile). The delays now saturate; ordinary settings give the exact figures.
+    #[test]
+    fn fence_delays_saturate_and_are_exact_otherwise() {
+        let absurd = Latency { barrier_ns: u64::MAX - 1, line_ns: u64::MAX / 2, bandwidth_mbps: 1 };
+        assert_eq!(absurd.fixed_ns(3), u64::MAX);
+        assert_eq!(absurd.device_ns(u64::MAX, u64::MAX), Some(u64::MAX));
+        let l = Latency { barrier_ns: 100, line_ns: 10, bandwidth_mbps: 2_000 };
+        assert_eq!(l.fixed_ns(4), 140);
+        // 4 lines + 64 NT bytes = 320 bytes at 2,000 MB/s: 160 ns.
+        assert_eq!(l.device_ns(4, 64), Some(160));
+        assert_eq!(l.device_ns(0, 0), None);
+        assert_eq!(Latency { bandwidth_mbps: 0, ..l }.device_ns(4, 0), None);
     }
 }

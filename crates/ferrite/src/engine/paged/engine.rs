@@ -343,6 +343,13 @@ impl Engine for Paged {
             return Err(SchemaError::TableExists(name).into());
         }
         let mut w = self.shared.pager.begin_write()?;
+        // Checked again under the writer lock, in the catalog tree itself: the check above
+        // is only a fast refusal, and another thread's create of the same name may have
+        // committed between it and the lock (its in-memory entry may not be in yet either).
+        let catalog = BTree::open(w.meta().catalog_root);
+        if catalog.get(&w, name.as_bytes())?.is_some() {
+            return Err(SchemaError::TableExists(name).into());
+        }
         let limit = BTree::limits(&w).max_key;
         if name.len() > limit {
             return Err(Error::InvalidArgument(format!(
@@ -357,7 +364,11 @@ impl Engine for Paged {
         }
         let e = CatalogEntry { table, root, index_roots };
         let value = rows::encode_entry(&e)?;
-        BTree::open(w.meta().catalog_root).insert(&mut w, name.as_bytes(), &value)?;
+        if !catalog.insert(&mut w, name.as_bytes(), &value)? {
+            // Not reachable under the writer lock after the check above; refused all the same
+            // rather than committing trees no catalog entry reaches.
+            return Err(SchemaError::TableExists(name).into());
+        }
         let seq = w.commit()?;
         let mut cat = self.shared.catalog.write().map_err(|_| Error::Poisoned)?;
         cat.insert(name, Arc::new(Entry::from(e, seq)));

@@ -22,7 +22,9 @@
 //!   number, while a reader with an older snapshot is open; a reader takes the oldest image
 //!   replaced after its snapshot, else the committed page.
 //! - G5: after a failed commit the pager is poisoned: every later call returns `Poisoned`
-//!   until the database is reopened (and recovered).
+//!   until the database is reopened (and recovered). A commit whose batch reached its commit
+//!   point returns `Ok` even when a later step failed (an automatic checkpoint): it is
+//!   committed and durable, and only the handle is poisoned ([R2]).
 //! - G6 (cache): an image in the DRAM cache of committed pages is the page's latest committed
 //!   image. A read that misses fills it while holding the protocol shared; a commit, holding
 //!   it exclusively, replaces the images of the pages it changed (and adds them while there is
@@ -432,6 +434,14 @@ impl Pager {
     /// Starts a reader of the last commit's snapshot (G4).
     pub(crate) fn begin_read(self: &Arc<Self>) -> Result<ReadView> {
         self.check()?;
+        // Registered under the protocol lock, shared: a commit holds it exclusively from the
+        // moment it picks the images open readers need (G4) until it publishes its meta, so
+        // a reader never registers in between. One that did got the old meta and none of the
+        // old images, and read the new pages through it: a torn snapshot, or `Corrupted`
+        // ("reference to a page outside the snapshot") when the commit grew the file ([R2];
+        // regression test in `tests/engines_paged.rs`). It waits for such a commit, as every
+        // page read does (G6).
+        let _commits = self.protocol()?;
         let mut st = self.state()?;
         let seq = st.meta.seq;
         *st.readers.entry(seq).or_default() += 1;
@@ -676,7 +686,7 @@ impl WriteView {
             let images: Vec<(PageNo, &[u8])> = pages.iter().map(|(n, p)| (*n, &p[..])).collect();
             let spare = spare_pages(size, &committed_free);
             let started = std::time::Instant::now();
-            proto.commit(&Batch {
+            let after = proto.commit(&Batch {
                 pages: &images,
                 pages_before: self.meta.page_count,
                 spare: &spare,
@@ -699,11 +709,27 @@ impl WriteView {
             st.meta = meta;
             st.free = std::mem::take(&mut self.free);
             trim(&mut st);
-            Ok(meta.seq)
+            Ok((meta.seq, after))
         })();
-        if result.is_err() {
-            pager.poisoned.store(true, Ordering::Release);
-        }
+        // G5, and [R2]: a step after the commit point that failed poisons the handle, but
+        // the commit stands and is reported as done (the next open finishes the step).
+        let result = match result {
+            Ok((seq, None)) => Ok(seq),
+            Ok((seq, Some(e))) => {
+                tracing::error!(
+                    error = %e,
+                    seq,
+                    "paged commit: a step after the commit point failed; the transaction is \
+                     committed, the handle is poisoned until the database is reopened"
+                );
+                pager.poisoned.store(true, Ordering::Release);
+                Ok(seq)
+            }
+            Err(e) => {
+                pager.poisoned.store(true, Ordering::Release);
+                Err(e)
+            }
+        };
         self.done = true;
         pager.writer.store(false, Ordering::Release);
         result

@@ -570,3 +570,52 @@ fn every_page_size_works() {
         assert_eq!(p.free_count() + 1, p.page_count(), "{size}");
     }
 }
+
+/// Regression ([R2] item 5): a failure after the commit point (WAL's and NVWAL's automatic
+/// checkpoint, FASH's checkpoint of every logged commit) made the pager's commit return that
+/// error, although the batch was durable and the next open recovered it: an application told
+/// "not committed" that retried applied the transaction twice. Before the fix the commit
+/// here returned `Err(PoolFull)` under each of the three protocols; now it returns `Ok`, the
+/// handle is poisoned (G5), and the reopened pager holds the commit.
+#[test]
+fn a_checkpoint_that_fails_after_the_commit_point_leaves_a_successful_commit() {
+    use super::protocol::{FAIL_CHECKPOINTS, nvwal::Nvwal};
+    use super::store::log::LogFile;
+    use crate::options::NvwalSync;
+    let size = PageSize::new(PAGE).unwrap();
+    for name in ["wal", "nvwal", "fash"] {
+        let dir = TestDir::new("paged-ckpt-fails");
+        let path = dir.join("db");
+        let protocol = |create: bool| match name {
+            "wal" => test_protocol(&path, create, PAGE, Some(1)),
+            "nvwal" => {
+                let (files, store) = super::store::test_store(&path, create, PAGE);
+                Protocol::Nvwal(Nvwal::new(store, LogFile::Pm(files), 1, NvwalSync::Eager).unwrap())
+            }
+            _ => {
+                let (_, store) = super::store::test_store(&path, create, PAGE);
+                Protocol::Fash(Fash::new(store, false, false).unwrap())
+            }
+        };
+        let pager = Pager::create(protocol(true), size).unwrap();
+        let mut w = pager.begin_write().unwrap();
+        let t = BTree::create(&mut w).unwrap();
+        assert!(t.insert(&mut w, b"a", b"first").unwrap());
+        w.commit().unwrap();
+        let mut w = pager.begin_write().unwrap();
+        assert!(t.insert(&mut w, b"b", b"second").unwrap());
+        FAIL_CHECKPOINTS.with(|f| f.set(true));
+        let committed = w.commit();
+        FAIL_CHECKPOINTS.with(|f| f.set(false));
+        assert!(committed.is_ok(), "{name}: the commit point was reached: {committed:?}");
+        assert!(
+            matches!(pager.begin_write(), Err(Error::Poisoned)),
+            "{name}: the failed checkpoint poisons the handle"
+        );
+        drop(pager);
+        let pager = Pager::open(protocol(false)).unwrap();
+        let r = pager.begin_read().unwrap();
+        assert_eq!(t.get(&r, b"a").unwrap().as_deref(), Some(&b"first"[..]), "{name}");
+        assert_eq!(t.get(&r, b"b").unwrap().as_deref(), Some(&b"second"[..]), "{name}");
+    }
+}

@@ -348,9 +348,21 @@ impl Engine for Sofort {
     }
 
     fn close(&self) -> Result<()> {
-        let store = self.store.write().map_err(|_| Error::Poisoned)?.take();
-        match store {
+        let mut g = self.store.write().map_err(|_| Error::Poisoned)?;
+        // Refused with everything left open while transactions are (no new one can begin
+        // while the lock is held): the store stays usable by them, and closes cleanly when
+        // the engine's last handle, theirs, is dropped. Taking it first, as before, closed it
+        // half way (regression test in `tests/sofort.rs`).
+        if g.as_ref().is_some_and(SofortStore::in_use) {
+            return Err(Error::InvalidArgument(
+                "transactions of the database are still open: end them first (the database \
+                 closes when the last of them is dropped)"
+                    .into(),
+            ));
+        }
+        match g.take() {
             Some(s) => {
+                drop(g);
                 self.forget_tables();
                 s.close().map_err(|e| map_err(e, ""))
             }

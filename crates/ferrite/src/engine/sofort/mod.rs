@@ -77,8 +77,10 @@ pub enum SofortError {
     #[error(transparent)]
     Storage(#[from] StorageError),
 
-    /// Every transaction slot is taken. Retryable: a slot frees when any transaction ends
-    /// (maps to `Error::Busy`, not to a storage error: nothing is wrong with the store).
+    /// Every transaction slot is taken, or a read waited `txn::LOCK_WAIT` for another
+    /// transaction's commit to resolve a lock. Retryable: a slot frees when any transaction
+    /// ends, a commit finishes (maps to `Error::Busy`, not to a storage error: nothing is wrong
+    /// with the store).
     #[error("busy: {0}")]
     Busy(String),
 
@@ -235,21 +237,26 @@ impl SofortStore {
         }
     }
 
+    /// Whether transactions or other handles of the store are open (then `close` refuses).
+    /// A caller that must not lose the store on a refusal asks first: `close` consumes it.
+    pub fn in_use(&self) -> bool {
+        // This handle's reference, and the rebuild's (its workers reach the store through it).
+        let ours = 1 + usize::from(self.rebuild.is_some());
+        Arc::strong_count(&self.inner) != ours
+            || self.rebuild.as_ref().is_some_and(|rb| Arc::strong_count(rb) != 1)
+    }
+
     /// Makes every finalization durable and closes the pool set cleanly (P-SOF-11). Errors:
     /// `InvalidArgument` while transactions or other handles are open (nothing is closed).
     /// An unfinished index rebuild is stopped (nothing of it is persistent).
     pub fn close(self) -> SofortResult<()> {
-        let SofortStore { inner, rebuild } = self;
-        // This handle's reference, and the rebuild's (its workers reach the store through it).
-        let ours = 1 + usize::from(rebuild.is_some());
-        if Arc::strong_count(&inner) != ours
-            || rebuild.as_ref().is_some_and(|rb| Arc::strong_count(rb) != 1)
-        {
+        if self.in_use() {
             return Err(StorageError::InvalidArgument(
                 "transactions or other handles of the store are still open".into(),
             )
             .into());
         }
+        let SofortStore { inner, rebuild } = self;
         drop(rebuild); // stops and joins the workers, releasing their reference
         // The past workload is advisory: a failed write does not keep the store open.
         let _ = inner.past.persist(&inner.pm); // ORDER(P-SOF-50): the block's write persists its copy, then the selector (P-SOF-51)

@@ -562,6 +562,7 @@ pub(super) fn open(
         restart: Default::default(),
         past: Default::default(),
         version: head.version,
+        lock_wait_ms: AtomicU64::new(super::txn::LOCK_WAIT.as_millis() as u64),
     };
     report.duration = t0.elapsed();
     Ok((inner, report))

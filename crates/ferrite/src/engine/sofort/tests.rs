@@ -14,6 +14,7 @@ use ferrite_pmem::sim::{Event, EventKind, SimDomain};
 use ferrite_pmem::{Counters, CrashImage, ImageSpec, Options, Pick, PoolSet, SplitMix64};
 
 use super::layout::*;
+use super::pm::lock;
 use super::table::NT_MIN;
 use super::*;
 use crate::TableSchema;
@@ -90,6 +91,40 @@ fn remove(st: &SofortStore, tx: &mut TxHandle, k: i64) -> SofortResult<()> {
         tx.delete(&t, r)?;
     }
     Ok(())
+}
+
+/// Regression ([R2] item 7): a reader that meets a row locked by a transaction holding a
+/// commit timestamp at or below the reader's snapshot waits for that commit to finish. The wait
+/// was a loop of 2^24 yields that ended in `Corrupted("a lock that never resolves")`: a
+/// committer stalled that long (descheduled on a loaded machine, stopped in a debugger, on a
+/// slow medium) made a healthy store report damage. Before the fix this test's read returned
+/// `Corrupted` after the yields ran out; now the wait is bounded in time and ends in `Busy`,
+/// and the read succeeds once the commit has finished.
+#[test]
+fn a_reader_waiting_on_a_stalled_committer_is_busy_not_corrupted() {
+    let st = sim_store(4);
+    let t = st.create_table(kv_schema()).unwrap();
+    let mut w = st.begin(false).unwrap();
+    let r = w.insert(&t, &row(7, "seven", 7)).unwrap();
+    let mut reader = st.begin(true).unwrap();
+    // The writer stalls inside its commit, its commit timestamp (at or below the reader's
+    // snapshot) already taken: the state a committer is in between the slot mutex and F2.
+    lock(&st.inner.slots[w.slot as usize].info).commit_ts = reader.sts;
+    st.inner.lock_wait_ms.store(200, Ordering::Relaxed);
+    let started = std::time::Instant::now();
+    let err = reader.visible(&t, r).unwrap_err();
+    assert!(matches!(err, SofortError::Busy(_)), "{err:?}");
+    assert!(err.to_string().contains("retry"), "{err}");
+    assert!(started.elapsed() >= std::time::Duration::from_millis(200));
+    // The reader is still usable, and so is the writer: it commits, after which the row is
+    // visible to a new snapshot and the read that was `Busy` resolves.
+    lock(&st.inner.slots[w.slot as usize].info).commit_ts = INF;
+    let c = w.commit().unwrap();
+    assert!(!reader.visible(&t, r).unwrap(), "committed after the reader's snapshot");
+    let mut later = st.begin(true).unwrap();
+    assert!(later.visible(&t, r).unwrap() && c > reader.sts);
+    reader.abort();
+    later.abort();
 }
 
 #[test]
@@ -254,6 +289,34 @@ fn fence_counts_of_single_row_transactions() {
     ab.abort();
     let d = Counters::snapshot() - before;
     assert_eq!((d.fences, d.lines_flushed()), (0, 0), "read-only + abort: {d:?}");
+}
+
+/// Regression ([R2] item 5): a finalization that failed after the commit point (the commit
+/// word durable, the transaction visible) made `commit` return that error, so an application
+/// that retried on `Err` applied the transaction twice. Before the fix this commit returned
+/// `Err(Poisoned)`; now it returns its commit timestamp, the store is poisoned, and the
+/// reopened store holds the commit (recovery rolls the committed area forward).
+#[test]
+fn a_finalization_that_fails_after_the_commit_point_leaves_a_successful_commit() {
+    let dir = TestDir::new("sofort-fin-fails");
+    let path = dir.join("db");
+    let st = SofortStore::create(PoolSet::create(&path, &opts()).unwrap(), sopts(4)).unwrap();
+    st.create_table(kv_schema()).unwrap();
+    let mut tx = st.begin(false).unwrap();
+    upsert(&st, &mut tx, 1, "one", 1).unwrap();
+    super::txn::FAIL_FINALIZATION.with(|f| f.set(true));
+    let committed = tx.commit();
+    super::txn::FAIL_FINALIZATION.with(|f| f.set(false));
+    assert!(committed.is_ok(), "past the commit point: {committed:?}");
+    let after = st.begin(false).map(drop);
+    assert!(
+        matches!(after, Err(SofortError::Storage(StorageError::Poisoned))),
+        "the store is poisoned: {after:?}"
+    );
+    drop(st);
+    let (st, _) = SofortStore::open(PoolSet::open(&path, &opts()).unwrap()).unwrap();
+    assert_eq!(contents(&st).get(&1), Some(&("one".to_owned(), 1)));
+    st.close().unwrap();
 }
 
 #[test]

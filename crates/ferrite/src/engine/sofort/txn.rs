@@ -27,6 +27,7 @@ use std::collections::VecDeque;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use ferrite_pmem::sim::thread_index;
 use ferrite_pmem::{PPtr, Space};
@@ -133,6 +134,9 @@ pub(super) struct Inner {
     pub past: super::past::PastWorkload,
     /// The catalog's format version (1: descriptors without index area).
     pub version: u32,
+    /// How long a read waits for a lock to resolve, in milliseconds ([`LOCK_WAIT`]; tests
+    /// shorten it).
+    pub lock_wait_ms: AtomicU64,
 }
 
 enum LockState {
@@ -170,9 +174,62 @@ pub enum KeyState {
     Conflict,
 }
 
-const MAX_RETRIES: u32 = 1 << 24;
+#[cfg(test)]
+thread_local! {
+    /// Test hook: a commit on this thread fails its finalization (after the commit point).
+    pub(super) static FAIL_FINALIZATION: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// How long a read waits for another transaction's lock in an MVCC field to resolve (a
+/// committer that holds a commit timestamp, or a slot moving on) before it gives up with
+/// `Busy`: a commit takes microseconds, so a wait this long means the committer is stalled
+/// (descheduled, stopped in a debugger, blocked on a slow medium), not that the store is
+/// damaged. The read changed nothing and may be retried.
+pub(super) const LOCK_WAIT: Duration = Duration::from_secs(10);
+
+/// A bounded wait for a lock to resolve (see [`LOCK_WAIT`]): spins a little, then yields,
+/// and reads the clock only every so many rounds.
+struct LockWait {
+    rounds: u32,
+    started: Option<Instant>,
+    limit: Duration,
+}
+
+impl LockWait {
+    fn new(limit: Duration) -> LockWait {
+        LockWait { rounds: 0, started: None, limit }
+    }
+
+    /// Pauses before the next look at the field; `Busy` (with `what`) once the wait has
+    /// lasted its limit.
+    fn pause(&mut self, what: impl FnOnce() -> String) -> SofortResult<()> {
+        self.rounds = self.rounds.wrapping_add(1);
+        if self.rounds < 64 {
+            std::hint::spin_loop();
+            return Ok(());
+        }
+        std::thread::yield_now();
+        if self.rounds.is_multiple_of(64) {
+            let started = *self.started.get_or_insert_with(Instant::now);
+            if started.elapsed() >= self.limit {
+                return Err(SofortError::Busy(format!(
+                    "{} after waiting {:?} for another transaction to finish its commit; \
+                     nothing was changed, retry",
+                    what(),
+                    self.limit
+                )));
+            }
+        }
+        Ok(())
+    }
+}
 
 impl Inner {
+    /// How long a read waits for a lock to resolve ([`LOCK_WAIT`]).
+    fn lock_wait(&self) -> Duration {
+        Duration::from_millis(self.lock_wait_ms.load(Ordering::Relaxed))
+    }
+
     #[inline]
     pub fn s(&self) -> &Space {
         self.pm.s()
@@ -613,6 +670,10 @@ impl Inner {
         // come after another thread has written and persisted newer content on these lines
         // (a later lock or finalization): the old content would then overwrite it (M3, M4).
         let fin = || -> SofortResult<()> {
+            #[cfg(test)]
+            if FAIL_FINALIZATION.with(|f| f.get()) {
+                return Err(StorageError::Poisoned.into());
+            }
             for &(t, r) in &h.created {
                 s.store_u64(self.table(t)?.mvcc_at(r)?, c, Ordering::Release)?;
             }
@@ -848,7 +909,9 @@ impl TxHandle {
         self.live()?;
         let s = self.inner.s();
         let off = t.mvcc_at(r)?;
-        for _ in 0..MAX_RETRIES {
+        let mut wait = LockWait::new(self.inner.lock_wait());
+        let busy = || format!("table {:?} row {r}: a lock did not resolve", t.name());
+        loop {
             let dts = s.load_u64(off + 8, Ordering::Acquire)?;
             let cts = s.load_u64(off, Ordering::Acquire)?;
             if cts == 0 || dts == 0 {
@@ -863,9 +926,8 @@ impl TxHandle {
                     LockState::Own => return Ok(false),
                     LockState::Committed(c) if at >= c => return Ok(false),
                     LockState::Committed(_) | LockState::Uncommitted => {}
-                    LockState::Retry => continue,
-                    LockState::Wait => {
-                        std::thread::yield_now();
+                    LockState::Retry | LockState::Wait => {
+                        wait.pause(busy)?;
                         continue;
                     }
                 }
@@ -877,14 +939,12 @@ impl TxHandle {
                 LockState::Own => Ok(true),
                 LockState::Committed(c) => Ok(at >= c),
                 LockState::Uncommitted => Ok(false),
-                LockState::Retry => continue,
-                LockState::Wait => {
-                    std::thread::yield_now();
+                LockState::Retry | LockState::Wait => {
+                    wait.pause(busy)?;
                     continue;
                 }
             };
         }
-        Err(corrupt(format!("row {r}: a lock that never resolves"), t.name().to_owned()).into())
     }
 
     /// Whether row `r` is visible in this transaction's snapshot.
@@ -1085,7 +1145,8 @@ impl TxHandle {
         }
         let s = self.inner.s();
         let off = t.mvcc_at(r)?;
-        for _ in 0..MAX_RETRIES {
+        let mut wait = LockWait::new(self.inner.lock_wait());
+        loop {
             let cts = s.load_u64(off, Ordering::Acquire)?;
             if is_ts(cts) || cts == 0 {
                 // Committed (or dead): it conflicts only if committed after the snapshot.
@@ -1096,10 +1157,12 @@ impl TxHandle {
                 Locker::Own | Locker::Uncommitted => KeyState::Free,
                 Locker::Committed(c) if c <= sts => KeyState::Free,
                 Locker::Committed(_) | Locker::Active(_) => KeyState::Conflict,
-                Locker::Retry => continue,
+                Locker::Retry => {
+                    wait.pause(|| format!("table {:?} row {r}: a lock did not resolve", t.name()))?;
+                    continue;
+                }
             });
         }
-        Err(corrupt(format!("row {r}: a lock that never resolves"), t.name().to_owned()).into())
     }
 
     /// Validation of one read (spec Alg. 5.9 with FIX-3, as a comparison of two snapshots):
@@ -1249,8 +1312,16 @@ impl TxHandle {
         inner.set_invalid(self.slot);
         inner.release_slot(self.slot);
         if let Err(e) = r {
+            // Past the commit point (durable and visible): the failure is the handle's, not
+            // the transaction's. Reporting `Err` here made a retrying application apply the
+            // transaction twice ([R2]); the store is poisoned and the next open finalizes.
+            tracing::error!(
+                error = %e,
+                commit_ts = c,
+                "SOFORT commit: finalization failed after the commit point; the transaction is \
+                 committed, the store is poisoned until it is reopened"
+            );
             inner.poison();
-            return Err(e);
         }
         Ok(c)
     }

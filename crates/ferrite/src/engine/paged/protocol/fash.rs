@@ -84,7 +84,7 @@ use std::sync::Arc;
 
 use zerocopy::IntoBytes;
 
-use super::Batch;
+use super::{AfterCommit, Batch};
 use crate::engine::paged::layout::{self, ShEntryHead, ShLogHead};
 use crate::engine::paged::page;
 use crate::engine::paged::pager::Meta;
@@ -243,7 +243,7 @@ impl Fash {
     }
 
     /// Makes `batch` durable (P2 of [`super`]).
-    pub(crate) fn commit(&mut self, batch: &Batch<'_>) -> Result<()> {
+    pub(crate) fn commit(&mut self, batch: &Batch<'_>) -> Result<AfterCommit> {
         let top = batch.pages.iter().map(|&(no, _)| u64::from(no) + 1).max().unwrap_or(0);
         self.store.ensure(top)?;
         let plan = self.plan(batch)?;
@@ -251,13 +251,13 @@ impl Fash {
         if self.fast
             && let Some(word) = Self::single_word(&plan)
         {
-            return self.commit_word(batch, &plan, word);
+            return self.commit_word(batch, &plan, word).map(|()| None);
         }
         if plan.logged.is_empty() {
             // Nothing the committed state references changes (only scratch bytes did).
             self.write_in_place(&plan, None, "P-PG-34")?;
             self.files()?.sync("P-PG-34"); // ORDER(P-PG-34): the scratch bytes are durable before commit returns
-            return Ok(());
+            return Ok(None);
         }
         self.commit_logged(&plan)
     }
@@ -316,9 +316,11 @@ impl Fash {
     }
 
     /// FASH: in-place bytes and the log, the commit word, the checkpoint, the truncation.
-    fn commit_logged(&mut self, plan: &Plan<'_>) -> Result<()> {
+    /// The commit point is the mark: a failed checkpoint after it is returned as
+    /// `Ok(Some(error))` (the log still holds the pieces; recovery checkpoints them).
+    fn commit_logged(&mut self, plan: &Plan<'_>) -> Result<AfterCommit> {
         self.log_and_mark(plan)?;
-        self.checkpoint(plan.logged.iter().map(|&(n, o, b)| (n, o, b)))
+        Ok(self.checkpoint(plan.logged.iter().map(|&(n, o, b)| (n, o, b))).err())
     }
 
     /// FASH up to its commit point (spec §2.3.5 phases 1–3): the in-place bytes, the log, and
@@ -371,6 +373,7 @@ impl Fash {
         &self,
         pieces: impl Iterator<Item = (PageNo, usize, &'b [u8])>,
     ) -> Result<()> {
+        super::injected_checkpoint_failure()?;
         let files = self.files()?;
         let mut lines = BTreeSet::new();
         for (no, off, bytes) in pieces {
@@ -570,13 +573,15 @@ mod tests {
 
     fn commit(f: &mut Fash, pages: &[(PageNo, Vec<u8>)], before: u64) {
         let refs: Vec<(PageNo, &[u8])> = pages.iter().map(|(n, p)| (*n, &p[..])).collect();
-        f.commit(&Batch {
-            pages: &refs,
-            pages_before: before,
-            spare: &BTreeSet::new(),
-            committed: &Default::default(),
-        })
-        .unwrap();
+        let after = f
+            .commit(&Batch {
+                pages: &refs,
+                pages_before: before,
+                spare: &BTreeSet::new(),
+                committed: &Default::default(),
+            })
+            .unwrap();
+        assert!(after.is_none(), "a checkpoint failed: {after:?}");
     }
 
     fn read(f: &Fash, no: PageNo) -> Vec<u8> {

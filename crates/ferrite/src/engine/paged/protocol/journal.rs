@@ -44,7 +44,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::Batch;
+use super::{AfterCommit, Batch};
 use zerocopy::IntoBytes;
 
 use crate::engine::paged::layout::{self, JournalHead, RecordHead};
@@ -159,7 +159,7 @@ impl Journal {
     /// Commits `batch` (module docs: P-PG-10, 11, 12). On an error the handle must be
     /// poisoned by the caller: the store may hold part of the batch until the next open
     /// recovers.
-    pub(crate) fn commit(&mut self, batch: &Batch<'_>) -> Result<()> {
+    pub(crate) fn commit(&mut self, batch: &Batch<'_>) -> Result<AfterCommit> {
         let ps = self.store.page_size();
         self.nonce = self.nonce.wrapping_add(1);
         let nonce = self.nonce;
@@ -195,7 +195,8 @@ impl Journal {
         }
         self.store.sync("P-PG-11")?; // ORDER(P-PG-11): the new pages durable before the journal is invalidated
         self.stopped(Stop::StoreSynced)?;
-        self.invalidate()
+        // The invalidation is the commit point; nothing runs after it.
+        self.invalidate().map(|()| None)
     }
 
     /// Zeroes the header and syncs (P-PG-12).
@@ -284,12 +285,14 @@ mod tests {
     fn commit(j: &mut Journal, pages: &[(u32, u8)], before: u64) -> Result<()> {
         let images: Vec<(u32, Vec<u8>)> = pages.iter().map(|&(p, f)| (p, page(f))).collect();
         let refs: Vec<(u32, &[u8])> = images.iter().map(|(p, v)| (*p, v.as_slice())).collect();
-        j.commit(&Batch {
+        let after = j.commit(&Batch {
             pages: &refs,
             pages_before: before,
             spare: &Default::default(),
             committed: &Default::default(),
-        })
+        })?;
+        assert!(after.is_none(), "the journal runs nothing after its commit point");
+        Ok(())
     }
 
     #[test]

@@ -39,7 +39,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::store::{PageNo, PageStore};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Tests: a protocol over a PM store of `page_size`-byte pages at `path` (created or opened,
 /// [`super::store::test_store`]): the WAL checkpointing every `wal` frames (`Some(0)`: only
@@ -76,6 +76,32 @@ pub(crate) struct Batch<'a> {
     /// pager keeps them for the in-place protocols, which compare against them; a page not
     /// here is read from the store).
     pub committed: &'a BTreeMap<PageNo, Arc<[u8]>>,
+}
+
+/// The outcome of a commit that reached its commit point: `None`, or the error of a later
+/// step (see [`Protocol::commit`]). The batch is durable either way.
+pub(crate) type AfterCommit = Option<Error>;
+
+#[cfg(test)]
+thread_local! {
+    /// Test hook: checkpoints run on this thread fail at their start with `PoolFull`, as a
+    /// full pool refuses the store's growth ([R2]: a failure after the commit point).
+    pub(crate) static FAIL_CHECKPOINTS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The start of every checkpoint (WAL, NVWAL, FASH): `Err` only when a test injects a
+/// failure ([`FAIL_CHECKPOINTS`]); nothing in other builds.
+#[inline]
+pub(crate) fn injected_checkpoint_failure() -> Result<()> {
+    #[cfg(test)]
+    if FAIL_CHECKPOINTS.with(|f| f.get()) {
+        return Err(Error::PoolFull {
+            at: "a checkpoint (failure injected by a test)".into(),
+            requested: 0,
+            available: 0,
+        });
+    }
+    Ok(())
 }
 
 /// A commit protocol over a page store (see the module docs).
@@ -135,8 +161,14 @@ impl Protocol {
         }
     }
 
-    /// Makes `batch` durable (P2).
-    pub(crate) fn commit(&mut self, batch: &Batch<'_>) -> Result<()> {
+    /// Makes `batch` durable (P2). `Err`: the batch did not reach its commit point (the
+    /// caller poisons the handle; recovery rolls it back or never sees it). `Ok(after)`: the
+    /// batch is committed and durable; `after` is the error of a step past the commit point
+    /// (WAL's and NVWAL's automatic checkpoint, FASH's checkpoint and truncation), which the
+    /// caller must not report as a failed commit ([R2]: a retrying application would apply
+    /// it twice): it poisons the handle and reports success, and the next open finishes the
+    /// step from the log.
+    pub(crate) fn commit(&mut self, batch: &Batch<'_>) -> Result<AfterCommit> {
         match self {
             Protocol::Journal(j) => j.commit(batch),
             Protocol::Wal(w) => w.commit(batch),

@@ -117,7 +117,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use zerocopy::IntoBytes;
 
-use super::Batch;
+use super::{AfterCommit, Batch};
 use crate::engine::paged::layout::{self, NvwalBlockHead, NvwalFrameHead, NvwalHead};
 use crate::engine::paged::store::log::LogFile;
 use crate::engine::paged::store::pmfile::{LOG, PmFiles};
@@ -365,7 +365,7 @@ impl Nvwal {
     /// Logs `batch` as diff frames and commits them (P-PG-41, P-PG-42, P-PG-43: Algorithm 1);
     /// then checkpoints if the log holds `checkpoint_frames` page frames. On an error the
     /// caller poisons the handle.
-    pub(crate) fn commit(&mut self, batch: &Batch<'_>) -> Result<()> {
+    pub(crate) fn commit(&mut self, batch: &Batch<'_>) -> Result<AfterCommit> {
         let ps = self.page_size;
         // §4.2: a changed page is logged whole on its first logging in this generation, later
         // as one frame per changed byte range (ranges closer than SPLIT_GAP merged).
@@ -387,7 +387,7 @@ impl Nvwal {
             }
         }
         if logged.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let generation = self.st.generation;
         let mut chk = self.st.chk;
@@ -469,10 +469,11 @@ impl Nvwal {
         self.st.chk = chk;
         self.st.off = off;
         self.st.frames += logged.len() as u64;
+        // Past the commit point: a failed checkpoint is not a failed commit (as in WAL).
         if self.checkpoint_frames > 0 && self.st.frames >= self.checkpoint_frames {
-            self.checkpoint()?;
+            return Ok(self.checkpoint().err());
         }
-        Ok(())
+        Ok(None)
     }
 
     /// The last block of the list.
@@ -541,6 +542,7 @@ impl Nvwal {
     /// then starts a new generation (P-PG-45) and frees every block but block 0. Returns the
     /// pages copied.
     pub(crate) fn checkpoint(&mut self) -> Result<u64> {
+        super::injected_checkpoint_failure()?;
         if self.st.index.is_empty() {
             return Ok(0);
         }
@@ -794,13 +796,15 @@ mod tests {
 
     fn commit_images(w: &mut Nvwal, images: &[(u32, Vec<u8>)]) {
         let refs: Vec<(u32, &[u8])> = images.iter().map(|(p, v)| (*p, v.as_slice())).collect();
-        w.commit(&Batch {
-            pages: &refs,
-            pages_before: 0,
-            spare: &Default::default(),
-            committed: &Default::default(),
-        })
-        .unwrap();
+        let after = w
+            .commit(&Batch {
+                pages: &refs,
+                pages_before: 0,
+                spare: &Default::default(),
+                committed: &Default::default(),
+            })
+            .unwrap();
+        assert!(after.is_none(), "a checkpoint failed: {after:?}");
     }
 
     fn commit(w: &mut Nvwal, pages: &[(u32, u8)]) {

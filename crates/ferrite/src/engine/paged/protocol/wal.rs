@@ -53,7 +53,7 @@ use std::collections::HashMap;
 use std::sync::RwLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::Batch;
+use super::{AfterCommit, Batch};
 use zerocopy::IntoBytes;
 
 use crate::engine::paged::layout::{self, FrameHead, WalHead};
@@ -171,9 +171,9 @@ impl Wal {
 
     /// Appends `batch` as frames and syncs the log (P-PG-20); then checkpoints if the log
     /// holds `checkpoint_frames` frames. On an error the caller poisons the handle.
-    pub(crate) fn commit(&mut self, batch: &Batch<'_>) -> Result<()> {
+    pub(crate) fn commit(&mut self, batch: &Batch<'_>) -> Result<AfterCommit> {
         if batch.pages.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let ps = self.store.page_size();
         let stride = self.stride();
@@ -208,15 +208,18 @@ impl Wal {
             st.frames = start + n;
             st.crc = crc;
         }
+        // The commit point is behind: a failed checkpoint is reported as such, not as a
+        // failed commit (the log still holds every frame; the next open checkpoints).
         if self.checkpoint_frames > 0 && start + n >= self.checkpoint_frames {
-            self.checkpoint()?;
+            return Ok(self.checkpoint().err());
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Copies every page's newest committed frame into the store, syncs it (P-PG-21), and
     /// restarts the log with a new salt (P-PG-22). Returns the pages copied.
     pub(crate) fn checkpoint(&mut self) -> Result<u64> {
+        super::injected_checkpoint_failure()?;
         let ps = self.store.page_size();
         let (mut pages, salt) = {
             let st = self.state.read().map_err(|_| lock_err())?;
@@ -345,13 +348,15 @@ mod tests {
     fn commit(w: &mut Wal, pages: &[(u32, u8)]) {
         let images: Vec<(u32, Vec<u8>)> = pages.iter().map(|&(p, f)| (p, vec![f; PS])).collect();
         let refs: Vec<(u32, &[u8])> = images.iter().map(|(p, v)| (*p, v.as_slice())).collect();
-        w.commit(&Batch {
-            pages: &refs,
-            pages_before: 0,
-            spare: &Default::default(),
-            committed: &Default::default(),
-        })
-        .unwrap();
+        let after = w
+            .commit(&Batch {
+                pages: &refs,
+                pages_before: 0,
+                spare: &Default::default(),
+                committed: &Default::default(),
+            })
+            .unwrap();
+        assert!(after.is_none(), "a checkpoint failed: {after:?}");
     }
 
     #[test]
