@@ -57,7 +57,7 @@ const TXNS: u64 = 160;
 /// The most in-flight transactions whose subsets the check enumerates.
 const MAX_IN_FLIGHT: usize = 10;
 
-fn pmem_options() -> ferrite_pmem::Options {
+pub(crate) fn pmem_options() -> ferrite_pmem::Options {
     ferrite_pmem::Options::default().layout("crashtest-db").segment_size(SEG)
 }
 
@@ -78,7 +78,7 @@ impl Tab {
     const ALL: [Tab; 2] = [Tab::Account, Tab::Item];
     const WITH_NOTE: [Tab; 3] = [Tab::Account, Tab::Item, Tab::Note];
 
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Tab::Account => "account",
             Tab::Item => "item",
@@ -90,7 +90,7 @@ impl Tab {
         Tab::WITH_NOTE.into_iter().find(|t| t.name() == s)
     }
 
-    fn schema(self) -> TableSchema {
+    pub(crate) fn schema(self) -> TableSchema {
         match self {
             Tab::Account => TableSchema::new("account")
                 .column("id", Type::I64)
@@ -142,7 +142,7 @@ impl Write {
     }
 
     /// Runs the write in `tx` (of any engine).
-    fn apply(&self, tx: &mut ferrite::Transaction) -> ferrite::Result<()> {
+    pub(crate) fn apply(&self, tx: &mut ferrite::Transaction) -> ferrite::Result<()> {
         match self {
             Write::Insert(t, row) => tx.insert(t.name(), row.clone()),
             Write::Update(t, k, row) => {
@@ -154,7 +154,7 @@ impl Write {
     }
 
     /// Applies the write to a mirror of the tables.
-    fn apply_mirror(&self, m: &mut Mirror) {
+    pub(crate) fn apply_mirror(&self, m: &mut Mirror) {
         match self {
             Write::Insert(t, row) | Write::Update(t, _, row) => {
                 m.entry(*t).or_default().insert(self.key().1, row.clone());
@@ -284,7 +284,7 @@ impl ModelOp for DbOp {
 }
 
 /// Table → key → row.
-type Mirror = BTreeMap<Tab, BTreeMap<i64, Row>>;
+pub(crate) type Mirror = BTreeMap<Tab, BTreeMap<i64, Row>>;
 
 /// Table name → rows in primary-key order.
 type Contents = BTreeMap<String, Vec<Row>>;
@@ -566,7 +566,7 @@ impl DbTarget {
         if self.appends { &Tab::WITH_NOTE } else { &Tab::ALL }
     }
 
-    fn options(&self) -> Options {
+    pub(crate) fn options(&self) -> Options {
         // Four transaction slots: slots are reused (and their garbage collected) often.
         let (recovery, rebuild_hold) = if self.instant {
             (ferrite::RecoveryMode::Instant, Some(INSTANT_HOLD))
@@ -747,13 +747,17 @@ fn relies_on_m2(kind: EngineKind) -> bool {
 }
 
 /// The database on `set`: created (`create`) or opened and recovered.
-fn on_pool_set(set: PoolSet, options: &Options, create: bool) -> ferrite::Result<Database> {
+pub(crate) fn on_pool_set(
+    set: PoolSet,
+    options: &Options,
+    create: bool,
+) -> ferrite::Result<Database> {
     ferrite::internals::database_on_pool_set(set, options, create)
 }
 
 /// The engine's own consistency check (`Database::check`: for SOFORT the allocator's check,
 /// then rows, MVCC entries, indexes and heap against each other), as a list of problems.
-fn engine_check(db: &Database) -> Vec<String> {
+pub(crate) fn engine_check(db: &Database) -> Vec<String> {
     match db.check() {
         Ok(_) => Vec::new(),
         Err(e) => vec![format!("the engine's check() failed: {e}")],
@@ -1040,7 +1044,7 @@ fn gen_writes(rng: &mut SplitMix64, w: &mut Mirror) -> Vec<Write> {
 }
 
 /// Every table's rows in primary-key order, read in one snapshot.
-fn contents(
+pub(crate) fn contents(
     r: &mut dyn ferrite::Read,
     names: &[String],
 ) -> ferrite::Result<BTreeMap<String, Vec<Row>>> {
@@ -1051,7 +1055,7 @@ fn contents(
     Ok(out)
 }
 
-fn mirror_contents(m: &Mirror, tables: &[Tab]) -> BTreeMap<String, Vec<Row>> {
+pub(crate) fn mirror_contents(m: &Mirror, tables: &[Tab]) -> BTreeMap<String, Vec<Row>> {
     tables
         .iter()
         .map(|t| {
@@ -1064,7 +1068,10 @@ fn mirror_contents(m: &Mirror, tables: &[Tab]) -> BTreeMap<String, Vec<Row>> {
 }
 
 /// A short description of how `found` differs from `want`.
-fn diff(want: &BTreeMap<String, Vec<Row>>, found: &BTreeMap<String, Vec<Row>>) -> String {
+pub(crate) fn diff(
+    want: &BTreeMap<String, Vec<Row>>,
+    found: &BTreeMap<String, Vec<Row>>,
+) -> String {
     let mut s = String::new();
     let names: BTreeSet<&String> = want.keys().chain(found.keys()).collect();
     for n in names {
@@ -1107,7 +1114,7 @@ fn diff(want: &BTreeMap<String, Vec<Row>>, found: &BTreeMap<String, Vec<Row>>) -
 
 /// The problems of the secondary indexes of `table`: an index scan must return exactly the
 /// table's rows, ordered by the index's columns, and a unique index no key twice.
-fn index_problems(
+pub(crate) fn index_problems(
     db: &Database,
     r: &mut dyn ferrite::Read,
     table: &str,
@@ -1544,7 +1551,7 @@ fn past_problem(found: &[(String, u64)], m: &ModelView<DbOp>) -> Result<(), Stri
 /// row with it along (a committed one cannot be durable without what it read and overwrote,
 /// `docs/design/api.md` §5). The first state is the one with no in-flight transaction if that
 /// is possible. Each is labelled with the in-flight transactions it includes.
-fn expected_states(m: &ModelView<DbOp>) -> Result<Vec<(Vec<u64>, Contents)>, String> {
+pub(crate) fn expected_states(m: &ModelView<DbOp>) -> Result<Vec<(Vec<u64>, Contents)>, String> {
     let e = |what: &str, e: ferrite::Error| format!("the reference engine fails at {what}: {e}");
     let refdb =
         ferrite::internals::reference_database(Default::default()).map_err(|x| e("create", x))?;

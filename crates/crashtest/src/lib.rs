@@ -32,6 +32,7 @@ pub mod alloc_big;
 pub mod alloc_huge;
 pub mod alloc_threads;
 pub mod db;
+pub mod db_threads;
 mod explore;
 pub mod fptree;
 mod fptree_common;
@@ -47,7 +48,7 @@ pub use explore::{
     Config, DynTarget, ExcuseFn, Failure, KeyStats, MutationOutcome, MutationReport, Progress,
     ProgressFn, Report, SiteStats, Stop, Verdict, explore, mutate, names_site, replay,
 };
-pub use target::{Axioms, Ctx, Expect, Mode, ModelOp, ModelView, OpToken, Target};
+pub use target::{Axioms, Ctx, Expect, Mode, ModelOp, ModelView, OpToken, StepHook, Target};
 
 /// Every registered crash target, by name.
 pub fn registry() -> Vec<Box<dyn DynTarget>> {
@@ -67,6 +68,8 @@ pub fn registry() -> Vec<Box<dyn DynTarget>> {
     v.push(Box::new(std::sync::Arc::new(alloc_threads::AllocThreads::default())));
     v.push(Box::new(std::sync::Arc::new(poolset::PoolSetFiles)));
     v.extend(db::targets());
+    v.push(Box::new(std::sync::Arc::new(db_threads::DbSofortThreads::free(db_threads::ROUNDS))));
+    v.push(Box::new(std::sync::Arc::new(db_threads::DbSofortThreads::parked(db_threads::ROUNDS))));
     v
 }
 

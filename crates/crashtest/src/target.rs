@@ -85,20 +85,37 @@ impl<Op: ModelOp> ModelView<Op> {
     }
 }
 
+/// Where a begun operation stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fate {
+    /// Begun, not finished: may or may not take effect.
+    InFlight,
+    /// Durable.
+    Done,
+    /// Known not to have taken effect (e.g. a commit refused by a conflict): absent from the
+    /// model from then on.
+    Failed,
+}
+
 #[derive(Debug)]
 pub(crate) struct Log<Op> {
-    /// (op, done) in begin order.
-    pub ops: Vec<(Op, bool)>,
+    /// (op, fate) in begin order.
+    pub ops: Vec<(Op, Fate)>,
 }
 
 impl<Op: Clone> Log<Op> {
     pub fn view(&self) -> ModelView<Op> {
+        let with = |f: Fate| self.ops.iter().filter(move |(_, x)| *x == f).map(|(o, _)| o.clone());
         ModelView {
-            committed: self.ops.iter().filter(|(_, d)| *d).map(|(o, _)| o.clone()).collect(),
-            in_flight: self.ops.iter().filter(|(_, d)| !*d).map(|(o, _)| o.clone()).collect(),
+            committed: with(Fate::Done).collect(),
+            in_flight: with(Fate::InFlight).collect(),
         }
     }
 }
+
+/// A hook that sees every persistence event of the workload's domain before the tester does
+/// (see [`Ctx::set_step_hook`]).
+pub type StepHook = Arc<dyn Fn(&ferrite_pmem::sim::Event) + Send + Sync>;
 
 /// A begun operation; pass it to [`Ctx::done`] once the operation is durable.
 #[derive(Debug)]
@@ -111,6 +128,7 @@ pub struct Ctx<Op> {
     pub(crate) domain: Arc<SimDomain>,
     pub(crate) log: Arc<Mutex<Log<Op>>>,
     pub(crate) rng: SplitMix64,
+    pub(crate) step: Arc<std::sync::RwLock<Option<StepHook>>>,
 }
 
 impl<Op> fmt::Debug for Ctx<Op> {
@@ -146,7 +164,7 @@ impl<Op: ModelOp> Ctx<Op> {
     /// Records that `op` begins: from now until [`Ctx::done`] it is in flight.
     pub fn begin(&self, op: Op) -> OpToken {
         let mut l = self.log.lock().unwrap_or_else(|p| p.into_inner());
-        l.ops.push((op, false));
+        l.ops.push((op, Fate::InFlight));
         OpToken(l.ops.len() - 1)
     }
 
@@ -154,8 +172,28 @@ impl<Op: ModelOp> Ctx<Op> {
     pub fn done(&self, token: OpToken) {
         let mut l = self.log.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(e) = l.ops.get_mut(token.0) {
-            e.1 = true;
+            e.1 = Fate::Done;
         }
+    }
+
+    /// Records that the operation is known not to have taken effect (its commit was refused,
+    /// e.g. by a conflict): from now on nothing of it may survive a crash.
+    pub fn failed(&self, token: OpToken) {
+        let mut l = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = l.ops.get_mut(token.0) {
+            e.1 = Fate::Failed;
+        }
+    }
+
+    /// Installs (or with `None` removes) a hook that sees every persistence event of the
+    /// workload (stores, flushes, fences, file operations; `Event::thread` names the thread)
+    /// before the tester handles it, outside every lock of the domain. A target's
+    /// deterministic schedule parks a workload thread there, at a chosen event, until another
+    /// thread has done its part: the tester's own pause (one crash tested at a time) takes
+    /// no lock while the hook waits, so the other threads run on, crash points included.
+    /// The hook must not wait without bound.
+    pub fn set_step_hook(&self, hook: Option<StepHook>) {
+        *self.step.write().unwrap_or_else(|p| p.into_inner()) = hook;
     }
 
     /// The workload's random generator (derived from the exploration seed).

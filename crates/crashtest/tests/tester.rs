@@ -65,8 +65,11 @@ fn each_defect_is_found_by_its_mode_and_not_by_weaker_ones() {
 /// journal, the WAL and NVWAL on the file store) are left to `tests/paged.rs`, which
 /// runs them exhaustively, with nested and corrupt images and with the
 /// mutation check on budgets of their own: running them here too would double their CI time.
+/// SOFORT's two-thread targets (`db-sofort-threads`, `db-sofort-threads-parked`) are left to
+/// `tests/db_threads.rs`: they lose acknowledged commits on today's code (issue [R2] item 2),
+/// which that file asserts as found.
 fn run_elsewhere(name: &str) -> bool {
-    name.starts_with("db-paged-")
+    name.starts_with("db-paged-") || name.starts_with("db-sofort-threads")
 }
 
 #[test]

@@ -131,6 +131,8 @@ struct Explorer<T: Target> {
     /// Held exclusively while a crash is tested; every other workload thread takes it shared
     /// at each of its events, so it pauses there.
     world: RwLock<()>,
+    /// The workload's step hook ([`Ctx::set_step_hook`]), shared with its `Ctx`.
+    step: Arc<RwLock<Option<crate::target::StepHook>>>,
 }
 
 /// The rule of a site's label: `P-PM-10:offset` (one of several persists of one call) is a
@@ -182,6 +184,10 @@ impl<T: Target> Explorer<T> {
     }
 
     fn on_event(self: &Arc<Self>, domain: &SimDomain, e: &Event) {
+        let step = self.step.read().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(h) = step {
+            h(e);
+        }
         self.record_site(e, false);
         let point = match e.kind {
             EventKind::Fence => e.pending > 0,
@@ -327,10 +333,16 @@ pub fn explore<T: Target>(target: Arc<T>, cfg: &Config) -> Report {
         }),
         stop: AtomicBool::new(false),
         world: RwLock::new(()),
+        step: Arc::new(RwLock::new(None)),
     });
     let hook_ex = explorer.clone();
     domain.set_hook(Some(Arc::new(move |d: &SimDomain, e: &Event| hook_ex.on_event(d, e))));
-    let mut ctx = Ctx { domain: domain.clone(), log, rng: SplitMix64::new(cfg.seed) };
+    let mut ctx = Ctx {
+        domain: domain.clone(),
+        log,
+        rng: SplitMix64::new(cfg.seed),
+        step: explorer.step.clone(),
+    };
     let outcome =
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| target.workload(&mut ctx)));
     // The end of the workload is a crash point too: everything fenced is durable.
