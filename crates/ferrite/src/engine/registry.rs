@@ -19,10 +19,52 @@ use crate::options::{EngineKind, Options};
 
 /// Creates (`create = true`) or opens the engine chosen in `options` at `path`.
 pub(crate) fn open(path: &Path, options: &Options, create: bool) -> Result<Arc<dyn Engine>> {
-    match options.engine_kind() {
+    let kind = options.engine_kind();
+    let built = match kind {
         EngineKind::Sofort => sofort::engine::build(path, options, create),
         EngineKind::Reference => reference::build(path, options, create),
         EngineKind::Paged { .. } => paged::engine::build(path, options, create),
+    };
+    match built {
+        // A refused open of another engine's database says so ([R2]): without this, each
+        // engine met the other's bytes where it expected its own and called them damage.
+        Err(e) if !create && !matches!(e, Error::Incompatible { .. }) => match found_engine(path) {
+            Some(found) if !found.1(kind) => Err(Error::Incompatible {
+                what: format!(
+                    "a {} database, opened with the {kind} engine: open it with the engine \
+                         that created it ({e})",
+                    found.0
+                ),
+                at: path.display().to_string(),
+            }),
+            _ => Err(e),
+        },
+        other => other,
+    }
+}
+
+/// Which engine's database the files at `path` hold, as far as their first words tell, with
+/// a test of whether an engine kind is that engine. Reads bytes only (the set is not opened:
+/// a refused open changes nothing). `None`: not recognised.
+#[allow(clippy::type_complexity)]
+fn found_engine(path: &Path) -> Option<(&'static str, fn(EngineKind) -> bool)> {
+    fn paged(k: EngineKind) -> bool {
+        matches!(k, EngineKind::Paged { .. })
+    }
+    fn sofort(k: EngineKind) -> bool {
+        k == EngineKind::Sofort
+    }
+    if path.join(paged::store::file::PAGES_FILE).is_file() {
+        return Some(("paged-engine (file store)", paged));
+    }
+    let mut first = [0u8; 8];
+    ferrite_pmem::PoolSet::peek_data(path, &mut first).ok()?;
+    match &first {
+        // SOFORT's pool starts with the persistent allocator's anchor; the paged engine's PM
+        // store with its directory.
+        b"FERRPALC" => Some(("SOFORT", sofort)),
+        b"FERRPGD1" => Some(("paged-engine (PM store)", paged)),
+        _ => None,
     }
 }
 

@@ -541,6 +541,16 @@ impl PoolSet {
     pub fn close(self) -> Result<()> {
         self.persist_state(STATE_CLEAN)
     }
+
+    /// Reads the first `out.len()` bytes of segment 0's data area of the set at `dir` from
+    /// the file, without opening the set: no lock, no mapping, nothing written (P3). For
+    /// telling whose data a set holds when an open was refused; the bytes are not validated.
+    /// Errors: `Io` when segment 0 is missing or shorter.
+    pub fn peek_data(dir: &Path, out: &mut [u8]) -> Result<()> {
+        let path = segment::seg_path(dir, 0);
+        let f = File::open(&path).map_err(|e| Error::io("open", &path, e))?;
+        f.read_exact_at(out, HEADER_AREA).map_err(|e| Error::io("read", &path, e))
+    }
 }
 
 impl std::ops::Deref for PoolSet {

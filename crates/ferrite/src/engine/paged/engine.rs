@@ -159,13 +159,40 @@ pub(crate) fn on_pool_set(
     create: bool,
 ) -> Result<Arc<dyn Engine>> {
     expect_store(options, PagedStore::Pm, "a pool set")?;
-    let files = Arc::new(if create { PmFiles::create(set)? } else { PmFiles::open(set)? });
-    let mut head = [0u8; Meta::HEAD];
-    if !create {
-        files.read_at(PAGES, 0, &mut head)?;
+    // Opening the set marked it open: a refused open (not a paged database, another
+    // protocol, a newer version, damage) puts a clean state back, so it changes nothing
+    // ([R2]; SOFORT's glue does the same).
+    let clean = !create && set.was_clean_shutdown();
+    let files = Arc::new(if create {
+        PmFiles::create(set)?
+    } else {
+        match PmFiles::open_or_return(set) {
+            Ok(files) => files,
+            Err(refused) => {
+                let (e, set) = *refused;
+                if clean {
+                    let _ = set.close();
+                }
+                return Err(e);
+            }
+        }
+    });
+    let kept = Arc::clone(&files);
+    let started = (|| {
+        let mut head = [0u8; Meta::HEAD];
+        if !create {
+            files.read_at(PAGES, 0, &mut head)?;
+        }
+        let log = LogFile::Pm(files.clone());
+        start(options, create, &head, log, |size| PageStore::Pm(PmStore::new(files, size)))
+    })();
+    if started.is_err()
+        && clean
+        && let Ok(files) = Arc::try_unwrap(kept)
+    {
+        let _ = files.into_set().close();
     }
-    let log = LogFile::Pm(files.clone());
-    start(options, create, &head, log, |size| PageStore::Pm(PmStore::new(files, size)))
+    started
 }
 
 /// Runs the engine with its file store on the page file `pages` and the log file `log`

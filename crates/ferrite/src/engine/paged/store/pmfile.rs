@@ -127,7 +127,31 @@ impl PmFiles {
     /// damaged directory or a segment the directory contradicts; `Incompatible` for a newer
     /// directory version.
     pub(crate) fn open(set: PoolSet) -> Result<PmFiles> {
-        let seg0 = segment0(&set)?;
+        PmFiles::open_or_return(set).map_err(|b| b.0)
+    }
+
+    /// [`PmFiles::open`], handing the set back with the error, so that a refused open can
+    /// close it as it found it (opening the set marked it open).
+    pub(crate) fn open_or_return(
+        set: PoolSet,
+    ) -> std::result::Result<PmFiles, Box<(Error, PoolSet)>> {
+        match PmFiles::read_directory(&set) {
+            Ok((dir, seg_size, chunks)) => {
+                Ok(PmFiles { set, dir, seg_size, chunks: RwLock::new(chunks) })
+            }
+            Err(e) => Err(Box::new((e, set))),
+        }
+    }
+
+    /// The set back, for a clean close after a refused open.
+    pub(crate) fn into_set(self) -> PoolSet {
+        self.set
+    }
+
+    /// The checks and tables of [`PmFiles::open`]: the directory's offset, the segment size
+    /// and every file's chunks.
+    fn read_directory(set: &PoolSet) -> Result<(u64, u64, [Vec<Chunk>; FILES])> {
+        let seg0 = segment0(set)?;
         let at = format!("{} (paged directory)", set.dir().display());
         let corrupt = |what: String| Error::Corrupted { what, at: at.clone() };
         if seg0.data_len < DIR_BYTES + 4096 {
@@ -214,7 +238,7 @@ impl PmFiles {
             tracing::info!(segment = id, "paged: removing an orphan segment");
             set.remove_segment(id)?;
         }
-        Ok(PmFiles { set, dir, seg_size, chunks: RwLock::new(chunks) })
+        Ok((dir, seg_size, chunks))
     }
 
     /// The pool set (for its directory, mode and sim domain).
