@@ -1358,26 +1358,7 @@ impl Target for DbTarget {
             db.wait_durable(&ticket).map_err(|x| e("wait_durable", x))?;
             ctx.done(t);
         }
-        // The engine agrees with the workload's own mirror before any crash.
-        let names: Vec<String> = self.tables().iter().map(|t| t.name().to_owned()).collect();
-        let mut r = db.begin_read().map_err(|x| e("begin_read", x))?;
-        let got = contents(&mut r, &names).map_err(|x| e("scan", x))?;
-        let want = mirror_contents(&mirror, self.tables());
-        if got != want {
-            return Err(format!(
-                "before any crash, the database differs from the workload: {}",
-                diff(&want, &got)
-            ));
-        }
-        let mut problems = engine_check(&db);
-        for n in &names {
-            problems.extend(index_problems(&db, &mut r, n, &got[n]));
-        }
-        drop(r);
-        if !problems.is_empty() {
-            return Err(format!("before any crash: {}", problems.join("; ")));
-        }
-        db.close().map_err(|x| e("close", x))
+        agrees_then_close(db, &mirror, self.tables())
     }
 
     fn recover(&self, image: &CrashImage) -> Result<Recovered, String> {
@@ -1637,4 +1618,33 @@ pub(crate) fn expected_states(m: &ModelView<DbOp>) -> Result<Vec<(Vec<u64>, Cont
     }
     out.sort_by_key(|(ids, _)| ids.len());
     Ok(out)
+}
+
+/// The end of a workload: the engine agrees with the workload's own mirror of `tables`
+/// (contents, the engine's check, every index) before any crash, then the database closes.
+pub(crate) fn agrees_then_close(
+    db: Database,
+    mirror: &Mirror,
+    tables: &[Tab],
+) -> Result<(), String> {
+    let e = |what: &str, e: ferrite::Error| format!("{what}: {e}");
+    let names: Vec<String> = tables.iter().map(|t| t.name().to_owned()).collect();
+    let mut r = db.begin_read().map_err(|x| e("begin_read", x))?;
+    let got = contents(&mut r, &names).map_err(|x| e("scan", x))?;
+    let want = mirror_contents(mirror, tables);
+    if got != want {
+        return Err(format!(
+            "before any crash, the database differs from the workload: {}",
+            diff(&want, &got)
+        ));
+    }
+    let mut problems = engine_check(&db);
+    for n in &names {
+        problems.extend(index_problems(&db, &mut r, n, &got[n]));
+    }
+    drop(r);
+    if !problems.is_empty() {
+        return Err(format!("before any crash: {}", problems.join("; ")));
+    }
+    db.close().map_err(|x| e("close", x))
 }

@@ -54,8 +54,8 @@ use ferrite_pmem::sim::{Event, EventKind, thread_index};
 use ferrite_pmem::{CrashImage, SplitMix64};
 
 use crate::db::{
-    DbOp, DbTarget, Mirror, Recovered, Tab, Write, contents, diff, engine_check, expected_states,
-    index_problems, mirror_contents, on_pool_set, pmem_options,
+    DbOp, DbTarget, Mirror, Recovered, Tab, Write, agrees_then_close, diff, expected_states,
+    on_pool_set, pmem_options,
 };
 use crate::target::{Axioms, Ctx, ModelView, StepHook, Target};
 
@@ -550,25 +550,7 @@ impl Target for DbSofortThreads {
         for side in &sides {
             mirror.entry(Tab::Item).or_default().extend(side.mine.clone());
         }
-        let names: Vec<String> = [Tab::Account, Tab::Item].map(|t| t.name().to_owned()).into();
-        let mut r = db.begin_read().map_err(|x| e("begin_read", x))?;
-        let got = contents(&mut r, &names).map_err(|x| e("scan", x))?;
-        let want = mirror_contents(&mirror, &[Tab::Account, Tab::Item]);
-        if got != want {
-            return Err(format!(
-                "before any crash, the database differs from the workload: {}",
-                diff(&want, &got)
-            ));
-        }
-        let mut problems = engine_check(&db);
-        for n in &names {
-            problems.extend(index_problems(&db, &mut r, n, &got[n]));
-        }
-        drop(r);
-        if !problems.is_empty() {
-            return Err(format!("before any crash: {}", problems.join("; ")));
-        }
-        db.close().map_err(|x| e("close", x))
+        agrees_then_close(db, &mirror, &[Tab::Account, Tab::Item])
     }
 
     fn recover(&self, image: &CrashImage) -> Result<Recovered, String> {
