@@ -61,16 +61,12 @@ ferrite="$target_dir/ci/ferrite"
 
 if want 1; then
   step "1. every crash test, the ignored ones too, every mutated run made"
-  # Left out until issue [R2] item 2 (shared lines) is fixed: its unmutated run loses
-  # acknowledged commits on today's code (tests/db_threads.rs asserts the loss).
-  known=every_persist_site_of_db_sofort_threads_is_needed
-  echo "not run (fails until [R2] item 2 is fixed): $known"
   if [ $nextest = 1 ]; then
     FERRITE_CRASHTEST_RUN_EXCUSED=1 cargo nextest run -p ferrite-crashtest --cargo-profile ci \
-      --locked --features "$features" --profile ci --run-ignored all -E "not test(=$known)"
+      --locked --features "$features" --profile ci --run-ignored all
   else
     FERRITE_CRASHTEST_RUN_EXCUSED=1 cargo test -p ferrite-crashtest --profile ci --locked \
-      --features "$features" -- --include-ignored --skip "$known"
+      --features "$features" -- --include-ignored
   fi
 fi
 
@@ -94,12 +90,6 @@ if want 4; then
     # The seeded-defect toys must fail (tests/tester.rs shows each found); their fixed twins
     # must pass.
     if [[ $t == toy-* && $t != *-fixed ]]; then continue; fi
-    # Known to lose acknowledged commits until issue [R2] item 2 (shared lines) is fixed:
-    # tests/db_threads.rs asserts the loss. Listed, not run, so the rest of the part counts.
-    if [[ $t == db-sofort-threads* ]]; then
-      printf '%6s  KNOWN   %s (fails until [R2] item 2 is fixed)\n' - "$t"
-      continue
-    fi
     t0=$(date +%s)
     if "$ferrite" crashtest "$t" --exhaustive --no-nested --seed 0x5eed --quiet --out "$out" \
       >"$out/$t.log" 2>&1; then

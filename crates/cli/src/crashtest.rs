@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::Args;
 use ferrite_crashtest::{Config, Progress, Verdict, find, registry};
+use ferrite_pmem::sim::WritebackOrder;
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// Exit status of a run stopped by `--budget` or `--time` before the end of the workload
@@ -40,6 +41,11 @@ pub struct CrashtestArgs {
     /// Also crash at flushes.
     #[arg(long)]
     at_flush: bool,
+    /// Let a fence land a thread's captured line over newer content of that line that another
+    /// thread's fence made durable (the model before axiom M6; stricter than x86 hardware,
+    /// whose write-backs of one line land in coherence order).
+    #[arg(long)]
+    strict_writebacks: bool,
     /// Do not try subsets of pending lines (only none and all).
     #[arg(long)]
     no_stash: bool,
@@ -145,6 +151,11 @@ pub fn run(a: &CrashtestArgs) -> anyhow::Result<ExitCode> {
         time: a.time.map(Duration::from_secs),
         exhaustive: a.exhaustive,
         at_flush: a.at_flush,
+        writebacks: if a.strict_writebacks {
+            WritebackOrder::Strict
+        } else {
+            WritebackOrder::Coherent
+        },
         stash: !a.no_stash,
         evict_samples: a.evict,
         tear_samples: a.tear,

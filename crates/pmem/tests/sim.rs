@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use ferrite_pmem::header::HEADER_AREA;
 use ferrite_pmem::internals::testing::TestDir;
-use ferrite_pmem::sim::{Event, EventKind, replay};
+use ferrite_pmem::sim::{Event, EventKind, WritebackOrder, replay};
 use ferrite_pmem::{
     CrashImage, DurabilityMode, Error, ImageSpec, Options, PPtr, Pick, Pool, PoolSet,
     SIM_POOL_FILE, SimDomain,
@@ -76,6 +76,50 @@ fn another_threads_fence_does_not_persist_my_flushes() {
     assert_eq!(word(&i, 64), 0);
     p.fence();
     assert_eq!(word(&sim.capture(&ImageSpec::durable()), 64), 7);
+}
+
+/// Axiom M6 (`docs/design/persistence.md`): thread A flushes a line holding its word, thread B
+/// stores its neighbouring word on the same line, flushes and fences; then A fences. Under
+/// `Coherent` (the default) A's older capture does not land over B's durable content, in the
+/// durable image nor in images that pick A's pending line; under `Strict` it does, and B's
+/// word is lost from the durable image.
+fn stale_writeback_after_a_neighbours_fence(order: WritebackOrder) -> (u64, u64) {
+    let p = sim_pool();
+    let sim = p.sim().unwrap().clone();
+    sim.set_writeback_order(order);
+    assert_eq!(sim.writeback_order(), order);
+    p.store_u64(0, 1, Relaxed).unwrap();
+    p.flush(0, 8).unwrap(); // A's capture: (1, 0)
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            p.store_u64(8, 2, Relaxed).unwrap();
+            p.persist(0, 16).unwrap(); // B's capture (1, 2), durable at B's fence
+        });
+    });
+    let picked = sim.capture(&spec(Pick::All, Pick::None));
+    assert_eq!(word(&picked, 0), 1);
+    p.fence(); // A's fence
+    let d = sim.capture(&ImageSpec::durable());
+    assert_eq!(word(&d, 0), 1);
+    (word(&picked, 8), word(&d, 8))
+}
+
+#[test]
+fn a_stale_writeback_lands_only_under_the_strict_order() {
+    assert_eq!(SimDomain::new(false).writeback_order(), WritebackOrder::Coherent);
+    let (picked, durable) = stale_writeback_after_a_neighbours_fence(WritebackOrder::Coherent);
+    assert_eq!((picked, durable), (2, 2), "coherent: B's word stays durable");
+    let (picked, durable) = stale_writeback_after_a_neighbours_fence(WritebackOrder::Strict);
+    assert_eq!((picked, durable), (0, 0), "strict: A's stale capture lands over B's word");
+}
+
+#[test]
+fn new_domains_take_the_threads_writeback_order() {
+    ferrite_pmem::sim::set_new_domain_writebacks(WritebackOrder::Strict);
+    let strict = SimDomain::new(false).writeback_order();
+    ferrite_pmem::sim::set_new_domain_writebacks(WritebackOrder::Coherent);
+    assert_eq!(strict, WritebackOrder::Strict);
+    assert_eq!(SimDomain::new(false).writeback_order(), WritebackOrder::Coherent);
 }
 
 #[test]

@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use ferrite_pmem::sim::WritebackOrder;
+
 /// A progress callback.
 pub type ProgressFn = Arc<dyn Fn(&Progress) + Send + Sync>;
 
@@ -30,6 +32,11 @@ pub struct Config {
     pub time: Option<Duration>,
     /// Crash at every visit of every crash point (instead of halving probabilities per key).
     pub exhaustive: bool,
+    /// How write-backs of one line by different threads land in the workload's domain and in
+    /// every domain a recovery opens (`WritebackOrder`: `Coherent`, the hardware's order and
+    /// the default, or `Strict`, the stricter model before axiom M6; `docs/design/
+    /// persistence.md`). Matters only where several threads flush one line.
+    pub writebacks: WritebackOrder,
     /// Also crash at flushes.
     pub at_flush: bool,
     /// Try subsets of the pending lines (the stash). Off: only "none" and "all".
@@ -113,6 +120,7 @@ impl fmt::Debug for Config {
             .field("budget", &self.budget)
             .field("time", &self.time)
             .field("exhaustive", &self.exhaustive)
+            .field("writebacks", &self.writebacks)
             .field("stash", &self.stash)
             .field("evict_samples", &self.evict_samples)
             .field("tear_samples", &self.tear_samples)
@@ -132,6 +140,7 @@ impl Default for Config {
             budget: None,
             time: None,
             exhaustive: false,
+            writebacks: WritebackOrder::Coherent,
             at_flush: false,
             stash: true,
             max_exhaustive_lines: 8,

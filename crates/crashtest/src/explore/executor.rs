@@ -16,7 +16,9 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use ferrite_pmem::CrashImage;
-use ferrite_pmem::sim::{set_new_domain_drops, set_new_domain_hook};
+use ferrite_pmem::sim::{
+    WritebackOrder, set_new_domain_drops, set_new_domain_hook, set_new_domain_writebacks,
+};
 
 use super::{Explorer, Failure, Kind, Progress, Stop, lock};
 use crate::target::{ModelView, Target};
@@ -108,6 +110,7 @@ impl<T: Target> Explorer<T> {
         let nest = matches!(kind, Kind::Check { nest: true });
         let hook = (kind != Kind::Corrupt).then(|| self.recovery_hook(key, &model, nest));
         let drops = self.cfg.drop_sites.clone();
+        let writebacks = self.cfg.writebacks;
         let target = self.target.clone();
         // The nested images are recovered on threads of their own, each with the watchdog: a
         // recovery crashed inside gets one watchdog period per nested image, but only while
@@ -119,9 +122,11 @@ impl<T: Target> Explorer<T> {
         run_guarded_while(self.cfg.watchdog, periods, progress, move || {
             set_new_domain_hook(hook);
             set_new_domain_drops(&drops);
+            set_new_domain_writebacks(writebacks);
             let recovered = target.recover(&image);
             set_new_domain_hook(None);
             set_new_domain_drops(&[]);
+            set_new_domain_writebacks(WritebackOrder::default());
             match kind {
                 Kind::Corrupt => {
                     // Any typed error is fine; recovery that returns is fine.

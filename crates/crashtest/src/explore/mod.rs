@@ -313,6 +313,7 @@ impl<T: Target> Explorer<T> {
 /// Explores `target` with `cfg` (see the module docs).
 pub fn explore<T: Target>(target: Arc<T>, cfg: &Config) -> Report {
     let domain = Arc::new(SimDomain::new(false));
+    domain.set_writeback_order(cfg.writebacks);
     for site in &cfg.drop_sites {
         domain.drop_persist(site);
     }

@@ -7,6 +7,8 @@
 //!   the image: it is a state some crash could produce.
 //! - Pending lines carry their content at flush time (M3); evicted dirty lines their newest
 //!   working content (M5); torn lines only some of their 8-byte words (M1 holds).
+//! - D7: under `WritebackOrder::Coherent` no pending line lands over newer durable content
+//!   of its line, and of several chosen captures of one line the newest is written last.
 //! - Block files: the durable content plus, per sector written since the file's last sync,
 //!   at most one of its versions (B1: sectors never tear), and the durable or the newest
 //!   length (`sim/blocks.rs`).
@@ -16,7 +18,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{SimDomain, thread_index};
+use super::{SimDomain, WritebackOrder, thread_index};
 use crate::image::{CrashImage, ImageFile, ImageSpec, Pick, SplitMix64};
 
 impl SimDomain {
@@ -31,25 +33,30 @@ impl SimDomain {
             .values()
             .map(|f| (f.name.clone(), ImageFile::from_pages(&f.name, f.len, f.durable.clone())))
             .collect();
-        let mut put = |file: &str, line: u64, content: [u8; 64], mask: u8, rng: &mut SplitMix64| {
-            let mask = match (spec.tear, spec.tear_words) {
-                (false, _) => mask,
-                (true, Some(words)) => mask & words,
-                (true, None) => mask & (rng.next_u64() as u8),
-            };
-            if mask == 0 {
-                return;
-            }
-            if let Some(f) = files.get_mut(file) {
-                f.put_words(line, &content, mask);
+        // The tear draws happen in candidate order (seeded choices stay as documented in
+        // `crate::image`). Under `WritebackOrder::Coherent` the chosen pending lines are then
+        // written in stamp order and a capture older than its line's durable content is left
+        // out (D7): of two threads' captures of one line, the newer one wins. `Strict` writes
+        // them in candidate order (the calling thread's, then the others' by thread).
+        let tear = |mask: u8, rng: &mut SplitMix64| match (spec.tear, spec.tear_words) {
+            (false, _) => mask,
+            (true, Some(words)) => mask & words,
+            (true, None) => mask & (rng.next_u64() as u8),
+        };
+        let mut put = |file: &str, line: u64, content: &[u8; 64], mask: u8| {
+            if mask != 0
+                && let Some(f) = files.get_mut(file)
+            {
+                f.put_words(line, content, mask);
             }
         };
         {
             let pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+            let mut chosen = Vec::new();
             if let Some(mine) = pending.get(&me) {
                 for (i, l) in mine.lines.iter().enumerate() {
                     if spec.pending.chooses(i, &mut rng) {
-                        put(&l.file, l.line, l.content, l.mask, &mut rng);
+                        chosen.push((l, tear(l.mask, &mut rng)));
                     }
                 }
             }
@@ -59,9 +66,18 @@ impl SimDomain {
             for (_, v) in others {
                 for l in &v.lines {
                     if spec.others_pending.chooses(i, &mut rng) {
-                        put(&l.file, l.line, l.content, l.mask, &mut rng);
+                        chosen.push((l, tear(l.mask, &mut rng)));
                     }
                     i += 1;
+                }
+            }
+            if self.writeback_order() == WritebackOrder::Coherent {
+                chosen.sort_by_key(|(l, _)| l.stamp);
+            }
+            for (l, mask) in chosen {
+                let durable_stamp = g.files.get(&l.file).map_or(0, |f| f.stamp_of(l.line));
+                if self.lands(l.stamp, l.nt, durable_stamp) {
+                    put(&l.file, l.line, &l.content, mask);
                 }
             }
         }
@@ -72,7 +88,7 @@ impl SimDomain {
                     if spec.evict.chooses(i, &mut rng)
                         && let Some(w) = f.working_line(line)
                     {
-                        put(&f.name, line, w, 0xff, &mut rng);
+                        put(&f.name, line, &w, tear(0xff, &mut rng));
                     }
                     i += 1;
                 }

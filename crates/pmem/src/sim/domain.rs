@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::panic::Location;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::buffer::SimBuffer;
@@ -51,6 +51,21 @@ pub struct SimStats {
     pub syncs: u64,
 }
 
+/// How write-backs of one line by different threads land in a domain (`docs/design/
+/// persistence.md` axiom M6).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WritebackOrder {
+    /// A line's write-backs land in coherence order: a fence never makes durable a captured
+    /// content of a line older than the content a write-back already made durable (the
+    /// default; what x86 hardware does).
+    #[default]
+    Coherent,
+    /// Every fence lands its thread's captured contents, even over newer content another
+    /// thread's fence made durable since: the project's model before M6, stricter than the
+    /// hardware, kept as a selectable mode.
+    Strict,
+}
+
 /// The simulated persistence domain of one pool or pool set (see the module docs).
 pub struct SimDomain {
     pub(crate) gate: RwLock<Files>,
@@ -59,6 +74,10 @@ pub struct SimDomain {
     pub(super) trace: Mutex<Option<Vec<TraceEvent>>>,
     pub(super) dropped: RwLock<HashSet<String>>,
     pub(super) seq: AtomicU64,
+    /// The coherence clock: advanced under the pending lock by every capture (D7).
+    pub(super) coh: AtomicU64,
+    /// [`WritebackOrder::Strict`] when set.
+    pub(super) strict: AtomicBool,
     pub(super) stats: Mutex<SimStats>,
     pub(crate) eadr: bool,
     pub(crate) zero: Arc<Page>,
@@ -98,10 +117,41 @@ impl SimDomain {
             trace: Mutex::new(None),
             dropped: RwLock::new(defaults.dropped.into_iter().collect()),
             seq: AtomicU64::new(0),
+            coh: AtomicU64::new(0),
+            strict: AtomicBool::new(defaults.writebacks == WritebackOrder::Strict),
             stats: Mutex::new(SimStats::default()),
             eadr,
             zero: Arc::new([0u8; PAGE as usize]),
         }
+    }
+
+    /// Sets how write-backs of one line by different threads land from now on (see
+    /// [`WritebackOrder`]). Domains start with the calling thread's default
+    /// ([`set_new_domain_writebacks`](super::set_new_domain_writebacks)).
+    pub fn set_writeback_order(&self, order: WritebackOrder) {
+        self.strict.store(order == WritebackOrder::Strict, Ordering::Relaxed);
+    }
+
+    /// How write-backs of one line land (see [`WritebackOrder`]).
+    pub fn writeback_order(&self) -> WritebackOrder {
+        if self.strict.load(Ordering::Relaxed) {
+            WritebackOrder::Strict
+        } else {
+            WritebackOrder::Coherent
+        }
+    }
+
+    /// The next coherence stamp. Callers hold the pending lock, or the gate exclusively, so
+    /// stamps follow the order in which contents were read (D7).
+    pub(super) fn next_stamp(&self) -> u64 {
+        self.coh.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Whether a pending line's content would land over the durable content of its line:
+    /// always under `Strict` and for non-temporal words; under `Coherent` only if no
+    /// write-back has made newer content of the line durable (D7).
+    pub(super) fn lands(&self, stamp: u64, nt: bool, durable_stamp: u64) -> bool {
+        nt || stamp >= durable_stamp || self.strict.load(Ordering::Relaxed)
     }
 
     pub(crate) fn read_gate(&self) -> RwLockReadGuard<'_, Files> {
@@ -264,6 +314,7 @@ impl SimDomain {
             owned: None,
             durable,
             dirty: (0..lines.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+            stamps: HashMap::new(),
         };
         if let Some(r) = &f.working {
             g.by_addr.insert(r.base_addr(), name.to_owned());
@@ -361,6 +412,8 @@ impl SimDomain {
                 content[(lo - line * CACHE_LINE) as usize..(hi - line * CACHE_LINE) as usize]
                     .copy_from_slice(&zero[..(hi - lo) as usize]);
                 f.write_durable(line, &content, 0xff);
+                // A punch is newer than every write-back captured before it (D7).
+                f.stamps.insert(line, self.next_stamp());
                 if f.working_line(line).is_none_or(|w| w == content) {
                     f.clear_dirty(line);
                 }
@@ -429,7 +482,7 @@ impl SimDomain {
                 }
             }
             let content = file.working_line(line).unwrap_or([0; 64]);
-            v.upsert(&file.name, line, content, mask, false);
+            v.upsert(&file.name, line, content, mask, false, self.next_stamp());
             at = line_end;
         }
     }
@@ -463,7 +516,9 @@ impl SimDomain {
                             content != file.durable_line(line)
                                 || before.is_some_and(|b| b != content),
                         );
-                        doubles += u64::from(v.upsert(&file.name, line, content, 0xff, true));
+                        let stamp = self.next_stamp();
+                        doubles +=
+                            u64::from(v.upsert(&file.name, line, content, 0xff, true, stamp));
                     }
                     drop(p);
                     if doubles > 0 {
@@ -495,7 +550,15 @@ impl SimDomain {
         let lines = lock(&self.pending).remove(&me).unwrap_or_default();
         for l in lines.lines {
             if let Some(f) = g.files.get_mut(&l.file) {
+                if !self.lands(l.stamp, l.nt, f.stamp_of(l.line)) {
+                    // A newer content of the line is durable already (D7): this write-back
+                    // carried the line as it was before that content, and lands first.
+                    continue;
+                }
                 f.write_durable(l.line, &l.content, l.mask);
+                if !l.nt {
+                    f.stamps.insert(l.line, l.stamp);
+                }
                 if l.mask == 0xff && f.working_line(l.line).is_none_or(|w| w == l.content) {
                     f.clear_dirty(l.line);
                 }
@@ -506,6 +569,7 @@ impl SimDomain {
                 for line in f.dirty_lines() {
                     if let Some(w) = f.working_line(line) {
                         f.write_durable(line, &w, 0xff);
+                        f.stamps.insert(line, self.next_stamp());
                     }
                     f.clear_dirty(line);
                 }
@@ -525,6 +589,9 @@ impl SimDomain {
         let mut fresh = 0;
         for l in &v.lines {
             if let Some(f) = g.files.get(&l.file) {
+                if !self.lands(l.stamp, l.nt, f.stamp_of(l.line)) {
+                    continue;
+                }
                 let durable = f.durable_line(l.line);
                 fresh += usize::from((0..8).any(|w| {
                     l.mask & (1 << w) != 0

@@ -20,7 +20,7 @@ use std::fmt;
 use std::panic::Location;
 use std::sync::Arc;
 
-use super::SimDomain;
+use super::{SimDomain, WritebackOrder};
 
 /// Where a persistence event came from: the caller's source location (`#[track_caller]`) and
 /// the ordering rule it implements, if the caller named one (e.g. `"P-FPT-3"`).
@@ -174,6 +174,7 @@ pub type Hook = Arc<dyn Fn(&SimDomain, &Event) + Send + Sync>;
 pub(crate) struct NewDomainDefaults {
     pub hook: Option<Hook>,
     pub dropped: Vec<String>,
+    pub writebacks: WritebackOrder,
 }
 
 thread_local! {
@@ -195,6 +196,13 @@ pub fn set_new_domain_hook(hook: Option<Hook>) {
 /// which runs on domains opened from crash images — is dropped there too.
 pub fn set_new_domain_drops(sites: &[String]) {
     NEW_DOMAIN.with(|d| d.borrow_mut().dropped = sites.to_vec());
+}
+
+/// Sets how write-backs of one line land in every [`SimDomain`] created **on this thread**
+/// from now on (see [`WritebackOrder`]; the default is `Coherent`). The crash tester's
+/// `--strict-writebacks` uses it so that the domains recoveries open follow the run's mode.
+pub fn set_new_domain_writebacks(order: WritebackOrder) {
+    NEW_DOMAIN.with(|d| d.borrow_mut().writebacks = order);
 }
 
 /// The defaults a domain created now on this thread starts with.

@@ -34,6 +34,11 @@ pub(crate) struct SimFile {
     pub durable: Vec<Arc<Page>>,
     /// Dirty-line bitmap (bit per line of the file).
     pub dirty: Box<[AtomicU64]>,
+    /// Per line, the coherence stamp of its durable content when a write-back set it (the
+    /// stamp of the flush that captured it; absent: older than every capture). Under
+    /// [`WritebackOrder::Coherent`](super::WritebackOrder) a write-back with an older stamp
+    /// does not land (D7).
+    pub stamps: HashMap<u64, u64>,
 }
 
 impl SimFile {
@@ -47,7 +52,13 @@ impl SimFile {
             owned: None,
             durable: vec![zero.clone(); pages],
             dirty: (0..lines.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+            stamps: HashMap::new(),
         }
+    }
+
+    /// The coherence stamp of a line's durable content (0: set by no write-back).
+    pub(crate) fn stamp_of(&self, line: u64) -> u64 {
+        self.stamps.get(&line).copied().unwrap_or(0)
     }
 
     pub(crate) fn durable_line(&self, line: u64) -> [u8; 64] {
@@ -131,6 +142,12 @@ pub(crate) struct PendingLine {
     pub content: [u8; 64],
     /// Words of the line that are pending (bit w = bytes 8w..8w+8); full lines for flushes.
     pub mask: u8,
+    /// The coherence stamp of `content`: taken with the content under the pending lock, so
+    /// a larger stamp never carries older content of the line (D7).
+    pub stamp: u64,
+    /// Whether the last addition came from non-temporal stores (written back by no flush:
+    /// it lands at the fence whatever its stamp).
+    pub nt: bool,
 }
 
 /// One thread's pending lines, in flush order, indexed by (file, line) so that flushing many
@@ -152,6 +169,7 @@ impl PendingSet {
         content: [u8; 64],
         mask: u8,
         full: bool,
+        stamp: u64,
     ) -> bool {
         match self.index.get(&(file.to_owned(), line)) {
             Some(&i) => {
@@ -159,6 +177,8 @@ impl PendingSet {
                 let was_full = l.mask == 0xff;
                 l.content = content;
                 l.mask = if full { 0xff } else { l.mask | mask };
+                l.stamp = stamp;
+                l.nt = !full;
                 was_full && full
             }
             None => {
@@ -168,6 +188,8 @@ impl PendingSet {
                     line,
                     content,
                     mask: if full { 0xff } else { mask },
+                    stamp,
+                    nt: !full,
                 });
                 false
             }

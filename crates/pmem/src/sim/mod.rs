@@ -12,7 +12,11 @@
 //! and, per thread, the **pending lines**: a flush captures the line's content at that moment
 //! (axiom M3) into the flushing thread's pending set; that thread's next fence makes its
 //! pending lines durable (M4: another thread's fence does not); a later store dirties the line
-//! again. Non-temporal stores become pending at store time, for the words they wrote. File
+//! again. Each capture carries a **coherence stamp** taken with its content; by default
+//! ([`WritebackOrder::Coherent`], axiom M6) a fence does not land a captured content older
+//! than what another write-back of that line already made durable, as on x86 hardware, where a
+//! line's write-backs reach the persistence domain in coherence order.
+//! [`WritebackOrder::Strict`] (the model before M6) lands every capture at its thread's fence. Non-temporal stores become pending at store time, for the words they wrote. File
 //! operations (create, remove, hole punch) apply to both images at once and are durable
 //! immediately. Under declared eADR a fence makes every dirty line durable.
 //!
@@ -38,6 +42,11 @@
 //! - D4: the domain never reads memory its pools released: dropping a sim pool or pool set
 //!   first gives each of its files a private copy of its working image (dirty lines are still
 //!   "in the cache" after a close, so later captures need their content).
+//! - D7: stamps grow in the order contents were read (captures take them under the pending
+//!   lock, eADR fences and hole punches under the exclusive gate); a line's durable stamp is
+//!   that of the write-back that last set it. Under `Coherent` a fence or an image writes a
+//!   captured line only if its stamp is not below its line's durable stamp; non-temporal
+//!   words always land (they bypass the cache, so coherence does not order them).
 //! - D5: every working image the domain reads is owned either by an open pool (which detaches
 //!   it before releasing the memory, D4) or by the domain's own file (a closed pool's copy, or
 //!   a file rebuilt by [`replay`]); so a domain is sound to move and to keep, on its own.
@@ -73,8 +82,11 @@ mod trace;
 
 pub use crate::image::PAGE;
 pub use blocks::{SECTOR, UnsyncedInfo};
-pub use domain::{PendingInfo, SimDomain, SimStats};
-pub use event::{Event, EventKind, Hook, Site, set_new_domain_drops, set_new_domain_hook};
+pub use domain::{PendingInfo, SimDomain, SimStats, WritebackOrder};
+pub use event::{
+    Event, EventKind, Hook, Site, set_new_domain_drops, set_new_domain_hook,
+    set_new_domain_writebacks,
+};
 pub use replay::{Replay, replay};
 pub use trace::{TraceEvent, load_trace, save_trace};
 

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ferrite_pmem::internals::testing::TestDir;
-use ferrite_pmem::sim::{Event, EventKind, SimDomain};
+use ferrite_pmem::sim::{Event, EventKind, SimDomain, WritebackOrder};
 use ferrite_pmem::{Counters, CrashImage, ImageSpec, Options, Pick, PoolSet, SplitMix64};
 
 use super::layout::*;
@@ -506,9 +506,15 @@ fn crash_images_at_every_fence_recover_to_a_prefix() {
 /// that version and committed on another thread; transaction 17, on a third thread, rewrote
 /// the slot's area; transaction 18's fence on the main thread then made the old flush durable
 /// over the delete, and images from then on showed key 38's deleted version again.
+///
+/// Runs under the strict write-back order (the domain's model before axiom M6, under which
+/// the defect was found): under the default coherent order a line's older write-back cannot
+/// land over a newer one, so the old code would pass. P-SOF-8 is kept: it is right under both.
 #[test]
 fn crash_images_of_seed_0x18eb018b783001de_recover_to_a_prefix() {
+    ferrite_pmem::sim::set_new_domain_writebacks(WritebackOrder::Strict);
     crash_images_recover_to_a_prefix(0x18eb_018b_7830_01de);
+    ferrite_pmem::sim::set_new_domain_writebacks(WritebackOrder::Coherent);
 }
 
 /// As `crash_images_at_every_fence_recover_to_a_prefix`, with both indexes of `kv` in PM:
@@ -1035,11 +1041,14 @@ fn threads_commit_disjoint_and_conflicting_transactions() {
 /// 0..3 (one MVCC line) on this thread; T1 deletes row 0 here and commits on another thread;
 /// T2 commits on a third thread (rewriting the area that named T1's delete); T3 commits here,
 /// on another MVCC line. Its fence must not bring back row 0.
+///
+/// Under the strict write-back order (see the test above): the old code fails only there.
 #[test]
 fn a_stale_finalization_flush_cannot_undo_a_later_commit() {
     let st = sim_store(1);
     let t = st.create_table(kv_schema()).unwrap();
     let domain = st.inner.pm.set().sim().unwrap().clone();
+    domain.set_writeback_order(WritebackOrder::Strict);
     let on_another_thread = |tx: TxHandle| {
         std::thread::scope(|s| s.spawn(move || tx.commit().unwrap()).join().unwrap());
     };
@@ -1074,3 +1083,98 @@ fn a_stale_finalization_flush_cannot_undo_a_later_commit() {
 
 #[path = "cont_tests.rs"]
 mod cont;
+
+/// Regression ([R2] item 3): values of at least `NT_MIN` bytes are written with non-temporal
+/// stores, which stay pending on the writing thread until its next fence (M4; M6 does not
+/// order them, they bypass the cache). An aborted transaction (`abort`, or a commit refused
+/// after a write conflict) gave its extents back to the heap with those stores still
+/// pending: another thread's transaction took the same extent, wrote its own value and
+/// committed, and the aborting thread's next fence (here: its next commit) landed the aborted
+/// bytes over the committed value. Before the fix the reopened store read key 2's value as
+/// key 1's aborted bytes (`"aaa…acccccccc"` instead of `"ccc…"`, in both cases); with
+/// P-SOF-12 the abort drains its non-temporal stores before the extents go back. The second
+/// half is P-SOF-12's mutation check: with its fence dropped (every persist at a P-SOF-12
+/// site made a no-op by the domain) the loss comes back.
+#[test]
+fn an_aborted_large_value_cannot_land_over_a_later_commit_in_its_extent() {
+    let big = |c: char| c.to_string().repeat(NT_MIN + 64);
+    for how in ["abort", "refused commit"] {
+        let (got, dropped) = nt_abort_schedule(how, false);
+        assert_eq!(dropped, 0, "{how}");
+        assert_eq!(got.get(&2).map(|(v, _)| v.clone()), Some(big('c')), "{how}: key 2's value");
+        assert_eq!(got.keys().copied().collect::<Vec<_>>(), [0, 2, 3], "{how}");
+        assert_eq!(got[&0], ("zero".to_owned(), if how == "abort" { 0 } else { 10 }), "{how}");
+        let (got, dropped) = nt_abort_schedule(how, true);
+        assert!(dropped > 0, "{how}: no P-SOF-12 persist was reached");
+        assert_ne!(got.get(&2).map(|(v, _)| v.clone()), Some(big('c')), "{how}: P-SOF-12 dropped");
+    }
+}
+
+/// The schedule of the test above; returns the contents recovered from the durable image
+/// at the end, and how many P-SOF-12 persists were dropped (with `drop_p_sof_12`).
+fn nt_abort_schedule(how: &str, drop_p_sof_12: bool) -> (BTreeMap<i64, (String, i64)>, u64) {
+    let big = |c: char| c.to_string().repeat(NT_MIN + 64);
+    let st = sim_store(2);
+    let t = st.create_table(kv_schema()).unwrap();
+    let domain = st.inner.pm.set().sim().unwrap().clone();
+    let dropped = Arc::new(AtomicU64::new(0));
+    if drop_p_sof_12 {
+        let n = dropped.clone();
+        domain.set_hook(Some(Arc::new(move |d: &SimDomain, e: &Event| {
+            // Fences reach the hook before they take effect: dropping the site here drops
+            // this fence too.
+            if e.site.rule == Some("P-SOF-12") {
+                d.drop_persist(&e.site.key());
+                n.fetch_add(1, Ordering::Relaxed);
+            }
+        })));
+    }
+    let mut tx = st.begin(false).unwrap();
+    tx.insert(&t, &row(0, "zero", 0)).unwrap();
+    tx.commit().unwrap();
+    // This thread writes key 1's large value, then aborts, or meets a write conflict on
+    // key 0 (updated by a commit after its snapshot) and has its commit refused.
+    let mut tx = st.begin(false).unwrap();
+    tx.insert(&t, &row(1, &big('a'), 1)).unwrap();
+    match how {
+        "abort" => tx.abort(),
+        _ => {
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    let mut u = st.begin(false).unwrap();
+                    upsert(&st, &mut u, 0, "zero", 10).unwrap();
+                    u.commit().unwrap();
+                })
+                .join()
+                .unwrap()
+            });
+            let (r, _) = tx.get(&t, &pk(0)).unwrap().unwrap();
+            assert!(tx.delete(&t, r).is_err(), "{how}: no write conflict");
+            assert!(tx.commit().is_err(), "{how}: a conflicting transaction committed");
+        }
+    }
+    // Another thread takes the freed extent for key 2's value of the same size and commits
+    // (its own fence makes its value durable).
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut tx = st.begin(false).unwrap();
+            tx.insert(&t, &row(2, &big('c'), 2)).unwrap();
+            tx.commit().unwrap();
+        })
+        .join()
+        .unwrap()
+    });
+    // This thread's next fence: a small commit.
+    let mut tx = st.begin(false).unwrap();
+    tx.insert(&t, &row(3, "three", 3)).unwrap();
+    tx.commit().unwrap();
+    domain.set_hook(None);
+    let img = domain.capture(&ImageSpec::durable());
+    drop(st);
+    let (st, _) = SofortStore::open(PoolSet::open_sim(&img, &opts()).unwrap()).unwrap();
+    let got = contents(&st);
+    if !drop_p_sof_12 {
+        st.check().unwrap();
+    }
+    (got, dropped.load(Ordering::Relaxed))
+}

@@ -1044,6 +1044,7 @@ impl TxHandle {
         let s = inner.s();
         let r = t.take_row(&inner.pm)?;
         let cached = self.written.cached.len();
+        let nt = self.written.nt.len();
         if let Err(e) = t.write_values(&inner.pm, r, row, &mut self.written) {
             t.give_back([r]);
             return Err(e);
@@ -1063,7 +1064,11 @@ impl TxHandle {
         }
         if let Err(e) = t.index_add_keys(r, keys) {
             // As an abort of this one creation: the row is tagged dead, its entries removed,
-            // its extents and id given back.
+            // its extents and id given back (their non-temporal stores drained first,
+            // P-SOF-12; P-SOF-20's fence drained them already for PM indexes).
+            if !t.pm_index {
+                self.drain_nt(nt)?;
+            }
             let tag = inner.cur_min.load(Ordering::Acquire).max(inner.failure_time + 1);
             inner.undo_create(t, r, tag)?;
             return Err(e);
@@ -1367,9 +1372,34 @@ impl TxHandle {
         Ok(())
     }
 
+    /// P-SOF-12: this transaction's values written with non-temporal stores (from the
+    /// `from`-th range on) are durable before their extents go back to the heap. Those
+    /// stores stay pending on the writing thread until its next fence, outside coherence
+    /// (M4; M6 does not cover them): released undrained, they could land over the value of
+    /// a later transaction that reuses the extent and commits first ([R2] item 3). Ranges
+    /// written on another thread are flushed here too, as F1 does (P-SOF-5). Costs one fence
+    /// per abort that wrote such values, none otherwise.
+    fn drain_nt(&self, from: usize) -> SofortResult<()> {
+        let ranges = self.written.nt.get(from..).unwrap_or_default();
+        if ranges.is_empty() {
+            return Ok(());
+        }
+        let s = self.inner.s();
+        if self.moved || thread_index() != self.thread {
+            for &(g, len) in ranges {
+                s.flush_rule("P-SOF-12", g, len)?; // ORDER(P-SOF-12): values written on another thread (M4)
+            }
+        }
+        s.fence_rule("P-SOF-12"); // ORDER(P-SOF-12): non-temporal values drained before their extents are freed
+        Ok(())
+    }
+
     fn undo(&self) -> SofortResult<()> {
         let inner = &*self.inner;
         let s = inner.s();
+        if !self.created.is_empty() {
+            self.drain_nt(0)?;
+        }
         // Deletions first (spec §3.12): a created-then-deleted row ends up tagged.
         for &(t, r) in &self.deleted {
             let off = inner.table(t)?.mvcc_at(r)? + 8;
