@@ -331,6 +331,9 @@ pub struct DbTarget {
     /// `db-paged-fast-m2`: FAST with the same-line variant, declaring axiom M2
     /// ([`DbTarget::fast_same_line`]).
     same_line: bool,
+    /// `db-sofort-stale`: SOFORT created over an allocator whose only segment held durable
+    /// stale bytes ([`DbTarget::stale`]).
+    stale: bool,
 }
 
 /// Model ids of the continuable target: transaction `id` is `id * STMT_IDS`, statement `k`
@@ -347,10 +350,10 @@ fn target_name(kind: EngineKind, suffix: &'static str) -> &'static str {
 }
 
 /// One `db-<kind>` target per persistent engine of this build, SOFORT's siblings:
-/// `db-sofort-continue`, `db-sofort-instant`, and with every index in PM `db-sofort-hybrid`,
-/// `db-sofort-persistent`; and the paged engine on its file store, `db-paged-journal-file`,
-/// `db-paged-wal-file` and `db-paged-nvwal-file` (FASH and FAST, PM only, have none), and
-/// `db-paged-fast-m2`.
+/// `db-sofort-continue`, `db-sofort-instant`, `db-sofort-past`, `db-sofort-stale` (created over
+/// stale bytes), and with every index in PM `db-sofort-hybrid`, `db-sofort-persistent`; and
+/// the paged engine on its file store, `db-paged-journal-file`, `db-paged-wal-file` and
+/// `db-paged-nvwal-file` (FASH and FAST, PM only, have none), and `db-paged-fast-m2`.
 pub fn targets() -> Vec<Box<dyn DynTarget>> {
     let mut v: Vec<Box<dyn DynTarget>> = EngineKind::persistent()
         .map(|k| Box::new(Arc::new(DbTarget::new(k))) as Box<dyn DynTarget>)
@@ -367,6 +370,7 @@ pub fn targets() -> Vec<Box<dyn DynTarget>> {
     }
     v.push(Box::new(Arc::new(DbTarget::continuable_with(TXNS, SofortIndexPlacement::Dram, true))));
     v.push(Box::new(Arc::new(DbTarget::past(TXNS))));
+    v.push(Box::new(Arc::new(DbTarget::stale(TXNS))));
     // FASH and FAST keep their pages in PM: no file target. NVWAL's has its log in PM.
     v.extend(
         EngineKind::PAGED
@@ -413,6 +417,7 @@ impl DbTarget {
             files: false,
             appends: matches!(kind.name(), "paged-fash" | "paged-fast"),
             same_line: false,
+            stale: false,
         }
     }
 
@@ -434,6 +439,7 @@ impl DbTarget {
             files: false,
             appends: false,
             same_line: false,
+            stale: false,
         }
     }
 
@@ -454,6 +460,7 @@ impl DbTarget {
             files: false,
             appends: false,
             same_line: false,
+            stale: false,
         }
     }
 
@@ -476,6 +483,7 @@ impl DbTarget {
             files: false,
             appends: false,
             same_line: false,
+            stale: false,
         }
     }
 
@@ -504,6 +512,7 @@ impl DbTarget {
             files: false,
             appends: false,
             same_line: false,
+            stale: false,
         }
     }
 
@@ -526,6 +535,7 @@ impl DbTarget {
             files: false,
             appends: false,
             same_line: false,
+            stale: false,
         }
     }
 
@@ -553,6 +563,23 @@ impl DbTarget {
             name: target_name(kind, "-m2"),
             same_line: true,
             ..DbTarget::with_txns(kind, txns)
+        }
+    }
+
+    /// `db-sofort-stale`: SOFORT created on memory that held durable data before, `txns`
+    /// transactions. The workload formats the allocator on the new pool set itself (one slot),
+    /// allocates one big block covering its first segment, fills it with [`STALE_BYTE`] (each
+    /// line persisted) and frees it, so that the segment returns to the free-segment list;
+    /// then it creates the database on that allocator
+    /// (`ferrite::internals::database_on_allocator`). Every block SOFORT allocates first —
+    /// the catalog, directories, areas, and the tables' MVCC and value blocks — is carved from
+    /// that segment's pages, over the stale bytes, as a block reused after a free would be.
+    /// A crash before the database's creation returns leaves it unfinished (allowed).
+    pub fn stale(txns: u64) -> DbTarget {
+        DbTarget {
+            name: "db-sofort-stale",
+            stale: true,
+            ..DbTarget::with_txns(EngineKind::Sofort, txns)
         }
     }
 
@@ -591,6 +618,12 @@ impl DbTarget {
         Options::new().engine(self.kind).pmem(pmem_options()).paged(paged).sofort(
             ferrite::SofortConfig {
                 slots: 4,
+                // The stale target's allocator is made by the workload, with one slot.
+                alloc_slots: if self.stale {
+                    1
+                } else {
+                    ferrite::SofortConfig::default().alloc_slots
+                },
                 recovery,
                 recovery_threads: 1,
                 rebuild_hold,
@@ -641,10 +674,6 @@ const SOFORT_BENIGN: &[(&str, &str)] = &[
     (
         "sofort/pm.rs@ORDER(P-SOF-2): unstage after publication",
         "P-SOF-2 unstage: recovery finds the staged block published in its target and only clears the slot; the next staged allocation overwrites the slot and persists it",
-    ),
-    (
-        "sofort/pm.rs@ORDER(P-SOF-2): an MVCC block is all {0,0} before it is published",
-        "P-SOF-2 zeroed MVCC block before its publication: NOT shown harmless, only not reached. Every MVCC block the workload adds comes fresh from the pool, zero on media, so none of the workload's persists here changes the durable image; only inside recoveries (the probe growing a table onto a block that held data before) did one, and the mutated run, with every recovery crashed after the dropped persist, found no failure. A reused block whose stale bytes were read as MVCC entries would be a real loss",
     ),
     (
         "sofort/recovery.rs@ORDER(P-SOF-1): an empty catalog (no magic) before its parts",
@@ -724,19 +753,69 @@ const PAGED_BENIGN: &[(&str, &str)] = &[
     ),
 ];
 
+/// [`SOFORT_BENIGN`] and `extra`, built once into `list`.
+fn sofort_benign_and(
+    list: &'static OnceLock<Vec<(&'static str, &'static str)>>,
+    extra: &[(&'static str, &'static str)],
+) -> &'static [(&'static str, &'static str)] {
+    list.get_or_init(|| SOFORT_BENIGN.iter().chain(extra).copied().collect())
+}
+
 /// `db-sofort-instant`'s undetected sites: SOFORT's, and one that is not shown harmless.
 fn sofort_instant_benign() -> &'static [(&'static str, &'static str)] {
     static LIST: OnceLock<Vec<(&'static str, &'static str)>> = OnceLock::new();
-    LIST.get_or_init(|| {
-        SOFORT_BENIGN
-            .iter()
-            .copied()
-            .chain([(
-                "alloc/redo.rs@ORDER(P-ALLOC-3): disarm after the writes are durable",
-                "P-ALLOC-3 disarm after a commit: NOT shown harmless, only not detected here. db-sofort detects it with seed 0x5eed (its probe runs allocator operations after recovery and a nested crash lands after them); this target runs the same workload and probe, but its recoveries differ (instant open, the held rebuild) and its random nested crashes (5 % in the mutation test) did not land where the loss shows. Undetected by db-sofort too with other seeds (2026-11-25, a time-based seed)",
-            )])
-            .collect()
-    })
+    sofort_benign_and(
+        &LIST,
+        &[(
+            "alloc/redo.rs@ORDER(P-ALLOC-3): disarm after the writes are durable",
+            "P-ALLOC-3 disarm after a commit: NOT shown harmless, only not detected here. db-sofort detects it with seed 0x5eed (its probe runs allocator operations after recovery and a nested crash lands after them); this target runs the same workload and probe, but its recoveries differ (instant open, the held rebuild) and its random nested crashes (5 % in the mutation test) did not land where the loss shows. Undetected by db-sofort too with other seeds (2026-11-25, a time-based seed)",
+        )],
+    )
+}
+
+/// `db-sofort-stale`'s undetected sites: SOFORT's, and two of the stale fill's, which runs
+/// inside the database's creation.
+fn sofort_stale_benign() -> &'static [(&'static str, &'static str)] {
+    static LIST: OnceLock<Vec<(&'static str, &'static str)>> = OnceLock::new();
+    sofort_benign_and(
+        &LIST,
+        &[
+            (
+                "crashtest/src/db.rs@ORDER(P-APP-1): stale bytes durable before their block is freed",
+                "the workload's own stale bytes in the segment it frees: without their persist the segment stays zero on media where nothing else is written back, which only makes the test weaker",
+            ),
+            (
+                "alloc/big.rs@ORDER(P-ALLOC-4): header and table before the link",
+                "P-ALLOC-4 new big segment's header and unit table before its link: the stale fill's big block takes the only big segment this target makes, inside the database's creation, where a failed open is allowed (SOFORT's own blocks are small); alloc-big detects it",
+            ),
+        ],
+    )
+}
+
+/// The byte `db-sofort-stale` leaves in its freed segment: as an MVCC field,
+/// `0xa5a5_a5a5_a5a5_a5a5` is a timestamp above any the workload reaches.
+pub const STALE_BYTE: u8 = 0xA5;
+
+/// `db-sofort-stale`'s allocator (see [`DbTarget::stale`]): formatted on `set` with one slot;
+/// one big block as large as a segment holds is allocated into the root, filled with
+/// [`STALE_BYTE`] one line at a time, each line persisted before the next is written (so a
+/// crash point here has one pending line and costs few images), and freed, which returns its
+/// segment to the free-segment list with the bytes durable in it.
+fn stale_allocator(set: PoolSet) -> Result<Arc<ferrite::alloc::PAllocator>, String> {
+    let e = |x: ferrite::storage::StorageError| format!("stale fill: {x}");
+    let pe = |x: ferrite_pmem::Error| format!("stale fill: {x}");
+    let a = ferrite::alloc::PAllocator::create(Arc::new(set), 1).map_err(e)?;
+    let root = a.root_location();
+    let size = a.big_capacity();
+    let b = a.allocate(size, root).map_err(e)?;
+    let s = a.pool();
+    let g = s.resolve_range(b, size).map_err(pe)?;
+    for line in (g..g + size).step_by(64) {
+        s.fill(line, 64, STALE_BYTE).map_err(pe)?;
+        s.persist(line, 64).map_err(pe)?; // ORDER(P-APP-1): stale bytes durable before their block is freed
+    }
+    a.deallocate(root).map_err(e)?;
+    Ok(Arc::new(a))
 }
 
 /// Whether `kind` relies on axiom M2 (same-line stores durable in order). SOFORT does: its
@@ -1177,6 +1256,8 @@ impl Target for DbTarget {
             "db-sofort-continue with PM index placements or instant recovery (held): resume and commit at recovery against PM or partial indexes, checked against the reference engine"
         } else if self.continuable {
             "db-sofort with continuable transactions: a crash inside a statement, then resume and commit at recovery, checked against the reference engine"
+        } else if self.stale {
+            "db-sofort created over a freed segment full of durable stale bytes: every first block of the database (MVCC blocks included) reuses memory that held data"
         } else if self.past {
             "db-sofort with the past workload's PM block written by the workload and the probe: recovery finds one whole snapshot, never an older or torn copy"
         } else if self.instant {
@@ -1221,6 +1302,7 @@ impl Target for DbTarget {
         // db-sofort-continue too: its mutation check found no other benign site.
         match self.kind.name() {
             "sofort" if self.instant => sofort_instant_benign(),
+            "sofort" if self.stale => sofort_stale_benign(),
             "sofort" => SOFORT_BENIGN,
             n if n.starts_with("paged-") => PAGED_BENIGN,
             _ => &[],
@@ -1250,6 +1332,14 @@ impl Target for DbTarget {
             let log = ctx.create_block_file(LOG_FILE)?;
             let pages = ctx.create_block_file(PAGES_FILE)?;
             let db = ferrite::internals::database_on_block_files(pages, log, &options, true)
+                .map_err(|x| e("create", x))?;
+            ctx.done(t);
+            db
+        } else if self.stale {
+            let set = ctx.create_pool_set(&pmem_options())?;
+            let t = ctx.begin(DbOp::Create);
+            let a = stale_allocator(set)?;
+            let db = ferrite::internals::database_on_allocator(a, &options)
                 .map_err(|x| e("create", x))?;
             ctx.done(t);
             db

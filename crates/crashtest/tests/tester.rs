@@ -68,9 +68,12 @@ fn each_defect_is_found_by_its_mode_and_not_by_weaker_ones() {
 /// mutation check on budgets of their own: running them here too would double their CI time.
 /// SOFORT's two-thread targets (`db-sofort-threads`, `db-sofort-threads-parked`) are left to
 /// `tests/db_threads.rs`, which runs them on budgets of their own, the parked schedule under
-/// both write-back orders.
+/// both write-back orders. `db-sofort-stale` is run by `tests/db.rs` (with nested and
+/// corrupted images, and its mutation check).
 fn run_elsewhere(name: &str) -> bool {
-    name.starts_with("db-paged-") || name.starts_with("db-sofort-threads")
+    name.starts_with("db-paged-")
+        || name.starts_with("db-sofort-threads")
+        || name == "db-sofort-stale"
 }
 
 #[test]

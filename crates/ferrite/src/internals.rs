@@ -33,6 +33,18 @@ pub fn database_on_pool_set(
     Ok(Database::from_engine(crate::engine::registry::on_pool_set(set, options, create)?))
 }
 
+/// Creates a new database (SOFORT; other engines return `Unsupported`) on `alloc`, a
+/// persistent allocator already formatted on its pool set whose root pointer is null, e.g. one
+/// on which a crash target allocated, filled and freed blocks first, so that the database's
+/// blocks reuse memory holding stale bytes. The allocator's slots are used, not
+/// `SofortConfig::alloc_slots`.
+pub fn database_on_allocator(
+    alloc: std::sync::Arc<crate::alloc::PAllocator>,
+    options: &Options,
+) -> crate::Result<Database> {
+    Ok(Database::from_engine(crate::engine::registry::on_allocator(alloc, options)?))
+}
+
 /// Runs the paged engine of the file store ([`crate::PagedStore::File`]) on a page file and
 /// a log file, e.g. the crash tester's simulated block files: `create` formats a new database
 /// in the empty files; otherwise it is opened and recovered. Other engines return

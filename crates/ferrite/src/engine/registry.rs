@@ -85,6 +85,19 @@ pub(crate) fn on_pool_set(
     }
 }
 
+/// Creates the engine chosen in `options` on `alloc`, a persistent allocator already formatted
+/// on its pool set, with a null root (crash tests of creation over recycled memory). Only
+/// SOFORT keeps its data in that allocator; other engines return `Unsupported`.
+pub(crate) fn on_allocator(
+    alloc: Arc<crate::alloc::PAllocator>,
+    options: &Options,
+) -> Result<Arc<dyn Engine>> {
+    match options.engine_kind() {
+        EngineKind::Sofort => sofort::engine::on_allocator(alloc, options),
+        kind => Err(Error::Unsupported(format!("the {kind} engine does not use the allocator"))),
+    }
+}
+
 /// Runs the engine chosen in `options` on a page file and a log file (the paged engine's
 /// file store; the crash tester's simulated block files). Engines that keep no files return
 /// `Unsupported`.

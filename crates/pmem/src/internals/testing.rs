@@ -57,18 +57,29 @@ pub fn fail_next_segment_map(set: &crate::PoolSet) {
 /// The seed of a random test: `FERRITE_TEST_SEED` (decimal or `0x` hex) when set, else the
 /// clock; printed as `FERRITE_TEST_SEED=0x…` so a failing run can be replayed.
 pub fn test_seed() -> u64 {
-    let s = std::env::var("FERRITE_TEST_SEED")
-        .ok()
-        .and_then(|v| match v.strip_prefix("0x") {
-            Some(h) => u64::from_str_radix(h, 16).ok(),
-            None => v.parse().ok(),
-        })
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(0)
-        });
+    printed_seed(env_seed().unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0)
+    }))
+}
+
+/// The seed of a random test with a fixed default: `FERRITE_TEST_SEED` when set, else
+/// `default`; printed as [`test_seed`] prints it.
+pub fn test_seed_or(default: u64) -> u64 {
+    printed_seed(env_seed().unwrap_or(default))
+}
+
+/// `FERRITE_TEST_SEED`, decimal or `0x` hex.
+fn env_seed() -> Option<u64> {
+    std::env::var("FERRITE_TEST_SEED").ok().and_then(|v| match v.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16).ok(),
+        None => v.parse().ok(),
+    })
+}
+
+fn printed_seed(s: u64) -> u64 {
     eprintln!("FERRITE_TEST_SEED={s:#x}");
     s
 }

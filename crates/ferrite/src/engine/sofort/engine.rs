@@ -86,6 +86,19 @@ pub(crate) fn on_pool_set(
     Ok(Arc::new(Sofort::start(set, options, create, Instant::now())?))
 }
 
+/// Creates a new database on `alloc`, an allocator already formatted on its pool set whose
+/// root is null (crash tests of SOFORT's creation over blocks freed with stale bytes).
+pub(crate) fn on_allocator(
+    alloc: Arc<crate::alloc::PAllocator>,
+    options: &Options,
+) -> Result<Arc<dyn Engine>> {
+    let t0 = Instant::now();
+    let c = options.sofort_config();
+    let opts = SofortOptions { slots: c.slots, alloc_slots: alloc.slots() };
+    let store = SofortStore::create_on(alloc, opts).map_err(|e| map_err(e, ""))?;
+    Ok(Arc::new(Sofort::finish_start(store, None, options, t0)?))
+}
+
 /// Maps a core error; `table` names the table for `ValueTooLarge`.
 fn map_err(e: SofortError, table: &str) -> Error {
     match e {
@@ -213,6 +226,16 @@ impl Sofort {
             };
             (store, Some(report))
         };
+        Sofort::finish_start(store, report, options, t0)
+    }
+
+    /// The engine over `store` (created or opened at `t0`, with `report` if opened).
+    fn finish_start(
+        store: SofortStore,
+        report: Option<RecoveryReport>,
+        options: &Options,
+        t0: Instant,
+    ) -> Result<Sofort> {
         {
             let c = options.sofort_config();
             store.set_past_sampling(c.past_sample_every, c.past_persist_every);

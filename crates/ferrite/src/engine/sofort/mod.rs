@@ -143,6 +143,14 @@ impl SofortStore {
     /// Formats a new store on the (new, empty) pool set `set`.
     pub fn create(set: ferrite_pmem::PoolSet, opts: SofortOptions) -> SofortResult<SofortStore> {
         let alloc = Arc::new(PAllocator::create(Arc::new(set), opts.alloc_slots)?);
+        SofortStore::create_on(alloc, opts)
+    }
+
+    /// Formats a new store on `alloc`, an allocator already formatted on its pool set whose
+    /// root pointer is null: the store's blocks may reuse blocks freed there before, with
+    /// whatever bytes they held (crash tests of creation over recycled memory).
+    /// `opts.alloc_slots` is not used (the allocator has its slots).
+    pub fn create_on(alloc: Arc<PAllocator>, opts: SofortOptions) -> SofortResult<SofortStore> {
         let alloc = recovery::format(alloc, opts)?;
         Ok(SofortStore {
             inner: Arc::new(recovery::open(alloc, None, Default::default())?.0),
