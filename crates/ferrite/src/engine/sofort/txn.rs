@@ -188,16 +188,17 @@ thread_local! {
 pub(super) const LOCK_WAIT: Duration = Duration::from_secs(10);
 
 /// A bounded wait for a lock to resolve (see [`LOCK_WAIT`]): spins a little, then yields,
-/// and reads the clock only every so many rounds.
-struct LockWait {
+/// and reads the clock (and the limit, in ms) only every so many rounds, so a read that never
+/// waits pays nothing for it.
+struct LockWait<'a> {
     rounds: u32,
     started: Option<Instant>,
-    limit: Duration,
+    limit_ms: &'a AtomicU64,
 }
 
-impl LockWait {
-    fn new(limit: Duration) -> LockWait {
-        LockWait { rounds: 0, started: None, limit }
+impl<'a> LockWait<'a> {
+    fn new(limit_ms: &'a AtomicU64) -> LockWait<'a> {
+        LockWait { rounds: 0, started: None, limit_ms }
     }
 
     /// Pauses before the next look at the field; `Busy` (with `what`) once the wait has
@@ -211,12 +212,12 @@ impl LockWait {
         std::thread::yield_now();
         if self.rounds.is_multiple_of(64) {
             let started = *self.started.get_or_insert_with(Instant::now);
-            if started.elapsed() >= self.limit {
+            let limit = Duration::from_millis(self.limit_ms.load(Ordering::Relaxed));
+            if started.elapsed() >= limit {
                 return Err(SofortError::Busy(format!(
-                    "{} after waiting {:?} for another transaction to finish its commit; \
+                    "{} after waiting {limit:?} for another transaction to finish its commit; \
                      nothing was changed, retry",
                     what(),
-                    self.limit
                 )));
             }
         }
@@ -225,11 +226,6 @@ impl LockWait {
 }
 
 impl Inner {
-    /// How long a read waits for a lock to resolve ([`LOCK_WAIT`]).
-    fn lock_wait(&self) -> Duration {
-        Duration::from_millis(self.lock_wait_ms.load(Ordering::Relaxed))
-    }
-
     #[inline]
     pub fn s(&self) -> &Space {
         self.pm.s()
@@ -909,7 +905,7 @@ impl TxHandle {
         self.live()?;
         let s = self.inner.s();
         let off = t.mvcc_at(r)?;
-        let mut wait = LockWait::new(self.inner.lock_wait());
+        let mut wait = LockWait::new(&self.inner.lock_wait_ms);
         let busy = || format!("table {:?} row {r}: a lock did not resolve", t.name());
         loop {
             let dts = s.load_u64(off + 8, Ordering::Acquire)?;
@@ -1150,7 +1146,7 @@ impl TxHandle {
         }
         let s = self.inner.s();
         let off = t.mvcc_at(r)?;
-        let mut wait = LockWait::new(self.inner.lock_wait());
+        let mut wait = LockWait::new(&self.inner.lock_wait_ms);
         loop {
             let cts = s.load_u64(off, Ordering::Acquire)?;
             if is_ts(cts) || cts == 0 {
