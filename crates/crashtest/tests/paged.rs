@@ -184,7 +184,7 @@ fn every_persist_site_is_needed(name: &str) {
     }
     // Every rule of the protocol has a site whose loss was detected.
     let rules: &[&str] = match t.name() {
-        n if n.contains("journal") => &["P-PG-10", "P-PG-11", "P-PG-12", "P-PG-13"],
+        n if n.contains("journal") => &["P-PG-10", "P-PG-11", "P-PG-12", "P-PG-13", "P-PG-14"],
         n if n.contains("nvwal") => &["P-PG-41", "P-PG-42", "P-PG-43", "P-PG-44", "P-PG-45"],
         n if n.contains("wal") => &["P-PG-20", "P-PG-21", "P-PG-22"],
         "db-paged-fash" => &["P-PG-30", "P-PG-31", "P-PG-32", "P-PG-33"],

@@ -234,14 +234,15 @@ fn damaged_or_missing_files_are_typed_errors() {
 
 /// The file store applies the pmem options' sync latency `D` to both of its files: a commit
 /// injects exactly `D` per sync (`Counters::injected_ns`), and its syncs are the protocol's:
-/// one log sync for the WAL (P-PG-20; no checkpoint), three for the rollback journal (the
-/// journal P-PG-10, the page file P-PG-11, the invalidation P-PG-12). Reopened with another
-/// latency, the files take that one. NVWAL's commits sync nothing; its checkpoint syncs once.
+/// one log sync for the WAL (P-PG-20; no checkpoint), four for the rollback journal (the
+/// records P-PG-14, the journal header P-PG-10, the page file P-PG-11, the invalidation
+/// P-PG-12). Reopened with another latency, the files take that one. NVWAL's commits sync
+/// nothing; its checkpoint syncs once.
 #[test]
 fn the_file_store_injects_the_sync_latency_per_sync() {
     const D: u64 = 2_000;
     let dir = TestDir::new("paged-file-sync-latency");
-    for (protocol, syncs) in [(PagedProtocol::Wal, 1), (PagedProtocol::Journal, 3)] {
+    for (protocol, syncs) in [(PagedProtocol::Wal, 1), (PagedProtocol::Journal, 4)] {
         let path = dir.path().join(protocol.name());
         let cfg =
             PagedConfig { store: PagedStore::File, checkpoint_frames: 0, ..PagedConfig::default() };

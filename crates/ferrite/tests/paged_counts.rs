@@ -138,11 +138,12 @@ fn nvwal_commits_make_exact_persist_counts() {
 #[test]
 fn journal_and_wal_single_inserts_make_exact_persist_counts() {
     // Rollback journal: each original as a record (64-byte head + 4096-byte image = 65
-    // lines) and the header (1 line), sync; the two pages in place (64 lines each), sync;
-    // the header zeroed (1 line), sync: 3 fences, 130 + 1 + 128 + 1 lines.
+    // lines), sync (P-PG-14); the header (1 line), sync (P-PG-10); the two pages in place
+    // (64 lines each), sync; the header zeroed (1 line), sync: 4 fences, 130 + 1 + 128 + 1
+    // lines.
     // WAL: each page as a frame (64-byte head + image = 65 lines), one sync: 1 fence, 130.
     for (protocol, want) in
-        [(PagedProtocol::Journal, (3, 130 + 1 + 128 + 1)), (PagedProtocol::Wal, (1, 130))]
+        [(PagedProtocol::Journal, (4, 130 + 1 + 128 + 1)), (PagedProtocol::Wal, (1, 130))]
     {
         let dir = TestDir::new("paged-counts-g1");
         let db = Database::create(dir.join("db"), options(protocol)).expect("create");

@@ -66,6 +66,24 @@
 //! - N6: a header without its magic is an unfinished creation (the magic is stored last) and
 //!   is created anew; any other header whose checksum, version, page or block size fails is
 //!   `Corrupted` / `Incompatible`, as is a block state word of no known value.
+//! - N7 (no stale frame past the end): after recovery, no frame of the header's generation
+//!   lies past the committed end. Such frames (the rest of a commit a crash interrupted, or
+//!   commits behind a damaged or lost frame) would validate again once a later commit wrote
+//!   the frames before them identically (the same page diffs over the same base: an
+//!   application redoing what recovery dropped) and the chain ran on into them: the next
+//!   open would replay commits the database it recovered did not hold. So recovery looks
+//!   for a frame head of the generation (its generation field, at any 8-aligned offset) in
+//!   the committed end's block past the end, in every block the list held after it, in
+//!   every unlisted block not free and in the block a cut link pointed to; finding one, it
+//!   checkpoints the committed prefix (P-PG-44) and starts a new generation (P-PG-45). Free
+//!   blocks are not read (a heap is mostly free blocks): in lazy and eager modes a block is
+//!   durably in use and linked before any commit mark in it is stored (P-PG-41, P-PG-43),
+//!   so a free block holds no mark of this generation. In checksum mode, where the block's
+//!   head line, its link and the mark share one fence, a crash can keep a mark in a block
+//!   whose head line and link were both lost (a lost head line alone leaves the link, which
+//!   recovery cuts, and that block is read); a later first commit repeating the lost
+//!   commit's first frames exactly, into the same block (the lowest free one), could then
+//!   revive its rest. That residue is left.
 //!
 //! # Ordering (rules in `docs/design/persistence.md`)
 //! - P-PG-40 (creation): the header fields and block 0's head line (in use, no link) are
@@ -90,18 +108,19 @@
 //!   flag, lines 8-13, because Heapo trusts in-use blocks): N4's recovery frees an in-use
 //!   block no link reaches and cuts a link to a block not in use, so either order repairs,
 //!   and a fence of their own would order nothing recovery needs.
-//! - P-PG-44 (checkpoint): the checkpointed pages are durable in the store before the
-//!   generation changes (N5).
-//! - P-PG-45 (checkpoint): the new generation is durable before any frame of it is stored.
+//! - P-PG-44 (checkpoint, and recovery's restart, N7): the checkpointed pages are durable in
+//!   the store before the generation changes (N5).
+//! - P-PG-45 (checkpoint, recovery's restart): the new generation is durable before any frame of it is stored.
 //!   Frames are stored lazily and the cache may write them back at any time; a new frame
 //!   over an old one under the old generation would break the old chain there, and recovery
 //!   would replay an older committed prefix than the store holds (WAL's P-PG-22 hazard).
 //!   `db-paged-nvwal`'s mutation run detects the fence's loss; `db-paged-nvwal-file`'s
 //!   does not reach the image; the unit test `a_lost_generation_word_replays_an_older_prefix`
 //!   builds it and shows the loss.
-//! - Recovery persists nothing: its repairs (cut links, freed blocks) are stores without
-//!   flushes, redone by the next recovery if lost, and the next allocation overwrites the one
-//!   link that can point past the end.
+//! - Recovery persists nothing but N7's restart (P-PG-44, P-PG-45, as in a checkpoint): its
+//!   repairs (cut links, freed blocks) are stores without flushes, redone by the next
+//!   recovery if lost, and the next allocation overwrites the one link that can point past
+//!   the end.
 //!
 //! So a commit that allocates no block issues exactly 2 fences (lazy), frames + 1 (eager),
 //! 1 (checksum); a block allocation adds two line flushes and no fence.
@@ -546,15 +565,24 @@ impl Nvwal {
         if self.st.index.is_empty() {
             return Ok(0);
         }
+        self.restart()
+    }
+
+    /// The checkpoint's steps, also run by recovery when it saw a frame of the generation
+    /// past the committed end (N7), then possibly with an empty index: the indexed pages into
+    /// the store (P-PG-44), a new generation (P-PG-45), every block but block 0 freed.
+    /// Returns the pages copied.
+    fn restart(&mut self) -> Result<u64> {
         let mut pages: Vec<PageNo> = self.st.index.keys().copied().collect();
         pages.sort_unstable();
-        let end = pages.last().map_or(0, |&p| u64::from(p) + 1);
-        self.store.ensure(end)?;
-        for &pgno in &pages {
-            let img = &self.st.index[&pgno];
-            self.store.write_page(pgno, img, "P-PG-44")?; // ORDER(P-PG-44): a checkpointed page, durable at the store sync below
+        if let Some(&last) = pages.last() {
+            self.store.ensure(u64::from(last) + 1)?;
+            for &pgno in &pages {
+                let img = &self.st.index[&pgno];
+                self.store.write_page(pgno, img, "P-PG-44")?; // ORDER(P-PG-44): a checkpointed page, durable at the store sync below
+            }
+            self.store.sync("P-PG-44")?; // ORDER(P-PG-44): the store complete before the generation changes
         }
-        self.store.sync("P-PG-44")?; // ORDER(P-PG-44): the store complete before the generation changes
         let generation = self.st.generation.wrapping_add(1).max(1);
         let word = gen_word(self.page_size as u32, self.block_size as u32, generation);
         self.files.store_word(LOG, GEN_WORD, word)?;
@@ -631,8 +659,9 @@ impl Nvwal {
     }
 
     /// At open: checks the header (N6), repairs the heap (N4), scans the valid frames (N1)
-    /// and rebuilds the index from them (N2, N3). Returns whether the log held committed
-    /// frames. Persists nothing but a creation.
+    /// and rebuilds the index from them (N2, N3); if a frame of the generation lies past the
+    /// committed end, checkpoints and starts a new generation (N7). Returns whether the log
+    /// held committed frames. Persists nothing but a creation and N7's restart.
     pub(crate) fn recover(&mut self) -> Result<bool> {
         let h = self.header()?;
         let generation = h.generation.get();
@@ -662,6 +691,8 @@ impl Nvwal {
         let mut list = vec![0u32];
         let mut listed = vec![false; blocks as usize];
         listed[0] = true;
+        // The block a cut link pointed to (N7 scans it whatever its state).
+        let mut cut = None;
         loop {
             let at = *list.last().unwrap_or(&0);
             let next = heads[at as usize].1;
@@ -673,6 +704,7 @@ impl Nvwal {
                 // Unflushed: the next allocation from this block overwrites the link, and a
                 // recovery before it cuts it again.
                 self.files.store_word(LOG, self.block(at) + 8, 0)?;
+                cut = u32::try_from(to).ok().filter(|&b| b < blocks);
                 break;
             }
             listed[to as usize] = true;
@@ -737,8 +769,21 @@ impl Nvwal {
                 end = (pos, off, chk, frames);
             }
         }
-        // N4: the list ends at the committed end's block; every other block is free.
+        // N7: a frame of this generation past the committed end, in the end block's tail, a
+        // block the list held after it, an unlisted block not free, or a cut link's block.
         let (pos, off, chk, frames) = end;
+        let mut kept = vec![false; blocks as usize];
+        for &b in &list[..=pos] {
+            kept[b as usize] = true;
+        }
+        let mut scan = vec![(list[pos], off)];
+        for b in 0..blocks {
+            if !kept[b as usize] && (heads[b as usize].0 != FREE || cut == Some(b)) {
+                scan.push((b, BLOCK_HEAD));
+            }
+        }
+        let stale = self.frame_of_generation(generation, &scan)?;
+        // N4: the list ends at the committed end's block; every other block is free.
         list.truncate(pos + 1);
         let mut free = BTreeSet::new();
         let keep: BTreeSet<u32> = list.iter().copied().collect();
@@ -752,9 +797,41 @@ impl Nvwal {
             }
             free.insert(b);
         }
-        tracing::info!(frames, pages = index.len(), blocks = list.len(), "paged: NVWAL recovered");
+        tracing::info!(
+            frames,
+            pages = index.len(),
+            blocks = list.len(),
+            stale = stale.is_some(),
+            "paged: NVWAL recovered"
+        );
         self.st = State { generation, chk, list, off, free, blocks, index, frames };
+        if let Some(at) = stale {
+            // N7: the committed prefix into the store, then a new generation.
+            let pages = self.restart()?;
+            tracing::info!(at, pages, "paged: NVWAL restarted at recovery (frames past its end)");
+        }
         Ok(frames > 0)
+    }
+
+    /// The log offset of the first 8-aligned position, in the given `(block, from)` ranges
+    /// (each to the block's end), that could head a frame of `generation`: its generation
+    /// field holds it (N7). Payload bytes can match too; a false match costs only a restart.
+    fn frame_of_generation(&self, generation: u32, ranges: &[(u32, u64)]) -> Result<Option<u64>> {
+        let mut buf = Vec::new();
+        for &(b, from) in ranges {
+            if from + HDR > self.block_size {
+                continue;
+            }
+            buf.resize((self.block_size - from) as usize, 0);
+            self.files.read_at(LOG, self.block(b) + from, &mut buf)?;
+            let hit = (0..=buf.len() - HDR as usize).step_by(8).find(|&o| {
+                u32::from_le_bytes([buf[o + 8], buf[o + 9], buf[o + 10], buf[o + 11]]) == generation
+            });
+            if let Some(o) = hit {
+                return Ok(Some(self.block(b) + from + o as u64));
+            }
+        }
+        Ok(None)
     }
 }
 
@@ -999,34 +1076,48 @@ mod tests {
         assert!(matches!(&err, Error::InvalidArgument(m) if m.contains("PM")), "{err}");
     }
 
+    /// A commit whose mark is cleared, or is not its frame's, is not committed. Its frames
+    /// lie past the committed end, so recovery moves the commits before them into the store
+    /// and starts a new generation (N7).
     #[test]
     fn a_commit_without_its_commit_mark_is_ignored() {
-        let dir = TestDir::new("paged-nvwal-torn");
-        let path = dir.join("db");
-        let mut w = open(&path, true, 0, NvwalSync::Lazy);
-        commit(&mut w, &[(0, 1), (1, 1)]);
-        commit(&mut w, &[(0, 2), (1, 2), (2, 2)]);
-        let heads = frame_heads(&w);
-        assert_eq!(heads.len(), 5);
-        // The second commit's mark cleared: it is gone, the first stays.
+        let build = |name: &str| {
+            let dir = TestDir::new(name);
+            let path = dir.join("db");
+            let mut w = open(&path, true, 0, NvwalSync::Lazy);
+            commit(&mut w, &[(0, 1), (1, 1)]);
+            commit(&mut w, &[(0, 2), (1, 2), (2, 2)]);
+            let heads = frame_heads(&w);
+            assert_eq!(heads.len(), 5);
+            (dir, path, w, heads)
+        };
+        // The second commit's mark cleared: it is gone, the first stays, now in the store.
+        let (_dir, path, w, heads) = build("paged-nvwal-torn");
         poke(&w, heads[4], &0u64.to_le_bytes());
         drop(w);
         let w = open(&path, false, 0, NvwalSync::Lazy);
         assert_eq!((read(&w, 0), read(&w, 1), read(&w, 2)), (1, 1, 0));
-        assert_eq!(w.frames(), 2);
-        // A mark that is not the frame's (bit 0 set, other bits wrong): not a commit.
-        let heads = frame_heads(&w);
+        assert_eq!(w.frames(), 0, "a new generation: frames 2..5 were of the old one");
+        drop(w);
+        let w = open(&path, false, 0, NvwalSync::Lazy);
+        assert_eq!((read(&w, 0), read(&w, 1), read(&w, 2)), (1, 1, 0));
+        // Then, on a copy, also the first commit's mark replaced by one that is not the
+        // frame's (bit 0 set, other bits wrong): not a commit, and nothing was checkpointed:
+        // the store has zeros.
+        let (_dir, path, w, heads) = build("paged-nvwal-torn-first");
+        poke(&w, heads[4], &0u64.to_le_bytes());
         poke(&w, heads[1], &1u64.to_le_bytes());
         drop(w);
         let w = open(&path, false, 0, NvwalSync::Lazy);
         assert_eq!(w.frames(), 0);
-        assert_eq!(read(&w, 0), 0, "nothing was checkpointed: the store has zeros");
+        assert_eq!((read(&w, 0), read(&w, 1), read(&w, 2)), (0, 0, 0));
     }
 
     /// A frame whose checksum is wrong ends the valid log there (N1): for each frame of four
-    /// commits in turn, recovery keeps exactly the commits that end before it; a commit after
-    /// that recovery continues where the kept prefix ends, and the ignored frames stay
-    /// ignored at the next open.
+    /// commits in turn, recovery keeps exactly the commits that end before it. The bad frame
+    /// is of the generation, so recovery moves the kept commits into the store and starts a
+    /// new generation (N7); a commit after that recovery starts the new generation's log, and
+    /// the ignored frames stay ignored at the next open.
     #[test]
     fn a_frame_with_a_wrong_checksum_ends_the_log_there() {
         let dir = TestDir::new("paged-nvwal-crc");
@@ -1064,14 +1155,14 @@ mod tests {
                 }
             }
             let mut w = open(&path, false, 0, NvwalSync::Lazy);
-            assert_eq!(w.frames(), end as u64, "bad frame {bad}: {kept} commits kept");
+            assert_eq!(w.frames(), 0, "bad frame {bad}: {kept} commits, a new generation");
             for p in 0..4 {
                 assert_eq!(read(&w, p), want[p as usize], "bad frame {bad}: page {p}");
             }
             commit(&mut w, &[(3, 5), (4, 5)]);
             drop(w);
             let w = open(&path, false, 0, NvwalSync::Lazy);
-            assert_eq!(w.frames(), end as u64 + 2, "bad frame {bad}: the new commit follows");
+            assert_eq!(w.frames(), 2, "bad frame {bad}: the new commit starts the log");
             want[3] = 5;
             want[4] = 5;
             for p in 0..5 {
@@ -1080,10 +1171,77 @@ mod tests {
         }
     }
 
+    /// Regression ([R2] item 8): recovery stopped at a damaged frame but left the frames
+    /// after it in the generation. Once the next commit rewrote the damaged frame
+    /// identically (the application redid the commit recovery had dropped: the same page
+    /// image over the same base, so the same diff frame at the same place), the chain ran on
+    /// into them, and the next open replayed commit C, which the database recovered before
+    /// had not held. Before the fix the last open read page 1 as 3; now recovery starts a
+    /// new generation when it sees a frame of the current one past the committed end (N7).
+    #[test]
+    fn a_dropped_commit_does_not_return_after_an_identical_redo() {
+        let dir = TestDir::new("paged-nvwal-redo");
+        let path = dir.join("db");
+        let mut w = open(&path, true, 0, NvwalSync::Lazy);
+        commit(&mut w, &[(0, 1), (1, 1)]); // A
+        commit(&mut w, &[(0, 2)]); // B: one frame, page 0's diff over A
+        commit(&mut w, &[(1, 3)]); // C
+        let heads = frame_heads(&w);
+        assert_eq!(heads.len(), 4);
+        // Media damage in B's payload: recovery keeps A only.
+        let at = heads[2] + HDR + 7;
+        let mut b = [0u8; 1];
+        w.files.read_at(LOG, at, &mut b).unwrap();
+        poke(&w, at, &[b[0] ^ 0x40]);
+        drop(w);
+        let mut w = open(&path, false, 0, NvwalSync::Lazy);
+        assert_eq!((read(&w, 0), read(&w, 1)), (1, 1), "A only");
+        commit(&mut w, &[(0, 2)]); // B again
+        drop(w);
+        let w = open(&path, false, 0, NvwalSync::Lazy);
+        assert_eq!((read(&w, 0), read(&w, 1)), (2, 1), "A and the redone B, not C");
+    }
+
+    /// Regression ([R2] item 8), without damage: in checksum mode a commit's frames need not
+    /// be written back before its mark, so a crash can keep commit T's mark and second frame
+    /// but lose its first (T was never acknowledged: its fence did not return). A later
+    /// commit that logs T's first frame alone (the same page, the same image) gets the same
+    /// checksum, its mark lands there, and T's second frame chains from it: before the fix
+    /// the next open applied the rest of T (page 1 = 2), a commit never acknowledged and
+    /// absent from the database the application went on with.
+    #[test]
+    fn the_rest_of_a_lost_commit_does_not_return_after_a_commit_of_its_prefix() {
+        let dir = TestDir::new("paged-nvwal-prefix");
+        let path = dir.join("db");
+        let mut w = open(&path, true, 0, NvwalSync::Checksum);
+        commit(&mut w, &[(0, 1), (1, 1)]); // A
+        let cap = w.files.capacity(LOG).unwrap() as usize;
+        let mut before = vec![0u8; cap];
+        w.files.read_at(LOG, 0, &mut before).unwrap();
+        commit(&mut w, &[(0, 2), (1, 2)]); // T: two diff frames
+        let heads = frame_heads(&w);
+        assert_eq!(heads.len(), 4);
+        // The crash image: T's first frame as before T (its lines not written back).
+        let (lo, hi) = (heads[2] as usize, heads[3] as usize);
+        let mut image = vec![0u8; cap];
+        w.files.read_at(LOG, 0, &mut image).unwrap();
+        image[lo..hi].copy_from_slice(&before[lo..hi]);
+        drop(w);
+        let w = open(&path, false, 0, NvwalSync::Checksum);
+        poke(&w, 0, &image);
+        drop(w);
+        let mut w = open(&path, false, 0, NvwalSync::Checksum);
+        assert_eq!((read(&w, 0), read(&w, 1)), (1, 1), "A only");
+        commit(&mut w, &[(0, 2)]); // T's first page alone
+        drop(w);
+        let w = open(&path, false, 0, NvwalSync::Checksum);
+        assert_eq!((read(&w, 0), read(&w, 1)), (2, 1), "page 1 as A left it");
+    }
+
     /// Many commits of full pages fill several blocks; the heap is repaired at open: a
     /// pending block and an unreachable in-use block are freed, a link to a free block is
-    /// cut (the commits behind it lost, the prefix kept), and an unknown state word is a
-    /// typed error.
+    /// cut (the commits behind it lost, the prefix kept and, as frames of the generation lay
+    /// behind the cut, checkpointed), and an unknown state word is a typed error.
     #[test]
     fn the_heap_spans_blocks_and_is_repaired_at_open() {
         let dir = TestDir::new("paged-nvwal-heap");
@@ -1116,9 +1274,11 @@ mod tests {
         // Block 2 (the third) marked free: the link to it is cut, the 13 frames in it lost.
         w.files.store_word(LOG, w.block(2), FREE).unwrap();
         drop(w);
+        // Those frames are of the generation: recovery moves the 28 kept ones into the store
+        // and starts a new one (N7).
         let w = open(&path, false, 0, NvwalSync::Lazy);
-        assert_eq!(w.frames(), 28);
-        assert_eq!(w.blocks_in_use(), 2);
+        assert_eq!(w.frames(), 0);
+        assert_eq!(w.blocks_in_use(), 1);
         assert_eq!(read(&w, 27), 28);
         assert_eq!(read(&w, 28), 0);
         assert_eq!(read(&w, 0), 1);
@@ -1150,9 +1310,12 @@ mod tests {
         }
     }
 
-    /// A skip frame at a block's unused tail hides a stale frame there: an aborted commit's
-    /// frame left at the tail, chained from the committed end, must not be taken for the
-    /// continuation when a later commit moves on to the next block.
+    /// A skip frame at a block's unused tail hides a stale frame there: a frame left at the
+    /// tail, chained from the committed end, must not be taken for the continuation when a
+    /// later commit moves on to the next block. (Such a frame is left by a commit that failed
+    /// after storing it; the handle is then poisoned, and the next open, seeing it past the
+    /// committed end, starts a new generation (N7), as the second part shows. The skip frame
+    /// guards the chain within a generation.)
     #[test]
     fn a_stale_frame_at_a_block_tail_is_skipped() {
         let dir = TestDir::new("paged-nvwal-skip");
@@ -1165,25 +1328,35 @@ mod tests {
         let tail = w.st.off;
         assert_eq!(tail, 7680);
         assert!(w.block_size - tail >= HDR);
-        // An aborted commit's small frame at the tail: page 0's diff, chained from the end.
-        let mut img = vec![1u8; PS];
-        img[3] = 7;
-        let mut buf = Vec::new();
-        let at = w.block(0) + tail;
-        w.store_frame(&mut buf, at, w.st.generation, 0, 3, &img[3..4], w.st.chk).unwrap();
-        poke(&w, at, &buf);
-        drop(w);
-        let mut w = open(&path, false, 0, NvwalSync::Lazy);
-        assert_eq!(w.frames(), 14);
-        assert_eq!(read(&w, 0), 1);
-        // A full frame does not fit at the tail: a skip frame, then block 1.
+        // A stale small frame at the tail: page 0's diff, chained from the end.
+        let stale = |w: &Nvwal| {
+            let mut img = vec![1u8; PS];
+            img[3] = 7;
+            let mut buf = Vec::new();
+            let at = w.block(0) + tail;
+            w.store_frame(&mut buf, at, w.st.generation, 0, 3, &img[3..4], w.st.chk).unwrap();
+            poke(w, at, &buf);
+        };
+        stale(&w);
+        // A full frame does not fit at the tail: a skip frame over the stale one, then block 1.
         commit(&mut w, &[(20, 2)]);
         assert_eq!(w.blocks_in_use(), 2);
         drop(w);
-        let w = open(&path, false, 0, NvwalSync::Lazy);
+        let mut w = open(&path, false, 0, NvwalSync::Lazy);
         assert_eq!(w.frames(), 15);
         assert_eq!(read(&w, 20), 2);
         assert_eq!(read(&w, 0), 1);
+        // The stale frame found by an open instead: a new generation, nothing lost.
+        w.checkpoint().unwrap();
+        for p in 0..14u32 {
+            commit(&mut w, &[(p, 3)]);
+        }
+        assert_eq!(w.st.off, tail);
+        stale(&w);
+        drop(w);
+        let w = open(&path, false, 0, NvwalSync::Lazy);
+        assert_eq!(w.frames(), 0);
+        assert_eq!((read(&w, 0), read(&w, 13), read(&w, 20)), (3, 3, 2));
     }
 
     /// Random page edits over many commits (seeded: `FERRITE_TEST_SEED` replays): each
@@ -1311,12 +1484,15 @@ mod tests {
         let w = open(&path, false, 0, NvwalSync::Lazy);
         poke(&w, 0, &image);
         drop(w);
+        // Recovery keeps the old generation's commit A; B's frame, past A's end, makes it
+        // checkpoint A and start a new generation (N7), which writes A's older page 0 over
+        // the 2 the store held: B is lost.
         let w = open(&path, false, 0, NvwalSync::Lazy);
-        assert_eq!(w.frames(), 2, "the old generation's commit A is replayed");
-        assert_eq!(read(&w, 0), 1, "page 0 as of A, though the store holds B's 2: B is lost");
+        assert_eq!(w.frames(), 0, "A replayed, checkpointed, a new generation");
+        assert_eq!(read(&w, 0), 1, "page 0 as of A, though the store held B's 2: B is lost");
         let mut stored = vec![0u8; PS];
         w.store.read_page(0, &mut stored).unwrap();
-        assert_eq!(stored[0], 2);
+        assert_eq!(stored[0], 1);
     }
 
     #[test]
@@ -1358,8 +1534,10 @@ mod tests {
         w.files.read_at(LOG, heads[2] + HDR, &mut b).unwrap();
         poke(&w, heads[2] + HDR, &[b[0] ^ 1]);
         drop(w);
+        // The lost commits' frames lie past the kept end: the first commit is checkpointed
+        // and a new generation begins (N7).
         let mut w = open(&path, false, 0, NvwalSync::Checksum);
-        assert_eq!(w.frames(), 2);
+        assert_eq!(w.frames(), 0);
         assert_eq!((read(&w, 0), read(&w, 1), read(&w, 2)), (1, 1, 0));
         commit(&mut w, &[(2, 4)]);
         drop(w);

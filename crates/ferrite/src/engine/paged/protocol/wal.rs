@@ -28,12 +28,20 @@
 //!   whose magic or checksum fails is damage, reported as `Corrupted`: a restart rewrites one
 //!   word (M1) and creation happens before the database's own creation completes, so no crash
 //!   leaves a torn header.
+//! - W5 (no stale frame past the end): after recovery, no frame past the committed prefix
+//!   carries the header's salt. Such frames (the rest of a commit a crash interrupted, or
+//!   commits behind a damaged frame) would validate again once a later commit rewrote the
+//!   frames before them identically and re-linked the chain (an application redoing the
+//!   transaction recovery dropped): the next open would replay a transaction that the
+//!   database it recovered did not hold. So recovery that sees one checkpoints the
+//!   committed prefix (P-PG-21) and restarts the log under a new salt (P-PG-22) before any
+//!   commit appends, as SQLite resets its WAL.
 //!
 //! # Ordering (rules in `docs/design/persistence.md`)
 //! - P-PG-20: a commit's frames (its commit frame last in the chain) are durable before
 //!   `commit` returns: one log sync per commit.
-//! - P-PG-21 (checkpoint): the checkpointed pages are durable in the store before the log
-//!   restarts.
+//! - P-PG-21 (checkpoint, and recovery's restart, W5): the checkpointed pages are durable in
+//!   the store before the log restarts.
 //! - P-PG-22: a new header (creation, restart) is durable before a frame of its salt is
 //!   written: one log sync per restart. Without it, a crash in the first commit after a
 //!   checkpoint can keep the old header while some of the new frames, written over old ones,
@@ -220,7 +228,6 @@ impl Wal {
     /// restarts the log with a new salt (P-PG-22). Returns the pages copied.
     pub(crate) fn checkpoint(&mut self) -> Result<u64> {
         super::injected_checkpoint_failure()?;
-        let ps = self.store.page_size();
         let (mut pages, salt) = {
             let st = self.state.read().map_err(|_| lock_err())?;
             (st.index.iter().map(|(&p, &f)| (p, f)).collect::<Vec<_>>(), st.salt)
@@ -228,18 +235,27 @@ impl Wal {
         if pages.is_empty() {
             return Ok(0);
         }
-        pages.sort_unstable();
-        let end = pages.iter().map(|(p, _)| u64::from(*p) + 1).max().unwrap_or(0);
-        self.store.ensure(end)?;
-        let mut image = vec![0u8; ps];
-        for &(pgno, f) in &pages {
-            self.log.read_at(FRAMES + f * self.stride() + FRAME_HEAD as u64, &mut image)?;
-            self.store.write_page(pgno, &image, "P-PG-21")?; // ORDER(P-PG-21): a checkpointed page, durable at the store sync below
-        }
-        self.store.sync("P-PG-21")?; // ORDER(P-PG-21): the store is complete before the log restarts
+        self.backfill(&mut pages)?;
         let mut st = self.state.write().map_err(|_| lock_err())?;
         self.restart(&mut st, fresh_salt(salt))?;
         Ok(pages.len() as u64)
+    }
+
+    /// Copies each `(page, frame)` into the store and syncs it (P-PG-21): the first step of
+    /// a checkpoint, and of recovery's restart (W5).
+    fn backfill(&self, pages: &mut [(PageNo, u64)]) -> Result<()> {
+        if pages.is_empty() {
+            return Ok(());
+        }
+        pages.sort_unstable();
+        let end = pages.iter().map(|(p, _)| u64::from(*p) + 1).max().unwrap_or(0);
+        self.store.ensure(end)?;
+        let mut image = vec![0u8; self.store.page_size()];
+        for &(pgno, f) in pages.iter() {
+            self.log.read_at(FRAMES + f * self.stride() + FRAME_HEAD as u64, &mut image)?;
+            self.store.write_page(pgno, &image, "P-PG-21")?; // ORDER(P-PG-21): a checkpointed page, durable at the store sync below
+        }
+        self.store.sync("P-PG-21") // ORDER(P-PG-21): the store is complete before the log restarts
     }
 
     /// Writes a new header with `salt` and syncs it (P-PG-22); the log is then empty.
@@ -253,8 +269,9 @@ impl Wal {
     }
 
     /// At open: reads the header (W4), scans the valid frames (W1) and rebuilds the index
-    /// (W2). Returns whether the log held committed frames. Errors: `Corrupted` for a log of
-    /// another page size, `Incompatible` for a newer version.
+    /// (W2); if a frame of the log's salt lies past the committed end, checkpoints and
+    /// restarts the log (W5). Returns whether the log held committed frames. Errors:
+    /// `Corrupted` for a log of another page size, `Incompatible` for a newer version.
     pub(crate) fn recover(&mut self) -> Result<bool> {
         let ps = self.store.page_size();
         let mut st = self.state.write().map_err(|_| lock_err())?;
@@ -311,9 +328,37 @@ impl Wal {
                 committed_crc = crc;
             }
         }
-        tracing::info!(frames = committed, pages = index.len(), "paged: WAL recovered");
-        *st = State { salt, frames: committed, crc: committed_crc, index };
+        // W5: a frame of this salt past the committed end (the rest of an interrupted commit,
+        // or frames behind a damaged one) must never validate again: checkpoint what is
+        // committed and restart the log under a new salt before any commit appends.
+        let stale = self.frame_of_salt(salt, committed, room)?;
+        tracing::info!(
+            frames = committed,
+            pages = index.len(),
+            stale = stale.is_some(),
+            "paged: WAL recovered"
+        );
+        if let Some(at) = stale {
+            let pages = index.len();
+            self.backfill(&mut index.into_iter().collect::<Vec<_>>())?;
+            self.restart(&mut st, fresh_salt(salt))?;
+            tracing::info!(at, pages, "paged: WAL restarted at recovery (frames past its end)");
+        } else {
+            *st = State { salt, frames: committed, crc: committed_crc, index };
+        }
         Ok(committed > 0)
+    }
+
+    /// The first frame in `from..room` whose head carries `salt`, if any (W5).
+    fn frame_of_salt(&self, salt: u32, from: u64, room: u64) -> Result<Option<u64>> {
+        let mut head = FrameHead::default();
+        for i in from..room {
+            self.log.read_at(FRAMES + i * self.stride(), head.as_mut_bytes())?;
+            if head.salt.get() == salt {
+                return Ok(Some(i));
+            }
+        }
+        Ok(None)
     }
 }
 
@@ -380,34 +425,48 @@ mod tests {
         assert_eq!((read(&w, 0), read(&w, 1), read(&w, 2)), (1, 2, 3));
     }
 
+    /// A commit whose commit frame is damaged is not committed, nor is any commit after a
+    /// damaged frame. Recovery that sees such frames past the committed end checkpoints the
+    /// commits before them and restarts the log (W5): the log is then empty and the store
+    /// holds them.
     #[test]
     fn a_commit_without_its_commit_frame_is_ignored() {
-        let dir = TestDir::new("paged-wal-torn");
-        let path = dir.join("db");
-        let mut w = open(&path, true, 0);
-        commit(&mut w, &[(0, 1), (1, 1)]);
-        commit(&mut w, &[(0, 2), (1, 2), (2, 2)]);
-        // Damage the second commit's last (commit) frame: the whole commit is gone, the first
-        // stays; then a frame in the middle of the first commit: nothing is committed.
+        let build = |name: &str| {
+            let dir = TestDir::new(name);
+            let path = dir.join("db");
+            let mut w = open(&path, true, 0);
+            commit(&mut w, &[(0, 1), (1, 1)]);
+            commit(&mut w, &[(0, 2), (1, 2), (2, 2)]);
+            (dir, path, w)
+        };
+        // The second commit's last (commit) frame damaged: the whole commit is gone, the
+        // first stays, now in the store.
+        let (_dir, path, w) = build("paged-wal-torn");
         let stride = w.stride();
         w.log.write_at(FRAMES + 4 * stride + 100, &[0xAB], "P-PG-0").unwrap();
         drop(w);
         let w = open(&path, false, 0);
-        assert_eq!((read(&w, 0), read(&w, 1)), (1, 1));
-        assert_eq!(w.frames().unwrap(), 2);
+        assert_eq!((read(&w, 0), read(&w, 1), read(&w, 2)), (1, 1, 0));
+        assert_eq!(w.frames().unwrap(), 0, "restarted: frames 2..5 carried the salt");
+        drop(w);
+        let w = open(&path, false, 0);
+        assert_eq!((read(&w, 0), read(&w, 1), read(&w, 2)), (1, 1, 0));
+        // A frame in the middle of the first commit damaged: nothing is committed, and
+        // nothing was checkpointed, so the store still has zeros.
+        let (_dir, path, w) = build("paged-wal-torn-first");
         w.log.write_at(FRAMES + 100, &[0xAB], "P-PG-0").unwrap();
         drop(w);
         let w = open(&path, false, 0);
         assert_eq!(w.frames().unwrap(), 0);
-        // Nothing was checkpointed, so the store still has zeros.
-        assert_eq!(read(&w, 0), 0);
+        assert_eq!((read(&w, 0), read(&w, 1), read(&w, 2)), (0, 0, 0));
     }
 
     /// A frame whose checksum word is wrong (its image intact) ends the valid log there
     /// (W1): for each frame of four commits in turn, recovery keeps exactly the commits that
     /// end before it, and ignores the rest, later commits whose own frames are intact
-    /// included (the chain breaks). A commit after that recovery continues the log where the
-    /// kept prefix ends, and the ignored frames past it stay ignored at the next open.
+    /// included (the chain breaks). The bad frame carries the salt, so recovery moves the
+    /// kept commits into the store and restarts the log (W5); a commit after that recovery
+    /// starts the new log, and the ignored frames stay ignored at the next open.
     #[test]
     fn a_frame_with_a_wrong_checksum_ends_the_log_there() {
         let dir = TestDir::new("paged-wal-crc");
@@ -443,20 +502,49 @@ mod tests {
                 }
             }
             let mut w = open(&path, false, 0);
-            assert_eq!(w.frames().unwrap(), end, "bad frame {bad}: {kept} commits kept");
+            assert_eq!(w.frames().unwrap(), 0, "bad frame {bad}: {kept} commits, restarted");
             for p in 0..4 {
                 assert_eq!(read(&w, p), want[p as usize], "bad frame {bad}: page {p}");
             }
             commit(&mut w, &[(3, 5), (4, 5)]);
             drop(w);
             let w = open(&path, false, 0);
-            assert_eq!(w.frames().unwrap(), end + 2, "bad frame {bad}: the new commit follows");
+            assert_eq!(w.frames().unwrap(), 2, "bad frame {bad}: the new commit starts the log");
             want[3] = 5;
             want[4] = 5;
             for p in 0..5 {
                 assert_eq!(read(&w, p), want[p as usize], "bad frame {bad}: page {p} after");
             }
         }
+    }
+
+    /// Regression ([R2] item 8): recovery stopped at a damaged frame but left the frames
+    /// after it with the log's salt. Once the next commit rewrote the damaged frame
+    /// identically (the application redid the transaction recovery had dropped), the chain
+    /// ran on into those frames, and the next open replayed a transaction that the database
+    /// recovered before had not held: commit C (page 1 = 3) came back. Before the fix the
+    /// last open read page 1 as 3 and counted 4 frames; now recovery restarts the log when it
+    /// sees a frame of its salt past the committed end (W5), so C stays gone.
+    #[test]
+    fn a_dropped_commit_does_not_return_after_an_identical_redo() {
+        let dir = TestDir::new("paged-wal-redo");
+        let path = dir.join("db");
+        let mut w = open(&path, true, 0);
+        commit(&mut w, &[(0, 1), (1, 1)]); // A: frames 0, 1
+        commit(&mut w, &[(0, 2)]); // B: frame 2
+        commit(&mut w, &[(1, 3)]); // C: frame 3
+        // Media damage in B's image: recovery keeps A only.
+        let at = FRAMES + 2 * w.stride() + FRAME_HEAD as u64 + 7;
+        w.log.write_at(at, &[0xEE], "P-PG-0").unwrap();
+        w.log.sync("P-PG-0").unwrap(); // ORDER(P-PG-0): test: the damaged log is what the next open reads
+        drop(w);
+        let mut w = open(&path, false, 0);
+        assert_eq!((read(&w, 0), read(&w, 1)), (1, 1), "A only");
+        // The application redoes B: the same page image, so the same frame as before.
+        commit(&mut w, &[(0, 2)]);
+        drop(w);
+        let w = open(&path, false, 0);
+        assert_eq!((read(&w, 0), read(&w, 1)), (2, 1), "A and the redone B, not C");
     }
 
     #[test]
