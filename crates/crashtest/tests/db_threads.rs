@@ -133,3 +133,54 @@ fn every_persist_site_of_db_sofort_threads_is_needed() {
     assert!(detected >= 15, "{m}");
     assert!(m.passed(), "{m}");
 }
+
+/// The CI part of the threads target's mutation check: only the sites where two threads
+/// matter, the commit's F1 (P-SOF-5: locks, values and the previous finalization flushed by
+/// whichever thread commits) and the abort's drain of non-temporal values (P-SOF-12), on one
+/// free-running round. Every other site is the same code as `db-sofort`'s, whose mutation
+/// check in CI runs it single-threaded; `every_persist_site_of_db_sofort_threads_is_needed`
+/// (long tier) runs them all here. P-SOF-12 is accepted undetected if this run's aborts never
+/// meet a reuse of their extent before their thread's next fence (a race this schedule leaves
+/// to chance): `sofort/tests.rs`, `an_aborted_large_value_cannot_land_over_a_later_commit_in_its_extent`,
+/// drops it deterministically and sees the loss.
+#[test]
+fn the_commit_and_abort_sites_are_needed_with_two_threads() {
+    let dir = TestDir::new("crashtest-db-threads-mutate-ci");
+    let t = Arc::new(DbSofortThreads::free(1));
+    let benign = t.benign_sites();
+    let excuse: ferrite_crashtest::ExcuseFn = Arc::new(move |site: &str| {
+        // F1's and the drain's sites get their mutated runs, and so (as everywhere) do the
+        // target's benign sites, with their reasons.
+        let run = site.ends_with("#P-SOF-5")
+            || site.ends_with("#P-SOF-12")
+            || benign.iter().any(|(pat, _)| ferrite_crashtest::names_site(pat, site));
+        (!run).then(|| "db-sofort's code, run single-threaded by its CI mutation check".into())
+    });
+    let m = ferrite_crashtest::mutate(
+        t.clone(),
+        &Config {
+            nested_rate: 0.05,
+            watchdog: Duration::from_secs(10),
+            excused: Some(excuse),
+            ..cfg(&dir, 8_000)
+        },
+    );
+    eprint!("{}{m}", m.base);
+    assert!(m.base.passed(), "{}", m.base);
+    let mut f1 = 0;
+    for (s, o) in &m.sites {
+        eprintln!("{s}: {o:?}");
+        if s.ends_with("#P-SOF-5") {
+            assert_eq!(*o, MutationOutcome::Detected, "{s}\n{m}");
+            f1 += 1;
+        } else if s.ends_with("#P-SOF-12") {
+            assert!(
+                matches!(o, MutationOutcome::Detected | MutationOutcome::Undetected),
+                "{s}: {o:?}"
+            );
+        } else {
+            assert!(!matches!(o, MutationOutcome::Undetected), "{s}: {o:?}\n{m}");
+        }
+    }
+    assert!(f1 >= 3, "F1's sites were not reached:\n{m}");
+}

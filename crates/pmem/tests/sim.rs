@@ -113,6 +113,43 @@ fn a_stale_writeback_lands_only_under_the_strict_order() {
     assert_eq!((picked, durable), (0, 0), "strict: A's stale capture lands over B's word");
 }
 
+/// Non-temporal words reach memory when their thread drains them (its fence): a write-back of
+/// the line captured before them, landing later, cannot bring back the words they replaced.
+/// Thread B flushes the line holding its word 0; thread A writes words 2..8 non-temporally
+/// and fences; then B fences. Under `Coherent` A's words stay durable and B's word lands
+/// beside them; under `Strict` B's older copy writes zeros over A's words. (The free-running
+/// SOFORT target met this on a heap line shared by a small value and a large one.)
+fn stale_writeback_after_non_temporal_words(order: WritebackOrder) -> (u64, u64) {
+    let p = sim_pool();
+    let sim = p.sim().unwrap().clone();
+    sim.set_writeback_order(order);
+    let (to_b, b_rx) = std::sync::mpsc::channel::<()>();
+    let (to_a, a_rx) = std::sync::mpsc::channel::<()>();
+    let p = &p;
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            p.store_u64(0, 5, Relaxed).unwrap();
+            p.flush(0, 8).unwrap(); // B's capture: word 0 = 5, the rest 0
+            to_a.send(()).unwrap();
+            b_rx.recv().unwrap();
+            p.fence(); // B's fence, after A's
+        });
+        a_rx.recv().unwrap();
+        p.copy_nt(16, &[7u8; 48]).unwrap();
+        p.fence(); // A's drain
+        to_b.send(()).unwrap();
+    });
+    let d = sim.capture(&ImageSpec::durable());
+    (word(&d, 0), word(&d, 16))
+}
+
+#[test]
+fn a_stale_writeback_does_not_undo_drained_non_temporal_words() {
+    let nt = u64::from_le_bytes([7; 8]);
+    assert_eq!(stale_writeback_after_non_temporal_words(WritebackOrder::Coherent), (5, nt));
+    assert_eq!(stale_writeback_after_non_temporal_words(WritebackOrder::Strict), (5, 0));
+}
+
 #[test]
 fn new_domains_take_the_threads_writeback_order() {
     ferrite_pmem::sim::set_new_domain_writebacks(WritebackOrder::Strict);

@@ -16,7 +16,7 @@
 //! # Concurrency
 //! Holds the gate exclusively and the pending lock while it reads pending sets.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::{SimDomain, WritebackOrder, thread_index};
 use crate::image::{CrashImage, ImageFile, ImageSpec, Pick, SplitMix64};
@@ -72,13 +72,23 @@ impl SimDomain {
                 }
             }
             if self.writeback_order() == WritebackOrder::Coherent {
-                chosen.sort_by_key(|(l, _)| l.stamp);
+                // Flushed lines by stamp, then non-temporal words (they reach memory at a
+                // drain, after every capture older than it).
+                chosen.sort_by_key(|(l, _)| if l.nt { u64::MAX } else { l.stamp });
             }
+            let mut stamps: HashMap<(&str, u64), [u64; 8]> = HashMap::new();
             for (l, mask) in chosen {
-                let durable_stamp = g.files.get(&l.file).map_or(0, |f| f.stamp_of(l.line));
-                if self.lands(l.stamp, l.nt, durable_stamp) {
-                    put(&l.file, l.line, &l.content, mask);
+                let s = stamps.entry((l.file.as_str(), l.line)).or_insert_with(|| {
+                    g.files.get(&l.file).map_or([0; 8], |f| f.stamps_of(l.line))
+                });
+                let mask = self.landing_mask(l.stamp, l.nt, mask, s);
+                let stamp = if l.nt { u64::MAX } else { l.stamp };
+                for (w, word) in s.iter_mut().enumerate() {
+                    if mask & (1 << w) != 0 {
+                        *word = stamp;
+                    }
                 }
+                put(&l.file, l.line, &l.content, mask);
             }
         }
         if spec.evict != Pick::None {

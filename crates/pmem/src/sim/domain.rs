@@ -147,11 +147,15 @@ impl SimDomain {
         self.coh.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    /// Whether a pending line's content would land over the durable content of its line:
-    /// always under `Strict` and for non-temporal words; under `Coherent` only if no
-    /// write-back has made newer content of the line durable (D7).
-    pub(super) fn lands(&self, stamp: u64, nt: bool, durable_stamp: u64) -> bool {
-        nt || stamp >= durable_stamp || self.strict.load(Ordering::Relaxed)
+    /// The words of `mask` that a pending line captured at `stamp` writes over its line's
+    /// durable words (whose stamps are `durable`): all of them under `Strict` and for
+    /// non-temporal words; under `Coherent` those no write-back has made durable with newer
+    /// content (D7).
+    pub(super) fn landing_mask(&self, stamp: u64, nt: bool, mask: u8, durable: &[u64; 8]) -> u8 {
+        if nt || self.strict.load(Ordering::Relaxed) {
+            return mask;
+        }
+        (0..8).filter(|&w| mask & (1 << w) != 0 && stamp >= durable[w]).fold(0, |m, w| m | 1 << w)
     }
 
     pub(crate) fn read_gate(&self) -> RwLockReadGuard<'_, Files> {
@@ -413,7 +417,8 @@ impl SimDomain {
                     .copy_from_slice(&zero[..(hi - lo) as usize]);
                 f.write_durable(line, &content, 0xff);
                 // A punch is newer than every write-back captured before it (D7).
-                f.stamps.insert(line, self.next_stamp());
+                let stamp = self.next_stamp();
+                f.set_stamps(line, 0xff, stamp);
                 if f.working_line(line).is_none_or(|w| w == content) {
                     f.clear_dirty(line);
                 }
@@ -550,16 +555,17 @@ impl SimDomain {
         let lines = lock(&self.pending).remove(&me).unwrap_or_default();
         for l in lines.lines {
             if let Some(f) = g.files.get_mut(&l.file) {
-                if !self.lands(l.stamp, l.nt, f.stamp_of(l.line)) {
-                    // A newer content of the line is durable already (D7): this write-back
-                    // carried the line as it was before that content, and lands first.
+                // Words whose newer content is durable already are left (D7): this write-back
+                // carried them as they were before that content, and landed first.
+                let mask = self.landing_mask(l.stamp, l.nt, l.mask, &f.stamps_of(l.line));
+                if mask == 0 {
                     continue;
                 }
-                f.write_durable(l.line, &l.content, l.mask);
-                if !l.nt {
-                    f.stamps.insert(l.line, l.stamp);
-                }
-                if l.mask == 0xff && f.working_line(l.line).is_none_or(|w| w == l.content) {
+                f.write_durable(l.line, &l.content, mask);
+                // Non-temporal words reach memory at this drain: newer than every capture.
+                let stamp = if l.nt { self.next_stamp() } else { l.stamp };
+                f.set_stamps(l.line, mask, stamp);
+                if mask == 0xff && f.working_line(l.line).is_none_or(|w| w == l.content) {
                     f.clear_dirty(l.line);
                 }
             }
@@ -569,7 +575,8 @@ impl SimDomain {
                 for line in f.dirty_lines() {
                     if let Some(w) = f.working_line(line) {
                         f.write_durable(line, &w, 0xff);
-                        f.stamps.insert(line, self.next_stamp());
+                        let stamp = self.next_stamp();
+                        f.set_stamps(line, 0xff, stamp);
                     }
                     f.clear_dirty(line);
                 }
@@ -589,13 +596,10 @@ impl SimDomain {
         let mut fresh = 0;
         for l in &v.lines {
             if let Some(f) = g.files.get(&l.file) {
-                if !self.lands(l.stamp, l.nt, f.stamp_of(l.line)) {
-                    continue;
-                }
+                let mask = self.landing_mask(l.stamp, l.nt, l.mask, &f.stamps_of(l.line));
                 let durable = f.durable_line(l.line);
                 fresh += usize::from((0..8).any(|w| {
-                    l.mask & (1 << w) != 0
-                        && l.content[w * 8..w * 8 + 8] != durable[w * 8..w * 8 + 8]
+                    mask & (1 << w) != 0 && l.content[w * 8..w * 8 + 8] != durable[w * 8..w * 8 + 8]
                 }));
             }
         }

@@ -34,11 +34,12 @@ pub(crate) struct SimFile {
     pub durable: Vec<Arc<Page>>,
     /// Dirty-line bitmap (bit per line of the file).
     pub dirty: Box<[AtomicU64]>,
-    /// Per line, the coherence stamp of its durable content when a write-back set it (the
-    /// stamp of the flush that captured it; absent: older than every capture). Under
-    /// [`WritebackOrder::Coherent`](super::WritebackOrder) a write-back with an older stamp
-    /// does not land (D7).
-    pub stamps: HashMap<u64, u64>,
+    /// Per line, per 8-byte word, the coherence stamp of its durable content when a write-back
+    /// set it (the stamp of the flush that captured it, or a fresh one for non-temporal words
+    /// and eADR fences; absent: older than every capture). Under
+    /// [`WritebackOrder::Coherent`](super::WritebackOrder) a write-back does not land a word
+    /// over a newer durable one (D7).
+    pub stamps: HashMap<u64, [u64; 8]>,
 }
 
 impl SimFile {
@@ -56,9 +57,19 @@ impl SimFile {
         }
     }
 
-    /// The coherence stamp of a line's durable content (0: set by no write-back).
-    pub(crate) fn stamp_of(&self, line: u64) -> u64 {
-        self.stamps.get(&line).copied().unwrap_or(0)
+    /// The coherence stamps of a line's durable words (0: set by no write-back).
+    pub(crate) fn stamps_of(&self, line: u64) -> [u64; 8] {
+        self.stamps.get(&line).copied().unwrap_or([0; 8])
+    }
+
+    /// Records `stamp` for the words of `mask` of `line`.
+    pub(super) fn set_stamps(&mut self, line: u64, mask: u8, stamp: u64) {
+        let s = self.stamps.entry(line).or_insert([0; 8]);
+        for (w, word) in s.iter_mut().enumerate() {
+            if mask & (1 << w) != 0 {
+                *word = stamp;
+            }
+        }
     }
 
     pub(crate) fn durable_line(&self, line: u64) -> [u8; 64] {

@@ -43,30 +43,11 @@
 //!   first gives each of its files a private copy of its working image (dirty lines are still
 //!   "in the cache" after a close, so later captures need their content).
 //! - D7: stamps grow in the order contents were read (captures take them under the pending
-//!   lock, eADR fences and hole punches under the exclusive gate); a line's durable stamp is
-//!   that of the write-back that last set it. Under `Coherent` a fence or an image writes a
-//!   captured line only if its stamp is not below its line's durable stamp; non-temporal
-//!   words always land (they bypass the cache, so coherence does not order them).
-//! - D5: every working image the domain reads is owned either by an open pool (which detaches
-//!   it before releasing the memory, D4) or by the domain's own file (a closed pool's copy, or
-//!   a file rebuilt by [`replay`]); so a domain is sound to move and to keep, on its own.
-//! - D6: a block file's durable content changes only at a sync of that file and at its
-//!   creation or removal (`blocks.rs`, B-D1); the domain owns every block file's content.
-//!
-//! # Concurrency
-//! Stores and flushes hold the gate shared; fences, captures and file operations hold it
-//! exclusively; so do block-file writes, length changes and syncs (block reads hold it
-//! shared). Pending sets are per thread. Hooks run after the operation (before it, for
-//! fences, block-file syncs and closes), outside every lock; a hook may capture images; events raised on a
-//! thread while it runs a hook are not delivered again (no re-entrancy).
-//!
-//! # Layout
-//! `event.rs` (sites, events, hooks, per-thread defaults of new domains), `files.rs` (per-file
-//! state, pending sets), `domain.rs` (the domain and its primitives), `blocks.rs` (simulated
-//! block files), `capture.rs` (building a
-//! [`CrashImage`](crate::CrashImage)), `trace.rs` (recorded events as text), `replay.rs`
-//! (rebuilding a domain from a trace), `buffer.rs` (memory the domain owns). Dependencies go
-//! one way: `pool`/`poolset` → `sim` → `image` (the image types know nothing of the domain).
+//!   lock, fences that drain non-temporal words, eADR fences and hole punches under the
+//!   exclusive gate); each durable word keeps the stamp of the write-back that last set it.
+//!   Under `Coherent` a fence or an image writes a captured word only if its stamp is not
+//!   below the word's durable stamp; non-temporal words always land, and take a fresh stamp
+//!   at the fence that drains them (they reach memory then, after every older capture).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, Ordering};
